@@ -1,0 +1,20 @@
+//! Runs a shipped case from the command line without Python: `cargo run --release --example
+//! run_case -- paging-stress [variant]` prints each variant's report row and wall time.
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let name = args.next().unwrap_or_else(|| "paging-stress".into());
+    let only = args.next();
+    let text = memvisor::scenario::case_text(&name).expect("unknown case");
+    for s in memvisor::scenario::load(text, &name, &[]).expect("valid case") {
+        if only.as_ref().is_some_and(|v| s.variant.as_deref() != Some(v)) {
+            continue;
+        }
+        let t0 = std::time::Instant::now();
+        let mut sim = memvisor::Simulation::new(&s).expect("admitted");
+        sim.run().expect("run");
+        let r = sim.results();
+        let vm = &r.summary["vms"][0];
+        println!("{:<14} wall {:>6.2}s sim {:>7.1}s report {}", s.variant.unwrap_or_default(), t0.elapsed().as_secs_f64(), sim.now() as f64 / 1e9, vm["report"]);
+    }
+}

@@ -1,0 +1,7 @@
+//! Storage: devices as queues, and datastores that hold several guests' virtual disks on one device.
+
+mod datastore;
+mod device;
+
+pub use datastore::{Datastore, VirtualDisk};
+pub use device::{Device, DeviceKind, DeviceSpec, DeviceStats};

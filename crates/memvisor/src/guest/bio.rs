@@ -1,0 +1,113 @@
+//! Block requests in flight (the guest's `struct bio`s): what each carries, who waits for it, and
+//! how contiguous pages merge into one request as the block layer's plugging does.
+
+
+/// What a request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BioKind {
+    /// Read pages from swap into the swap cache.
+    SwapRead,
+    /// Write pages to swap.
+    SwapWrite,
+    /// Read file pages into the page cache.
+    FileRead,
+    /// Write dirty file pages back.
+    FileWrite,
+}
+
+/// One request in flight.
+#[derive(Clone, Debug)]
+pub struct Bio {
+    /// What it does.
+    pub kind: BioKind,
+    /// Guest pages it fills or drains (empty when the pages were freed at submission, as exact-LRU
+    /// eviction does).
+    pub pages: Vec<u32>,
+    /// Processes waiting for it.
+    pub waiters: Vec<u32>,
+    /// File the pages belong to (file requests), else `NONE`.
+    pub file: u32,
+    /// Whether a kernel thread (kswapd, the flusher) issued it rather than a process: pgsteal
+    /// accounting for swap writes, the flusher's in-flight budget for file writes.
+    pub kthread: bool,
+    /// For a swap read: the faulting page and whether the fault was a write; it is mapped into its
+    /// process when the read completes.
+    pub fault: Option<(u32, bool)>,
+}
+
+/// The table of requests in flight; a request's number is its slot.
+#[derive(Clone, Debug, Default)]
+pub struct BioTable {
+    slots: Vec<Option<Bio>>,
+    free: Vec<u32>,
+    in_flight: u32,
+}
+
+impl BioTable {
+    /// Stores a request and returns its number.
+    pub fn insert(&mut self, bio: Bio) -> u32 {
+        self.in_flight += 1;
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(bio);
+                i
+            }
+            None => {
+                self.slots.push(Some(bio));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    /// The request with this number.
+    pub fn get_mut(&mut self, i: u32) -> &mut Bio {
+        self.slots[i as usize].as_mut().expect("bio in flight")
+    }
+
+    /// Removes a completed request.
+    pub fn take(&mut self, i: u32) -> Bio {
+        self.in_flight -= 1;
+        self.free.push(i);
+        self.slots[i as usize].take().expect("bio in flight")
+    }
+
+    /// Requests in flight.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// Requests in flight, for invariant checks.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &Bio)> {
+        self.slots.iter().enumerate().filter_map(|(i, b)| b.as_ref().map(|b| (i as u32, b)))
+    }
+}
+
+/// Splits `(block, page)` pairs, sorted by block, into runs of consecutive blocks of at most `max`
+/// pages: one device request each.
+pub fn runs(items: &[(u32, u32)], max: usize) -> Vec<&[(u32, u32)]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..=items.len() {
+        let breaks = i == items.len() || items[i].0 != items[i - 1].0 + 1 || i - start >= max;
+        if breaks {
+            out.push(&items[start..i]);
+            start = i;
+        }
+    }
+    out
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_split_on_gaps_and_size() {
+        let items = [(1, 0), (2, 0), (3, 0), (7, 0), (8, 0)];
+        let r = runs(&items, 2);
+        let firsts: Vec<u32> = r.iter().map(|r| r[0].0).collect();
+        assert_eq!(firsts, vec![1, 3, 7]);
+        assert_eq!(r.iter().map(|r| r.len()).sum::<usize>(), 5);
+    }
+}

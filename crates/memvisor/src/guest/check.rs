@@ -1,0 +1,168 @@
+//! Invariant checks, run by the tests after every step: every guest page is in exactly one state
+//! and reachable from exactly the structures that state implies; page tables, the swap cache and
+//! the counters agree with the pages.
+
+use super::lru::{LruList, NR_LISTS};
+use super::page::{NONE, PG_DIRTY, PG_MAPPED, PG_WRITEBACK, PageKind};
+use super::process::{PTE_MASK, PTE_PRESENT, PTE_SWAP};
+use super::{Env, Guest, Replacement, Vm};
+
+impl Guest {
+    /// Checks every invariant; the error names the first violation.
+    pub fn check_invariants(&self, env: &Env) -> Result<(), String> {
+        let n = self.pages.len();
+        let name = &self.cfg.name;
+        let err = |m: String| Err(format!("guest '{name}': {m}"));
+
+        // Free list: exactly the free pages, each once.
+        let mut on_free = vec![false; n];
+        for &p in self.pages.free_list() {
+            if on_free[p as usize] {
+                return err(format!("page {p} twice on the free list"));
+            }
+            on_free[p as usize] = true;
+        }
+        // LRU lists: walk them, count them.
+        let mut on_lru = vec![NR_LISTS as u8; n];
+        for l in LruList::ALL {
+            let mut len = 0;
+            for p in self.lru.iter(l) {
+                if on_lru[p as usize] != NR_LISTS as u8 {
+                    return err(format!("page {p} on two LRU lists"));
+                }
+                on_lru[p as usize] = l as u8;
+                len += 1;
+            }
+            if len != self.lru.len(l) {
+                return err(format!("{l:?} has {len} pages but counts {}", self.lru.len(l)));
+            }
+        }
+        let mut counts = [0u64; 5];
+        let (mut dirty_file, mut wb_file) = (0u64, 0u64);
+        for p in 0..n as u32 {
+            let i = p as usize;
+            let kind = self.pages.kind[i];
+            counts[kind as usize] += 1;
+            let lru = on_lru[i] != NR_LISTS as u8;
+            if (kind == PageKind::Free) != on_free[i] {
+                return err(format!("page {p} is {kind:?} but on_free_list={}", on_free[i]));
+            }
+            let evictable = matches!(kind, PageKind::Anon | PageKind::File);
+            if evictable != lru {
+                return err(format!("page {p} is {kind:?} but on_lru={lru}"));
+            }
+            if lru {
+                let l = LruList::ALL[on_lru[i] as usize];
+                let expect_file = kind == PageKind::File;
+                let mode_ok = match self.cfg.replacement {
+                    Replacement::Linux => l != LruList::Exact && l.is_file() == expect_file,
+                    Replacement::ExactLru => l == LruList::Exact,
+                };
+                if !mode_ok {
+                    return err(format!("page {p} ({kind:?}) on list {l:?}"));
+                }
+            }
+            if kind != PageKind::Free && !env.host.is_backed(self.id, p) {
+                return err(format!("page {p} in use ({kind:?}) but not backed by a host frame"));
+            }
+            let io = self.pages.io[i];
+            if io != NONE && self.bios.iter().all(|(b, bio)| b != io || !bio.pages.contains(&p)) {
+                return err(format!("page {p} claims request {io} which does not hold it"));
+            }
+            match kind {
+                PageKind::Anon => {
+                    let owner = self.pages.owner[i];
+                    let slot = self.pages.swap[i];
+                    if slot != NONE && self.swap.cached(slot) != p {
+                        return err(format!("page {p} says slot {slot} but the swap cache disagrees"));
+                    }
+                    if owner == NONE {
+                        if io == NONE {
+                            return err(format!("orphan page {p} without I/O in flight"));
+                        }
+                        continue;
+                    }
+                    let vpn = self.pages.index[i] as usize;
+                    let pte = self.procs[owner as usize].mm.pte[vpn];
+                    if self.pages.has(p, PG_MAPPED) {
+                        if pte != PTE_PRESENT | p {
+                            return err(format!("mapped page {p} but pte of {owner}:{vpn} is {pte:#x}"));
+                        }
+                    } else if slot == NONE || pte != PTE_SWAP | slot {
+                        return err(format!("unmapped anon page {p} not reachable through swap (pte {pte:#x})"));
+                    }
+                }
+                PageKind::File => {
+                    let (f, idx) = (self.pages.owner[i], self.pages.index[i]);
+                    if self.files[f as usize].pages[idx as usize] != p {
+                        return err(format!("file page {p} not in its file's index"));
+                    }
+                    dirty_file += self.pages.has(p, PG_DIRTY) as u64;
+                    wb_file += self.pages.has(p, PG_WRITEBACK) as u64;
+                }
+                _ => {}
+            }
+        }
+        if counts != self.pages.count {
+            return err(format!("page kind counts {counts:?} != tracked {:?}", self.pages.count));
+        }
+        if dirty_file != self.nr_dirty {
+            return err(format!("{dirty_file} dirty file pages but nr_dirty = {}", self.nr_dirty));
+        }
+        if wb_file != self.nr_writeback_file {
+            return err(format!("{wb_file} file pages under writeback but counted {}", self.nr_writeback_file));
+        }
+        // Page tables.
+        let mut slot_refs = 0u64;
+        for proc in &self.procs {
+            let mm = &proc.mm;
+            let (mut rss, mut swapents) = (0, 0);
+            for (vpn, &pte) in mm.pte.iter().enumerate() {
+                if pte & PTE_PRESENT != 0 {
+                    let p = pte & PTE_MASK;
+                    rss += 1;
+                    if self.pages.kind[p as usize] != PageKind::Anon
+                        || self.pages.owner[p as usize] != proc.pid
+                        || self.pages.index[p as usize] != vpn as u32
+                    {
+                        return err(format!("pte {}:{vpn} -> page {p} which does not point back", proc.pid));
+                    }
+                } else if pte & PTE_SWAP != 0 {
+                    let s = pte & PTE_MASK;
+                    swapents += 1;
+                    slot_refs += 1;
+                    if !self.swap.is_used(s) {
+                        return err(format!("pte {}:{vpn} -> free swap slot {s}", proc.pid));
+                    }
+                    if self.swap.cached(s) == NONE && !self.swap.is_written(s) {
+                        return err(format!("pte {}:{vpn} -> slot {s} with neither cache page nor data", proc.pid));
+                    }
+                } else if mm.rfast.get(vpn) || mm.wfast.get(vpn) {
+                    return err(format!("unmapped page {}:{vpn} has fast bits", proc.pid));
+                }
+                if mm.wfast.get(vpn) && !mm.rfast.get(vpn) {
+                    return err(format!("page {}:{vpn} write-fast but not read-fast", proc.pid));
+                }
+            }
+            if rss != mm.rss || swapents != mm.swapents {
+                return err(format!("process {} counts rss {} swap {} but maps {rss}/{swapents}", proc.pid, mm.rss, mm.swapents));
+            }
+        }
+        // Every used slot is referenced by exactly one page-table entry or one swap-cache page.
+        let cache_only = (0..n).filter(|&i| {
+            let s = self.pages.swap[i];
+            s != NONE && self.pages.kind[i] == PageKind::Anon && self.pages.has(i as u32, PG_MAPPED)
+        });
+        let used = slot_refs + cache_only.count() as u64;
+        if used != self.swap.nr_used() {
+            return err(format!("{} swap slots used but {used} referenced", self.swap.nr_used()));
+        }
+        // Swap counters: every page written to swap is still there or was discarded.
+        let written = self.vmstat.get(Vm::PswpOut);
+        let left = self.swap.nr_written() + self.vmstat.get(Vm::SwapDiscard);
+        if written != left {
+            return err(format!("pswpout {written} != slots holding data {} + discarded {}", self.swap.nr_written(), self.vmstat.get(Vm::SwapDiscard)));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,261 @@
+//! The page cache (`mm/filemap.c`, `mm/readahead.c`): files on the guest's virtual disk, `read()`
+//! and `write()` through cached pages, `mark_page_accessed`, and on-demand readahead.
+
+use super::bio::{Bio, BioKind, runs};
+use super::lru::LruList;
+use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_READAHEAD, PG_REFERENCED, PageKind};
+use super::page_alloc::Stall;
+use super::{Env, Guest, Replacement, Vm};
+use crate::units::PAGE_SIZE;
+
+/// Largest request the block layer builds (max_sectors_kb 1024 on common virtual disks).
+pub(super) const MAX_REQUEST_PAGES: usize = 256;
+
+/// A file on the guest's file system.
+#[derive(Clone, Debug)]
+pub struct File {
+    /// Page index -> cached page, or `NONE`.
+    pub pages: Vec<u32>,
+    /// Byte offset of the file's first block on the virtual disk (files are contiguous).
+    pub disk_off: u64,
+    /// Dirty pages.
+    pub nr_dirty: u64,
+    /// Pages under writeback.
+    pub nr_writeback: u64,
+    /// When the file first became dirty since it was last clean (`inode->dirtied_when`).
+    pub dirtied_when: Option<u64>,
+    /// Processes in `fsync()` waiting for the file's writeback to drain.
+    pub fsync_waiters: Vec<u32>,
+}
+
+/// How far a page-cache operation got.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Progress {
+    /// The operation completed.
+    Done,
+    /// It ran out of time; resume later.
+    Yield,
+    /// The process blocked.
+    Blocked,
+    /// The process was killed.
+    Killed,
+}
+
+impl Guest {
+    /// Creates a file of `pages` pages, laid out contiguously after the previous one.
+    pub(super) fn create_file(&mut self, pid: u32, pages: u32) {
+        let id = self.files.len() as u32;
+        self.files.push(File {
+            pages: vec![NONE; pages as usize],
+            disk_off: self.fs_next,
+            nr_dirty: 0,
+            nr_writeback: 0,
+            dirtied_when: None,
+            fsync_waiters: Vec::new(),
+        });
+        self.fs_next += pages as u64 * PAGE_SIZE;
+        self.procs[pid as usize].files.push(id);
+    }
+
+    /// Disk offset of a file page.
+    pub(super) fn file_block_offset(&self, p: u32) -> u64 {
+        let f = &self.files[self.pages.owner[p as usize] as usize];
+        f.disk_off + self.pages.index[p as usize] as u64 * PAGE_SIZE
+    }
+
+    /// Removes a page from its file's index (the caller frees it).
+    pub(super) fn remove_from_page_cache(&mut self, p: u32) {
+        let (f, i) = (self.pages.owner[p as usize], self.pages.index[p as usize]);
+        self.files[f as usize].pages[i as usize] = NONE;
+    }
+
+    /// `mark_page_accessed`: the first access sets PG_referenced, the second activates.
+    fn mark_page_accessed(&mut self, p: u32) {
+        match self.cfg.replacement {
+            Replacement::ExactLru => self.lru.move_head(LruList::Exact, p),
+            Replacement::Linux => {
+                if !self.pages.has(p, PG_REFERENCED) {
+                    self.pages.set(p, PG_REFERENCED);
+                } else if self.lru.list_of(p) == Some(LruList::InactiveFile) {
+                    self.lru.move_head(LruList::ActiveFile, p);
+                    self.pages.clear(p, PG_REFERENCED);
+                    self.vmstat.inc(Vm::PgActivate);
+                }
+            }
+        }
+    }
+
+    /// Gets the cached page of `file` at `index`, allocating it if absent.
+    fn grab_page(&mut self, pid: u32, file: u32, index: u32, now: u64, env: &mut Env) -> Result<(u32, u64), Stall> {
+        let p = self.files[file as usize].pages[index as usize];
+        if p != NONE {
+            return Ok((p, 0));
+        }
+        let (p, host_ns) = self.alloc_page(pid, PageKind::File, file, index, now, env)?;
+        self.files[file as usize].pages[index as usize] = p;
+        self.lru_add_new(p, true);
+        Ok((p, host_ns))
+    }
+
+    /// `write()` of whole pages: copy into the page cache, dirtying pages; writers that push dirty
+    /// memory past `vm.dirty_ratio` wait (`balance_dirty_pages`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn file_write(
+        &mut self,
+        pid: u32,
+        handle: u32,
+        first: &mut u32,
+        count: &mut u32,
+        now: &mut u64,
+        end: u64,
+        env: &mut Env,
+    ) -> Progress {
+        let file = self.procs[pid as usize].files[handle as usize];
+        while *count > 0 {
+            if *now >= end {
+                return Progress::Yield;
+            }
+            if self.balance_dirty_pages(pid, *now, env) {
+                return Progress::Blocked;
+            }
+            let (p, host_ns) = match self.grab_page(pid, file, *first, *now, env) {
+                Ok(x) => x,
+                Err(Stall::Wait) => return Progress::Blocked,
+                Err(Stall::Killed) => return Progress::Killed,
+            };
+            if !self.pages.has(p, PG_DIRTY) {
+                self.pages.set(p, PG_DIRTY);
+                self.nr_dirty += 1;
+                let f = &mut self.files[file as usize];
+                f.nr_dirty += 1;
+                f.dirtied_when.get_or_insert(*now);
+                self.arm_flusher_timer(*now, env);
+            }
+            self.mark_page_accessed(p);
+            *now += self.cfg.costs.page_copy_ns + host_ns;
+            *first += 1;
+            *count -= 1;
+        }
+        Progress::Done
+    }
+
+    /// Readahead window in pages (`read_ahead_kb`; none in exact-LRU mode).
+    fn ra_pages(&self) -> u32 {
+        match self.cfg.replacement {
+            Replacement::ExactLru => 1,
+            Replacement::Linux => (self.cfg.sysctl.read_ahead_kb / 4).max(1),
+        }
+    }
+
+    /// Reads pages `[start, start + n)` of a file that are not cached. The page at `start` is
+    /// allocated like any page; the others only if memory is free without reclaim. The page in the
+    /// middle of the window is marked so that reaching it starts the next window asynchronously
+    /// (on-demand readahead's `PG_readahead`). Returns the request holding `start`, if any.
+    fn page_cache_ra(
+        &mut self,
+        pid: u32,
+        file: u32,
+        start: u32,
+        sync: bool,
+        now: u64,
+        env: &mut Env,
+    ) -> Result<Option<u32>, Stall> {
+        let size = self.files[file as usize].pages.len() as u32;
+        let n = self.ra_pages().min(size - start);
+        let mut reads = Vec::new();
+        for i in start..start + n {
+            if self.files[file as usize].pages[i as usize] != NONE {
+                continue;
+            }
+            let p = if i == start && sync {
+                self.grab_page(pid, file, i, now, env)?.0
+            } else {
+                let Some(p) = self.alloc_page_nowait(PageKind::File, file, i, env) else { break };
+                self.files[file as usize].pages[i as usize] = p;
+                self.lru_add_new(p, true);
+                p
+            };
+            self.pages.set(p, PG_LOCKED);
+            if n > 1 && i == start + n / 2 {
+                self.pages.set(p, PG_READAHEAD);
+            }
+            reads.push((i, p));
+        }
+        let disk_off = self.files[file as usize].disk_off;
+        let mut holder = None;
+        for run in runs(&reads, MAX_REQUEST_PAGES) {
+            let bio = Bio {
+                kind: BioKind::FileRead,
+                pages: run.iter().map(|&(_, p)| p).collect(),
+                waiters: Vec::new(),
+                file,
+                kthread: false,
+                fault: None,
+            };
+            let id = self.submit(now, disk_off + run[0].0 as u64 * PAGE_SIZE, run.len(), bio, env);
+            if run[0].0 == start {
+                holder = Some(id);
+            }
+        }
+        Ok(holder)
+    }
+
+    /// `read()` of whole pages through the page cache.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn file_read(
+        &mut self,
+        pid: u32,
+        handle: u32,
+        first: &mut u32,
+        count: &mut u32,
+        now: &mut u64,
+        end: u64,
+        env: &mut Env,
+    ) -> Progress {
+        let file = self.procs[pid as usize].files[handle as usize];
+        while *count > 0 {
+            if *now >= end {
+                return Progress::Yield;
+            }
+            let p = self.files[file as usize].pages[*first as usize];
+            if p == NONE {
+                return match self.page_cache_ra(pid, file, *first, true, *now, env) {
+                    Ok(Some(bio)) => {
+                        self.bios.get_mut(bio).waiters.push(pid);
+                        self.block(pid, *now, false);
+                        Progress::Blocked
+                    }
+                    Ok(None) => unreachable!("a sync readahead reads its first page"),
+                    Err(Stall::Wait) => Progress::Blocked,
+                    Err(Stall::Killed) => Progress::Killed,
+                };
+            }
+            if self.pages.has(p, PG_LOCKED) {
+                let bio = self.pages.io[p as usize];
+                self.bios.get_mut(bio).waiters.push(pid);
+                self.block(pid, *now, false);
+                return Progress::Blocked;
+            }
+            if self.pages.test_and_clear(p, PG_READAHEAD) {
+                let size = self.files[file as usize].pages.len() as u32;
+                let next = (*first + 1..size).find(|&i| self.files[file as usize].pages[i as usize] == NONE);
+                if let Some(next) = next {
+                    // Asynchronous: nobody waits, and allocation never stalls the reader.
+                    let _ = self.page_cache_ra(pid, file, next, false, *now, env);
+                }
+            }
+            self.mark_page_accessed(p);
+            *now += self.cfg.costs.page_copy_ns;
+            *first += 1;
+            *count -= 1;
+        }
+        Progress::Done
+    }
+
+    /// A file read completed: unlock the pages.
+    pub(super) fn file_read_done(&mut self, bio: &super::Bio) {
+        for &p in &bio.pages {
+            self.pages.clear(p, PG_LOCKED);
+        }
+    }
+}

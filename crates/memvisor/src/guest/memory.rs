@@ -1,0 +1,199 @@
+//! Page faults and references (`mm/memory.c`): a reference to a mapped page sets its accessed (and
+//! dirty) bit; a first touch allocates a zeroed page; a swapped page is found in the swap cache or
+//! read back; unmapping tears a region down.
+
+use super::lru::LruList;
+use super::page::{NONE, PG_DIRTY, PG_MAPPED, PG_READAHEAD, PG_RECLAIM, PG_YOUNG, PageKind};
+use super::page_alloc::Stall;
+use super::process::{PTE_MASK, PTE_PRESENT, PTE_SWAP};
+use super::{Env, Guest, Replacement, Vm};
+
+/// Result of a reference that missed the fast path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Touch {
+    /// Done; the process spent this long.
+    Done(u64),
+    /// The process spent this long and is now blocked; it retries the reference when woken.
+    Blocked(u64),
+    /// The process was killed.
+    Killed,
+}
+
+impl Guest {
+    /// A reference to virtual page `vpn` of process `pid` that the fast bitmaps could not account.
+    pub(super) fn touch_slow(&mut self, pid: u32, vpn: u32, write: bool, refs: u32, now: u64, env: &mut Env) -> Touch {
+        let pte = self.procs[pid as usize].mm.pte[vpn as usize];
+        let dram = refs as u64 * self.cfg.costs.dram_access_ns;
+        if pte & PTE_PRESENT != 0 {
+            self.reference(pid, vpn, pte & PTE_MASK, write);
+            Touch::Done(dram)
+        } else if pte & PTE_SWAP != 0 {
+            self.do_swap_page(pid, vpn, pte & PTE_MASK, write, now, env)
+        } else {
+            self.do_anonymous_page(pid, vpn, write, now, env)
+        }
+    }
+
+    /// A reference to a mapped page: what the MMU does (accessed and dirty bits), plus the move to
+    /// the head of the recency list in exact-LRU mode.
+    fn reference(&mut self, pid: u32, vpn: u32, p: u32, write: bool) {
+        match self.cfg.replacement {
+            Replacement::Linux => self.pages.set(p, PG_YOUNG),
+            Replacement::ExactLru => self.lru.move_head(LruList::Exact, p),
+        }
+        if write {
+            self.pages.set(p, PG_DIRTY);
+            // A written page's swap copy is stale: release the slot (the kernel's write-fault
+            // `folio_free_swap`), unless a write-out of it is in flight.
+            if self.pages.swap[p as usize] != NONE && self.pages.io[p as usize] == NONE {
+                self.delete_from_swap_cache(p, true);
+            }
+        }
+        self.update_fast(pid, vpn, p);
+    }
+
+    /// Recomputes a mapped page's fast bits from its state. Exact-LRU mode has no fast path: every
+    /// reference must move the page in the recency list.
+    pub(super) fn update_fast(&mut self, pid: u32, vpn: u32, p: u32) {
+        let read = self.cfg.replacement == Replacement::Linux
+            && self.pages.has(p, PG_YOUNG)
+            && self.pages.has(p, PG_MAPPED);
+        let write = read && self.pages.has(p, PG_DIRTY) && self.pages.swap[p as usize] == NONE;
+        self.procs[pid as usize].mm.set_fast(vpn, read, write);
+    }
+
+    /// Maps page `p` at `vpn` of its owner, as a fault completes.
+    pub(super) fn map_page(&mut self, pid: u32, vpn: u32, p: u32, write: bool) {
+        let mm = &mut self.procs[pid as usize].mm;
+        mm.pte[vpn as usize] = PTE_PRESENT | p;
+        mm.rss += 1;
+        self.pages.set(p, PG_MAPPED | PG_YOUNG);
+        self.pages.clear(p, PG_RECLAIM);
+        self.vmstat.inc(Vm::PgFault);
+        self.reference(pid, vpn, p, write);
+    }
+
+    /// First touch of an anonymous page: allocate, zero, map (`do_anonymous_page`). Every first
+    /// touch allocates, reads included (the kernel would map its shared zero page for a read; the
+    /// workloads here write before they read).
+    fn do_anonymous_page(&mut self, pid: u32, vpn: u32, write: bool, now: u64, env: &mut Env) -> Touch {
+        let (p, host_ns) = match self.alloc_page(pid, PageKind::Anon, pid, vpn, now, env) {
+            Ok(x) => x,
+            Err(Stall::Wait) => return Touch::Blocked(0),
+            Err(Stall::Killed) => return Touch::Killed,
+        };
+        // An anonymous page has no copy anywhere else: it is dirty from birth.
+        self.pages.set(p, PG_DIRTY);
+        self.lru_add_new(p, false);
+        self.map_page(pid, vpn, p, write);
+        self.procs[pid as usize].stats.minflt += 1;
+        Touch::Done(self.cfg.costs.minor_fault_ns + host_ns)
+    }
+
+    /// Puts a newly allocated page on its LRU list (inactive, as `folio_add_lru` does since 5.9).
+    pub(super) fn lru_add_new(&mut self, p: u32, file: bool) {
+        match self.cfg.replacement {
+            Replacement::Linux => self.lru.add_head(LruList::inactive(file), p),
+            Replacement::ExactLru => self.lru.add_head(LruList::Exact, p),
+        }
+    }
+
+    /// Fault on a page-table entry holding swap slot `slot` (`do_swap_page`).
+    fn do_swap_page(&mut self, pid: u32, vpn: u32, slot: u32, write: bool, now: u64, env: &mut Env) -> Touch {
+        let p = self.swap.cached(slot);
+        if p != NONE {
+            if self.pages.io[p as usize] != NONE && !self.pages.has(p, super::page::PG_WRITEBACK) {
+                // Being read in (readahead or another fault): wait for that read.
+                let io = self.pages.io[p as usize];
+                self.bios.get_mut(io).waiters.push(pid);
+                self.block(pid, now, true);
+                return Touch::Blocked(0);
+            }
+            if self.pages.test_and_clear(p, PG_READAHEAD) {
+                self.vmstat.inc(Vm::SwapRaHit);
+                self.procs[pid as usize].swap_ra.hits += 1;
+            }
+            self.procs[pid as usize].mm.swapents -= 1;
+            self.map_page(pid, vpn, p, write);
+            self.free_swap_if_full(p);
+            self.procs[pid as usize].stats.minflt += 1;
+            return Touch::Done(self.cfg.costs.minor_fault_ns);
+        }
+        match self.swapin_readahead(pid, vpn, slot, write, now, env) {
+            Ok(()) => {
+                self.vmstat.inc(Vm::PgMajFault);
+                self.procs[pid as usize].stats.majflt += 1;
+                self.block(pid, now + self.cfg.costs.minor_fault_ns, true);
+                Touch::Blocked(self.cfg.costs.minor_fault_ns)
+            }
+            Err(Stall::Wait) => Touch::Blocked(0),
+            Err(Stall::Killed) => Touch::Killed,
+        }
+    }
+
+    /// Drops a swapped-in page's slot when swap is more than half full (`vm_swap_full`), so a
+    /// crowded swap area frees space as pages come back.
+    fn free_swap_if_full(&mut self, p: u32) {
+        if self.pages.swap[p as usize] != NONE
+            && self.pages.io[p as usize] == NONE
+            && self.swap.nr_used() * 2 > self.swap.size()
+        {
+            self.pages.set(p, PG_DIRTY);
+            self.delete_from_swap_cache(p, true);
+        }
+    }
+
+    /// Unmaps one page of `pid` because reclaim is taking it; the entry now holds its swap slot.
+    pub(super) fn unmap_to_swap(&mut self, p: u32, slot: u32) {
+        let (pid, vpn) = (self.pages.owner[p as usize], self.pages.index[p as usize]);
+        let mm = &mut self.procs[pid as usize].mm;
+        mm.pte[vpn as usize] = PTE_SWAP | slot;
+        mm.set_fast(vpn, false, false);
+        mm.rss -= 1;
+        mm.swapents += 1;
+        self.pages.clear(p, PG_MAPPED | PG_YOUNG);
+    }
+
+    /// Tears down a region: frees its pages and swap slots. Pages with I/O in flight are orphaned
+    /// (owner `NONE`) and freed when their I/O completes.
+    pub(super) fn zap_region(&mut self, pid: u32, region: u32) {
+        let r = self.procs[pid as usize].mm.regions[region as usize];
+        if !r.live {
+            return;
+        }
+        self.procs[pid as usize].mm.regions[region as usize].live = false;
+        for vpn in r.start..r.start + r.pages {
+            let pte = self.procs[pid as usize].mm.pte[vpn as usize];
+            let mm = &mut self.procs[pid as usize].mm;
+            mm.pte[vpn as usize] = 0;
+            mm.set_fast(vpn, false, false);
+            if pte & PTE_PRESENT != 0 {
+                mm.rss -= 1;
+                self.free_anon_page(pte & PTE_MASK);
+            } else if pte & PTE_SWAP != 0 {
+                mm.swapents -= 1;
+                let slot = pte & PTE_MASK;
+                let p = self.swap.cached(slot);
+                if p != NONE {
+                    self.free_anon_page(p);
+                } else if self.swap.free(slot) {
+                    self.vmstat.inc(Vm::SwapDiscard);
+                }
+            }
+        }
+    }
+
+    /// Frees an anonymous page whose mapping is gone, with its swap slot.
+    fn free_anon_page(&mut self, p: u32) {
+        if self.pages.swap[p as usize] != NONE {
+            self.delete_from_swap_cache(p, true);
+        }
+        self.pages.clear(p, PG_MAPPED);
+        if self.pages.io[p as usize] != NONE {
+            self.pages.owner[p as usize] = NONE;
+        } else {
+            self.lru.remove(p);
+            self.pages.release(p);
+        }
+    }
+}

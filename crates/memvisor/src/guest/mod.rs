@@ -1,0 +1,497 @@
+//! The guest operating system's memory manager (Linux profile): guest-physical pages, LRU lists,
+//! watermarks and kswapd, direct reclaim, swap, the page cache with dirty writeback, and the
+//! scheduler that runs processes on vCPUs. Files are named after the kernel's.
+//!
+//! Time flows only through the [`Env`]: the guest schedules its own future steps as events and
+//! submits I/O to its datastore's device queue.
+
+mod bio;
+mod check;
+mod filemap;
+mod kswapd;
+mod lru;
+mod memory;
+mod oom_kill;
+mod page;
+mod page_alloc;
+mod process;
+mod sched;
+mod swap_state;
+mod swapfile;
+mod vmscan;
+mod vmstat;
+mod writeback;
+
+pub use bio::{Bio, BioKind};
+pub use lru::LruList;
+pub use page::{NONE, PageKind};
+pub use page_alloc::Watermarks;
+pub use process::{ProcState, ProcStats, Process};
+pub use vmstat::{NR_VM, Vm, VmStat};
+
+use crate::clock::{Event, EventQueue};
+use crate::devices::{Datastore, VirtualDisk};
+use crate::host::Host;
+use crate::units::PAGE_SIZE;
+use crate::workloads::WorkloadEntry;
+use bio::BioTable;
+use filemap::File;
+use kswapd::Kswapd;
+use lru::Lru;
+use page::Pages;
+use swapfile::SwapArea;
+use vmscan::ReclaimStat;
+use writeback::Flusher;
+
+/// How the guest chooses pages to evict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replacement {
+    /// Linux: active/inactive lists per type, kswapd between watermarks, direct reclaim.
+    Linux,
+    /// Textbook LRU over every evictable page, evicting only when no page is free. For validation:
+    /// its fault count on a trace equals an LRU cache's miss count of the same size.
+    ExactLru,
+}
+
+impl Replacement {
+    /// Names as written in scenario files.
+    pub const NAMES: &'static [&'static str] = &["linux", "exact-lru"];
+
+    /// Parses a scenario name.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "linux" => Some(Self::Linux),
+            "exact-lru" => Some(Self::ExactLru),
+            _ => None,
+        }
+    }
+
+    /// The scenario name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Linux => "linux",
+            Self::ExactLru => "exact-lru",
+        }
+    }
+}
+
+/// The guest kernel's tunables, by their sysctl names. Defaults are the kernel's.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sysctl {
+    /// `vm.swappiness`: weight of anonymous against file pages in reclaim, 0..=200 (default 60).
+    pub swappiness: u32,
+    /// `vm.page-cluster`: log2 of the swap readahead window (default 3: 8 pages).
+    pub page_cluster: u32,
+    /// `vm.min_free_kbytes`; `None` computes the kernel's default, sqrt(16 x lowmem KiB).
+    pub min_free_kbytes: Option<u64>,
+    /// `vm.watermark_scale_factor`, in 1/10,000 of memory (default 10).
+    pub watermark_scale_factor: u32,
+    /// `vm.dirty_ratio`, percent of dirtyable memory at which writers block (default 20).
+    pub dirty_ratio: u32,
+    /// `vm.dirty_background_ratio`, percent at which background writeback starts (default 10).
+    pub dirty_background_ratio: u32,
+    /// `vm.dirty_expire_centisecs`: age at which dirty data is written (default 3000).
+    pub dirty_expire_centisecs: u32,
+    /// `vm.dirty_writeback_centisecs`: period of the flusher's wake-ups (default 500).
+    pub dirty_writeback_centisecs: u32,
+    /// Block device `read_ahead_kb` (default 128).
+    pub read_ahead_kb: u32,
+}
+
+impl Default for Sysctl {
+    fn default() -> Self {
+        Self {
+            swappiness: 60,
+            page_cluster: 3,
+            min_free_kbytes: None,
+            watermark_scale_factor: 10,
+            dirty_ratio: 20,
+            dirty_background_ratio: 10,
+            dirty_expire_centisecs: 3000,
+            dirty_writeback_centisecs: 500,
+            read_ahead_kb: 128,
+        }
+    }
+}
+
+impl Sysctl {
+    /// The sysctl names a scenario may set.
+    pub const NAMES: &'static [&'static str] = &[
+        "vm.swappiness",
+        "vm.page-cluster",
+        "vm.min_free_kbytes",
+        "vm.watermark_scale_factor",
+        "vm.dirty_ratio",
+        "vm.dirty_background_ratio",
+        "vm.dirty_expire_centisecs",
+        "vm.dirty_writeback_centisecs",
+        "read_ahead_kb",
+    ];
+
+    /// Sets one tunable by name; the error says what is allowed.
+    pub fn set(&mut self, name: &str, v: u64) -> Result<(), String> {
+        let small = |max: u64| -> Result<u32, String> {
+            if v > max { Err(format!("{name} = {v} is out of range 0..={max}")) } else { Ok(v as u32) }
+        };
+        match name {
+            "vm.swappiness" => self.swappiness = small(200)?,
+            "vm.page-cluster" => self.page_cluster = small(31)?,
+            "vm.min_free_kbytes" => self.min_free_kbytes = Some(v),
+            "vm.watermark_scale_factor" => self.watermark_scale_factor = small(3000)?,
+            "vm.dirty_ratio" => self.dirty_ratio = small(100)?,
+            "vm.dirty_background_ratio" => self.dirty_background_ratio = small(100)?,
+            "vm.dirty_expire_centisecs" => self.dirty_expire_centisecs = small(u32::MAX as u64)?,
+            "vm.dirty_writeback_centisecs" => self.dirty_writeback_centisecs = small(u32::MAX as u64)?,
+            "read_ahead_kb" => self.read_ahead_kb = small(1 << 20)?,
+            _ => return Err(format!("unknown sysctl '{name}' (known: {})", Self::NAMES.join(", "))),
+        }
+        Ok(())
+    }
+
+    /// Every tunable with its value, for the resolved scenario.
+    pub fn entries(&self, wmark_min_kbytes: u64) -> Vec<(&'static str, u64)> {
+        vec![
+            ("vm.swappiness", self.swappiness as u64),
+            ("vm.page-cluster", self.page_cluster as u64),
+            ("vm.min_free_kbytes", self.min_free_kbytes.unwrap_or(wmark_min_kbytes)),
+            ("vm.watermark_scale_factor", self.watermark_scale_factor as u64),
+            ("vm.dirty_ratio", self.dirty_ratio as u64),
+            ("vm.dirty_background_ratio", self.dirty_background_ratio as u64),
+            ("vm.dirty_expire_centisecs", self.dirty_expire_centisecs as u64),
+            ("vm.dirty_writeback_centisecs", self.dirty_writeback_centisecs as u64),
+            ("read_ahead_kb", self.read_ahead_kb as u64),
+        ]
+    }
+}
+
+/// CPU costs of memory operations. Defaults and their sources are in `Costs::default`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Costs {
+    /// One memory reference to a resident page.
+    pub dram_access_ns: u64,
+    /// Kernel work of a page fault that needs no I/O (allocate, zero, map); also the CPU part of a
+    /// major fault.
+    pub minor_fault_ns: u64,
+    /// Host work when a guest first touches a guest-physical page the host has never backed.
+    pub host_back_ns: u64,
+    /// Copying one page (`read()`/`write()` through the page cache).
+    pub page_copy_ns: u64,
+}
+
+impl Default for Costs {
+    fn default() -> Self {
+        Self {
+            // Seed 002's backup slide: DDR3-1600 access, 5 ns.
+            dram_access_ns: 5,
+            // Measured on the development machine (a KVM guest) with bench/faultcost.c:
+            // 1.5 us per anonymous fault on host-backed memory, 8.7 us when the host must also
+            // back the page, so host backing adds about 7.2 us.
+            minor_fault_ns: 1_500,
+            host_back_ns: 7_200,
+            // 4 KiB at DDR3-1600's 12.8 GB/s peak (seed 002's memory): 320 ns.
+            page_copy_ns: 320,
+        }
+    }
+}
+
+/// Everything that defines one guest.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GuestConfig {
+    /// VM name.
+    pub name: String,
+    /// Guest-physical memory in pages.
+    pub memory_pages: u32,
+    /// Pages the kernel holds from boot on (image, memmap, firmware): not part of MemTotal.
+    pub reserved_pages: u32,
+    /// Swap area size in pages.
+    pub swap_pages: u32,
+    /// vCPUs.
+    pub vcpus: u32,
+    /// Replacement mode.
+    pub replacement: Replacement,
+    /// Kernel tunables.
+    pub sysctl: Sysctl,
+    /// CPU costs.
+    pub costs: Costs,
+    /// Scheduler time slice.
+    pub sched_slice_ns: u64,
+    /// Workloads to run.
+    pub workloads: Vec<WorkloadEntry>,
+}
+
+impl GuestConfig {
+    /// Linux's boot-time reservation for a guest of `memory` bytes. Seed 003's 2 GiB guest reports
+    /// MemTotal 1,994,208 KiB, i.e. 102,944 KiB reserved; of that, the memmap (64-byte
+    /// `struct page` per 4 KiB page, 1/64 of memory) is 32,768 KiB and the rest, 70,176 KiB, is the
+    /// kernel image, firmware areas and early allocations, which do not grow with memory.
+    pub fn linux_reserved_bytes(memory: u64) -> u64 {
+        memory / 64 + 70_176 * 1024
+    }
+
+    /// The kernel's default scheduler slice for this many CPUs: `sysctl_sched_base_slice`
+    /// 0.75 ms scaled by 1 + log2(cpus), cpus capped at 8 (SCHED_TUNABLESCALING_LOG).
+    pub fn default_sched_slice_ns(vcpus: u32) -> u64 {
+        let n = vcpus.clamp(1, 8);
+        750_000 * (1 + (31 - n.leading_zeros()) as u64)
+    }
+}
+
+/// What a guest step needs from the rest of the world.
+pub struct Env<'a> {
+    /// Future events.
+    pub events: &'a mut EventQueue,
+    /// Datastores (devices).
+    pub datastores: &'a mut [Datastore],
+    /// The host's frame table.
+    pub host: &'a mut Host,
+}
+
+/// A running guest.
+pub struct Guest {
+    /// Index among the host's guests (also its host VM id).
+    pub id: u32,
+    /// Configuration.
+    pub cfg: GuestConfig,
+    /// Page descriptors.
+    pub pages: Pages,
+    lru: Lru,
+    /// Watermarks in pages.
+    pub wmark: Watermarks,
+    /// Processes, by pid.
+    pub procs: Vec<Process>,
+    sched: sched::Sched,
+    swap: SwapArea,
+    files: Vec<File>,
+    bios: BioTable,
+    kswapd: Kswapd,
+    flusher: Flusher,
+    /// Event counters.
+    pub vmstat: VmStat,
+    disk: VirtualDisk,
+    reclaim_stat: ReclaimStat,
+    /// Processes waiting for any I/O completion before they retry (reclaim, dirty throttling).
+    throttled: Vec<u32>,
+    /// Dirty page-cache pages.
+    nr_dirty: u64,
+    /// Page-cache pages under writeback.
+    nr_writeback_file: u64,
+    /// Pages under writeback that reclaim will free on completion.
+    nr_reclaim_wb: u64,
+    /// Next free byte of the file-system area of the virtual disk.
+    fs_next: u64,
+    /// Processes not yet exited or killed.
+    live: u32,
+    /// Processes running finite workloads that have not finished.
+    finite_left: u32,
+    /// Messages about notable guest events (OOM kills), with their time.
+    pub log: Vec<(u64, String)>,
+}
+
+impl Guest {
+    /// Boots a guest: reserves the kernel's pages (backing them on the host, which the kernel's
+    /// boot touches), creates its processes and schedules their starts.
+    pub fn boot(id: u32, cfg: GuestConfig, disk: VirtualDisk, env: &mut Env) -> Result<Self, String> {
+        let n = cfg.memory_pages;
+        let mut pages = Pages::new(n);
+        for _ in 0..cfg.reserved_pages {
+            let p = pages.take_free(PageKind::Kernel, NONE, NONE).ok_or("reservation exceeds memory")?;
+            env.host.back(id, p);
+        }
+        let managed = (n - cfg.reserved_pages) as u64;
+        let wmark = match cfg.replacement {
+            Replacement::Linux => Watermarks::linux(managed, &cfg.sysctl),
+            Replacement::ExactLru => Watermarks::default(),
+        };
+        let mut g = Self {
+            id,
+            pages,
+            lru: Lru::new(n),
+            wmark,
+            procs: Vec::new(),
+            sched: sched::Sched::new(cfg.vcpus),
+            swap: SwapArea::new(cfg.swap_pages),
+            files: Vec::new(),
+            bios: BioTable::default(),
+            kswapd: Kswapd::default(),
+            flusher: Flusher::default(),
+            vmstat: VmStat::default(),
+            disk,
+            reclaim_stat: ReclaimStat::default(),
+            throttled: Vec::new(),
+            nr_dirty: 0,
+            nr_writeback_file: 0,
+            nr_reclaim_wb: 0,
+            fs_next: cfg.swap_pages as u64 * PAGE_SIZE,
+            live: 0,
+            finite_left: 0,
+            log: Vec::new(),
+            cfg,
+        };
+        for (wi, w) in g.cfg.workloads.clone().iter().enumerate() {
+            for (k, workload) in w.spec.processes().into_iter().enumerate() {
+                let pid = g.procs.len() as u32;
+                let name = if w.spec.processes_len() > 1 { format!("{}.{}", w.name, k + 1) } else { w.name.clone() };
+                g.procs.push(Process::new(pid, name, workload, wi));
+                g.live += 1;
+                if w.spec.is_finite() {
+                    g.finite_left += 1;
+                }
+                env.events.push(w.start_ns, Event::Wake { guest: id, pid });
+            }
+        }
+        Ok(g)
+    }
+
+    /// MemTotal in pages.
+    pub fn mem_total(&self) -> u64 {
+        (self.cfg.memory_pages - self.cfg.reserved_pages) as u64
+    }
+
+    /// Whether every finite workload has finished (true at once if there are none).
+    pub fn finite_done(&self) -> bool {
+        self.finite_left == 0
+    }
+
+    /// Whether any process is still alive.
+    pub fn any_live(&self) -> bool {
+        self.live > 0
+    }
+
+    /// Pages on an LRU list.
+    pub fn lru_len(&self, l: LruList) -> u64 {
+        self.lru.len(l)
+    }
+
+    /// Swap slots in use.
+    pub fn swap_used(&self) -> u64 {
+        self.swap.nr_used()
+    }
+
+    /// Swap area size in pages.
+    pub fn swap_total(&self) -> u64 {
+        self.swap.size()
+    }
+
+    /// Dirty page-cache pages.
+    pub fn nr_dirty(&self) -> u64 {
+        self.nr_dirty
+    }
+
+    /// Pages under writeback (page cache and swap).
+    pub fn nr_writeback(&self) -> u64 {
+        self.bios.iter().filter(|(_, b)| matches!(b.kind, BioKind::FileWrite | BioKind::SwapWrite)).map(|(_, b)| b.pages.len() as u64).sum()
+    }
+
+    /// Pages in the swap cache.
+    pub fn nr_swapcached(&self) -> u64 {
+        (0..self.pages.len() as u32).filter(|&p| self.pages.swap[p as usize] != NONE).count() as u64
+    }
+
+    /// Sum of anonymous memory processes have mapped (pages), the guest's `Committed_AS`.
+    pub fn committed_as(&self) -> u64 {
+        self.procs
+            .iter()
+            .filter(|p| !matches!(p.state, ProcState::Exited | ProcState::Killed))
+            .map(|p| p.mm.regions.iter().filter(|r| r.live).map(|r| r.pages as u64).sum::<u64>())
+            .sum()
+    }
+
+    /// Total time processes have spent stalled on memory.
+    pub fn memory_stall_ns(&self) -> u64 {
+        self.procs.iter().map(|p| p.stats.stall_ns).sum()
+    }
+
+    /// Handles an event addressed to this guest.
+    pub fn handle(&mut self, now: u64, limit: u64, ev: Event, env: &mut Env) {
+        match ev {
+            Event::Vcpu { vcpu, .. } => self.run_vcpu(vcpu, now, limit, env),
+            Event::IoDone { bio, .. } => self.io_done(bio, now, env),
+            Event::Kswapd { .. } => self.kswapd_run(now, env),
+            Event::Flusher { .. } => self.flusher_run(now, env),
+            Event::Wake { pid, .. } => self.wake(pid, now, env),
+            Event::PolicyTick | Event::Sample | Event::Window => unreachable!("host events"),
+        }
+    }
+
+    /// Submits a request for pages at consecutive blocks of the virtual disk starting at byte
+    /// `offset`, and schedules its completion.
+    fn submit(&mut self, now: u64, offset: u64, npages: usize, bio: Bio, env: &mut Env) -> u32 {
+        let write = matches!(bio.kind, BioKind::SwapWrite | BioKind::FileWrite);
+        let bytes = npages as u64 * PAGE_SIZE;
+        let kib = bytes / 1024;
+        if write {
+            self.vmstat.add(Vm::PgpgOut, kib);
+        } else {
+            self.vmstat.add(Vm::PgpgIn, kib);
+        }
+        let ds = &mut env.datastores[self.disk.datastore as usize];
+        let done = ds.device.submit(now, self.disk.base + offset, bytes, write);
+        let pages = bio.pages.clone();
+        let id = self.bios.insert(bio);
+        for p in pages {
+            self.pages.io[p as usize] = id;
+        }
+        env.events.push(done, Event::IoDone { guest: self.id, bio: id });
+        id
+    }
+
+    /// A request completed: finish each page's state and wake whoever waited.
+    fn io_done(&mut self, id: u32, now: u64, env: &mut Env) {
+        let bio = self.bios.take(id);
+        for &p in &bio.pages {
+            self.pages.io[p as usize] = NONE;
+        }
+        match bio.kind {
+            BioKind::SwapRead => self.swap_read_done(&bio),
+            BioKind::FileRead => self.file_read_done(&bio),
+            BioKind::SwapWrite | BioKind::FileWrite => self.write_done(&bio),
+        }
+        for &pid in &bio.waiters {
+            self.wake(pid, now, env);
+        }
+        // Any completion may have freed memory or lowered the dirty count.
+        for pid in std::mem::take(&mut self.throttled) {
+            self.wake(pid, now, env);
+        }
+        self.kswapd_io_done(now, env);
+        self.flusher_io_done(&bio, now, env);
+    }
+
+    /// Makes a blocked, sleeping or new process runnable.
+    fn wake(&mut self, pid: u32, now: u64, env: &mut Env) {
+        let p = &mut self.procs[pid as usize];
+        // A process may have blocked a little ahead of simulated time (a vCPU runs ahead by up to
+        // the lookahead); it cannot resume before it blocked.
+        let now = now.max(p.blocked_since);
+        match p.state {
+            ProcState::Blocked => {
+                let waited = now - p.blocked_since;
+                if p.blocked_on_memory {
+                    p.stats.stall_ns += waited;
+                } else {
+                    p.stats.io_wait_ns += waited;
+                }
+            }
+            ProcState::New => p.stats.start_ns = now,
+            ProcState::Sleeping => {}
+            ProcState::Runnable | ProcState::Exited | ProcState::Killed => return,
+        }
+        p.state = ProcState::Runnable;
+        self.sched.enqueue(self.id, pid, now, env);
+    }
+
+    /// Whether a step at `now` happens in time order: nothing else is scheduled before it. A vCPU
+    /// may account resident hits past that point (up to its lookahead limit) but yields before any
+    /// step that reads or changes shared state.
+    fn in_order(now: u64, env: &Env) -> bool {
+        env.events.peek_time().is_none_or(|t| now <= t)
+    }
+
+    /// Puts the running process to sleep until `wake` is called for it.
+    fn block(&mut self, pid: u32, now: u64, on_memory: bool) {
+        let p = &mut self.procs[pid as usize];
+        p.state = ProcState::Blocked;
+        p.blocked_since = now;
+        p.blocked_on_memory = on_memory;
+    }
+}

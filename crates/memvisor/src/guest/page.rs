@@ -1,0 +1,150 @@
+//! Guest-physical page descriptors (the guest's `struct page` array), kept as dense arrays indexed
+//! by page frame number so that a lookup is an index, never a search.
+
+/// "No page / no slot / no owner".
+pub const NONE: u32 = u32::MAX;
+
+/// What a guest-physical page currently holds. Every page is in exactly one of these states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum PageKind {
+    /// On the free list.
+    Free = 0,
+    /// Pinned by the kernel (image, memmap, slab, page tables).
+    Kernel = 1,
+    /// Anonymous memory of a process, possibly also in the swap cache.
+    Anon = 2,
+    /// Page cache of a file.
+    File = 3,
+    /// Pinned by the balloon driver and handed to the host.
+    Balloon = 4,
+}
+
+/// `PG_referenced`: set by `mark_page_accessed` and by reclaim when it finds a young mapping.
+pub const PG_REFERENCED: u8 = 1 << 0;
+/// Hardware accessed bit of the page's one mapping (anonymous pages map exactly once here).
+pub const PG_YOUNG: u8 = 1 << 1;
+/// Contents differ from the backing store (swap slot or file block).
+pub const PG_DIRTY: u8 = 1 << 2;
+/// A write of the page to its backing store is in flight.
+pub const PG_WRITEBACK: u8 = 1 << 3;
+/// Reclaim wants the page as soon as its writeback completes.
+pub const PG_RECLAIM: u8 = 1 << 4;
+/// A read into the page is in flight; users wait for it.
+pub const PG_LOCKED: u8 = 1 << 5;
+/// Mapped by its owning process's page table.
+pub const PG_MAPPED: u8 = 1 << 6;
+/// Brought in by readahead and not yet used (swap or file); a use counts a readahead hit.
+pub const PG_READAHEAD: u8 = 1 << 7;
+
+/// The page descriptor array.
+#[derive(Clone, Debug)]
+pub struct Pages {
+    /// State of each page.
+    pub kind: Vec<PageKind>,
+    /// `PG_*` flags.
+    pub flags: Vec<u8>,
+    /// Owning process (anon) or file (file); `NONE` otherwise.
+    pub owner: Vec<u32>,
+    /// Virtual page number (anon) or page index in the file (file).
+    pub index: Vec<u32>,
+    /// Swap slot of an anonymous page in the swap cache; `NONE` otherwise.
+    pub swap: Vec<u32>,
+    /// In-flight I/O request the page is part of; `NONE` otherwise.
+    pub io: Vec<u32>,
+    free_list: Vec<u32>,
+    /// Pages of each kind, indexed by `PageKind as usize`.
+    pub count: [u64; 5],
+}
+
+impl Pages {
+    /// `n` pages, all free. The free list hands out low page numbers first.
+    pub fn new(n: u32) -> Self {
+        let n_us = n as usize;
+        Self {
+            kind: vec![PageKind::Free; n_us],
+            flags: vec![0; n_us],
+            owner: vec![NONE; n_us],
+            index: vec![NONE; n_us],
+            swap: vec![NONE; n_us],
+            io: vec![NONE; n_us],
+            free_list: (0..n).rev().collect(),
+            count: [n as u64, 0, 0, 0, 0],
+        }
+    }
+
+    /// Number of page frames.
+    pub fn len(&self) -> usize {
+        self.kind.len()
+    }
+
+    /// Whether there are no page frames at all.
+    pub fn is_empty(&self) -> bool {
+        self.kind.is_empty()
+    }
+
+    /// Free pages.
+    pub fn nr_free(&self) -> u64 {
+        self.count[PageKind::Free as usize]
+    }
+
+    /// Takes a page off the free list and gives it a kind and owner.
+    pub fn take_free(&mut self, kind: PageKind, owner: u32, index: u32) -> Option<u32> {
+        let p = self.free_list.pop()?;
+        let i = p as usize;
+        debug_assert_eq!(self.kind[i], PageKind::Free);
+        self.kind[i] = kind;
+        self.flags[i] = 0;
+        self.owner[i] = owner;
+        self.index[i] = index;
+        self.count[0] -= 1;
+        self.count[kind as usize] += 1;
+        Some(p)
+    }
+
+    /// Returns a page to the free list. The caller has already unlinked it from every list.
+    pub fn release(&mut self, p: u32) {
+        let i = p as usize;
+        debug_assert_ne!(self.kind[i], PageKind::Free);
+        debug_assert_eq!(self.swap[i], NONE);
+        debug_assert_eq!(self.io[i], NONE);
+        self.count[self.kind[i] as usize] -= 1;
+        self.count[0] += 1;
+        self.kind[i] = PageKind::Free;
+        self.flags[i] = 0;
+        self.owner[i] = NONE;
+        self.index[i] = NONE;
+        self.free_list.push(p);
+    }
+
+    /// The free list, for invariant checks.
+    pub fn free_list(&self) -> &[u32] {
+        &self.free_list
+    }
+
+    /// Tests a flag.
+    #[inline]
+    pub fn has(&self, p: u32, f: u8) -> bool {
+        self.flags[p as usize] & f != 0
+    }
+
+    /// Sets flags.
+    #[inline]
+    pub fn set(&mut self, p: u32, f: u8) {
+        self.flags[p as usize] |= f;
+    }
+
+    /// Clears flags.
+    #[inline]
+    pub fn clear(&mut self, p: u32, f: u8) {
+        self.flags[p as usize] &= !f;
+    }
+
+    /// Clears a flag and says whether it was set.
+    #[inline]
+    pub fn test_and_clear(&mut self, p: u32, f: u8) -> bool {
+        let was = self.has(p, f);
+        self.clear(p, f);
+        was
+    }
+}

@@ -1,0 +1,296 @@
+//! vCPUs and the run queue: each vCPU is an actor that runs the process at the head of the guest's
+//! run queue for a time slice, advancing simulated time by the cost of what the process does, and
+//! switches when the process blocks, sleeps, exits or uses up its slice while others wait.
+//!
+//! A vCPU runs ahead of the rest of the simulation only up to the limit the engine gives it (the
+//! next event, or a small lookahead window), and within that window accounts runs of resident
+//! pages in bulk through the fast bitmaps: the cost of a run grows with faults and state changes,
+//! not with references.
+
+use std::collections::VecDeque;
+
+use super::filemap::Progress;
+use super::memory::Touch;
+use super::page::NONE;
+use super::process::{PTE_PRESENT, ProcState};
+use super::{Env, Guest, Replacement};
+use crate::clock::Event;
+use crate::workloads::Op;
+
+/// One vCPU.
+#[derive(Clone, Debug)]
+struct Vcpu {
+    /// Process running on it, or `NONE`.
+    current: u32,
+    /// When the current process's slice ends.
+    slice_end: u64,
+    /// Whether the vCPU has an event pending (it is running or about to).
+    busy: bool,
+}
+
+/// The guest's scheduler.
+#[derive(Clone, Debug)]
+pub(super) struct Sched {
+    runq: VecDeque<u32>,
+    vcpus: Vec<Vcpu>,
+}
+
+/// Why `run_process` returned.
+enum Ran {
+    /// Reached the end of its window; still runnable.
+    Window,
+    /// Must wait for the rest of the simulation to catch up before its next step; still runnable.
+    Resync,
+    /// Blocked, sleeping or ended; the vCPU must pick another process.
+    Off,
+}
+
+impl Sched {
+    pub(super) fn new(vcpus: u32) -> Self {
+        Self {
+            runq: VecDeque::new(),
+            vcpus: (0..vcpus).map(|_| Vcpu { current: NONE, slice_end: 0, busy: false }).collect(),
+        }
+    }
+
+    /// Puts a process on the run queue and starts an idle vCPU if there is one.
+    pub(super) fn enqueue(&mut self, guest: u32, pid: u32, now: u64, env: &mut Env) {
+        self.runq.push_back(pid);
+        if let Some(i) = self.vcpus.iter().position(|v| !v.busy) {
+            self.vcpus[i].busy = true;
+            env.events.push(now, Event::Vcpu { guest, vcpu: i as u32 });
+        }
+    }
+
+    /// Takes a process off the run queue (it was killed).
+    pub(super) fn dequeue(&mut self, pid: u32) {
+        self.runq.retain(|&p| p != pid);
+    }
+}
+
+impl Guest {
+    /// A vCPU's turn: run processes until the window closes or nothing is runnable.
+    pub(super) fn run_vcpu(&mut self, v: u32, mut now: u64, limit: u64, env: &mut Env) {
+        let slice = self.cfg.sched_slice_ns;
+        loop {
+            let vc = &mut self.sched.vcpus[v as usize];
+            if vc.current == NONE {
+                match self.sched.runq.pop_front() {
+                    Some(pid) => {
+                        vc.current = pid;
+                        vc.slice_end = now + slice;
+                    }
+                    None => {
+                        vc.busy = false;
+                        return;
+                    }
+                }
+            }
+            let (pid, slice_end) = (vc.current, vc.slice_end);
+            let (t, ran) = self.run_process(pid, now, limit.min(slice_end), env);
+            now = t;
+            let vc = &mut self.sched.vcpus[v as usize];
+            match ran {
+                Ran::Off => vc.current = NONE,
+                Ran::Resync => {
+                    env.events.push(now, Event::Vcpu { guest: self.id, vcpu: v });
+                    return;
+                }
+                Ran::Window => {
+                    if now >= vc.slice_end {
+                        if self.sched.runq.is_empty() {
+                            vc.slice_end = now + slice;
+                        } else {
+                            self.sched.runq.push_back(pid);
+                            vc.current = NONE;
+                        }
+                    }
+                    if now >= limit {
+                        env.events.push(now, Event::Vcpu { guest: self.id, vcpu: v });
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs one process's operations from `now` until `end` or until it stops running.
+    fn run_process(&mut self, pid: u32, mut now: u64, end: u64, env: &mut Env) -> (u64, Ran) {
+        loop {
+            if self.procs[pid as usize].ended() {
+                return (now, Ran::Off);
+            }
+            if now >= end {
+                return (now, Ran::Window);
+            }
+            let proc = &mut self.procs[pid as usize];
+            let mut op = proc.op.take().unwrap_or_else(|| proc.workload.next_op());
+            let local = matches!(op, Op::Touch { .. } | Op::Compute { .. } | Op::Map { .. } | Op::Mark { .. });
+            if !local && !Self::in_order(now, env) {
+                proc.op = Some(op);
+                return (now, Ran::Resync);
+            }
+            let progress = match &mut op {
+                Op::Map { pages } => {
+                    proc.mm.map(*pages);
+                    Progress::Done
+                }
+                Op::Unmap { region } => {
+                    let r = *region;
+                    self.zap_region(pid, r);
+                    Progress::Done
+                }
+                Op::Touch { region, first, count, refs, write } => {
+                    let r = *region;
+                    match self.touch_range(pid, r, first, count, *refs, *write, &mut now, end, env) {
+                        Progress::Yield if now < end => {
+                            self.procs[pid as usize].op = Some(op);
+                            return (now, Ran::Resync);
+                        }
+                        p => p,
+                    }
+                }
+                Op::CreateFile { pages } => {
+                    let n = *pages;
+                    self.create_file(pid, n);
+                    Progress::Done
+                }
+                Op::Write { file, first, count } => {
+                    let f = *file;
+                    self.file_write(pid, f, first, count, &mut now, end, env)
+                }
+                Op::Read { file, first, count } => {
+                    let f = *file;
+                    self.file_read(pid, f, first, count, &mut now, end, env)
+                }
+                Op::Fsync { file } => {
+                    let f = *file;
+                    if self.fsync(pid, f, now, env) {
+                        // The write-out is issued; on wake-up the fsync is complete.
+                        self.procs[pid as usize].op = None;
+                        return (now, Ran::Off);
+                    }
+                    Progress::Done
+                }
+                Op::Compute { ns } => {
+                    let run = (*ns).min(end - now);
+                    now += run;
+                    *ns -= run;
+                    if *ns == 0 { Progress::Done } else { Progress::Yield }
+                }
+                Op::Sleep { ns } => {
+                    proc.state = ProcState::Sleeping;
+                    env.events.push(now + *ns, Event::Wake { guest: self.id, pid });
+                    return (now, Ran::Off);
+                }
+                Op::Mark { label } => {
+                    proc.marks.push((std::mem::take(label), now));
+                    Progress::Done
+                }
+                Op::Exit => {
+                    self.exit_process(pid, now, false);
+                    return (now, Ran::Off);
+                }
+            };
+            match progress {
+                Progress::Done => {}
+                Progress::Yield => self.procs[pid as usize].op = Some(op),
+                Progress::Blocked => {
+                    self.procs[pid as usize].op = Some(op);
+                    return (now, Ran::Off);
+                }
+                Progress::Killed => return (now, Ran::Off),
+            }
+        }
+    }
+
+    /// Sweeps a region: runs of pages whose fast bit says a reference changes nothing are
+    /// accounted in bulk (time, touches); every other page takes the fault path.
+    #[allow(clippy::too_many_arguments)]
+    fn touch_range(
+        &mut self,
+        pid: u32,
+        region: u32,
+        first: &mut u32,
+        count: &mut u64,
+        refs: u32,
+        write: bool,
+        now: &mut u64,
+        end: u64,
+        env: &mut Env,
+    ) -> Progress {
+        let r = self.procs[pid as usize].mm.regions[region as usize];
+        let visit = refs as u64 * self.cfg.costs.dram_access_ns;
+        let fast = self.cfg.replacement == Replacement::Linux && visit > 0;
+        while *count > 0 {
+            if *now >= end {
+                return Progress::Yield;
+            }
+            if fast {
+                let budget = (end - *now).div_ceil(visit).min(*count).min((r.pages - *first) as u64);
+                let mm = &self.procs[pid as usize].mm;
+                let bits = if write { &mm.wfast } else { &mm.rfast };
+                let run = bits.ones_from((r.start + *first) as usize, budget as usize) as u64;
+                if run > 0 {
+                    let mut n = run;
+                    *first += run as u32;
+                    if *first == r.pages {
+                        *first = 0;
+                        // A whole clean pass: nothing can change until the window ends, so the
+                        // passes that fit are clean too.
+                        if run == r.pages as u64 {
+                            let after = *now + run * visit;
+                            let left = end.saturating_sub(after).div_ceil(visit).min(*count - run);
+                            n += left - left % r.pages as u64;
+                        }
+                    }
+                    *now += n * visit;
+                    *count -= n;
+                    self.procs[pid as usize].stats.touches += n * refs as u64;
+                    continue;
+                }
+            }
+            let vpn = r.start + *first;
+            if self.procs[pid as usize].mm.pte[vpn as usize] & PTE_PRESENT == 0 && !Self::in_order(*now, env) {
+                // A fault must see the rest of the simulation up to now: yield, and the caller
+                // resynchronises. (Re-referencing a mapped page only sets its bits, like a hit.)
+                return Progress::Yield;
+            }
+            match self.touch_slow(pid, vpn, write, refs, *now, env) {
+                Touch::Done(ns) => {
+                    *now += ns;
+                    self.procs[pid as usize].stats.touches += refs as u64;
+                    *first += 1;
+                    if *first == r.pages {
+                        *first = 0;
+                    }
+                    *count -= 1;
+                }
+                Touch::Blocked(ns) => {
+                    *now += ns;
+                    return Progress::Blocked;
+                }
+                Touch::Killed => return Progress::Killed,
+            }
+        }
+        Progress::Done
+    }
+
+    /// Ends a process: releases its memory and updates the counts of live work.
+    pub(super) fn exit_process(&mut self, pid: u32, now: u64, killed: bool) {
+        let nregions = self.procs[pid as usize].mm.regions.len() as u32;
+        for r in 0..nregions {
+            self.zap_region(pid, r);
+        }
+        let finite = self.cfg.workloads[self.procs[pid as usize].workload_index].spec.is_finite();
+        let p = &mut self.procs[pid as usize];
+        p.state = if killed { ProcState::Killed } else { ProcState::Exited };
+        p.stats.end_ns = now;
+        p.op = None;
+        self.live -= 1;
+        if finite {
+            self.finite_left -= 1;
+        }
+        self.sched.dequeue(pid);
+    }
+}

@@ -1,0 +1,151 @@
+//! The swap cache and swap-in (`mm/swap_state.c`): a fault on a swapped page reads it together with
+//! its swapped neighbours in the faulting region (VMA-based readahead), whose window adapts to how
+//! many earlier readahead pages were used.
+
+use super::bio::{Bio, BioKind, runs};
+use super::page::{NONE, PG_LOCKED, PG_READAHEAD, PageKind};
+use super::page_alloc::Stall;
+use super::process::{PTE_MASK, PTE_SWAP};
+use super::{Env, Guest, Replacement, Vm};
+use crate::units::PAGE_SIZE;
+
+/// Swap readahead never reads more than 2^5 pages (`SWAP_RA_ORDER_CEILING`).
+const SWAP_RA_ORDER_CEILING: u32 = 5;
+/// Pages per page-middle-directory: readahead stays within one (x86-64, 4 KiB pages).
+const PMD_PAGES: u32 = 512;
+
+impl Guest {
+    /// Puts page `p` in the swap cache under `slot`.
+    pub(super) fn add_to_swap_cache(&mut self, p: u32, slot: u32) {
+        self.pages.swap[p as usize] = slot;
+        self.swap.set_cached(slot, p);
+    }
+
+    /// Removes page `p` from the swap cache; frees its slot too if asked.
+    pub(super) fn delete_from_swap_cache(&mut self, p: u32, free_slot: bool) {
+        let slot = self.pages.swap[p as usize];
+        self.swap.set_cached(slot, NONE);
+        self.pages.swap[p as usize] = NONE;
+        if free_slot && self.swap.free(slot) {
+            self.vmstat.inc(Vm::SwapDiscard);
+        }
+    }
+
+    /// The readahead window for a fault at `vpn` (`swap_vma_ra_win` and `__swapin_nr_pages`):
+    /// grows with readahead hits, shrinks no faster than by half, follows the direction of
+    /// sequential faults. Returns `[start, end)` in virtual pages.
+    fn swap_ra_window(&mut self, pid: u32, vpn: u32) -> (u32, u32) {
+        let cluster = if self.cfg.replacement == Replacement::ExactLru { 0 } else { self.cfg.sysctl.page_cluster };
+        let max_win = 1u32 << cluster.min(SWAP_RA_ORDER_CEILING);
+        let proc = &mut self.procs[pid as usize];
+        let ra = proc.swap_ra;
+        let mut pages = ra.hits + 2;
+        if pages == 2 {
+            if vpn != ra.prev_vpn.wrapping_add(1) && vpn != ra.prev_vpn.wrapping_sub(1) {
+                pages = 1;
+            }
+        } else {
+            pages = pages.next_power_of_two().max(4);
+        }
+        let win = pages.min(max_win).max(ra.prev_win / 2);
+        proc.swap_ra.prev_vpn = vpn;
+        proc.swap_ra.prev_win = win;
+        proc.swap_ra.hits = 0;
+        if win <= 1 {
+            return (vpn, vpn + 1);
+        }
+        let (lo, hi) = if vpn == ra.prev_vpn.wrapping_add(1) {
+            (vpn as i64, vpn as i64 + win as i64)
+        } else if ra.prev_vpn == vpn.wrapping_add(1) {
+            (vpn as i64 - win as i64 + 1, vpn as i64 + 1)
+        } else {
+            let left = ((win - 1) / 2) as i64;
+            (vpn as i64 - left, vpn as i64 - left + win as i64)
+        };
+        let region = proc.mm.regions.iter().find(|r| r.start <= vpn && vpn < r.start + r.pages).copied();
+        let (rs, re) = region.map_or((vpn, vpn + 1), |r| (r.start, r.start + r.pages));
+        let pmd = vpn - vpn % PMD_PAGES;
+        let start = lo.max(rs as i64).max(pmd as i64) as u32;
+        let end = hi.min(re as i64).min((pmd + PMD_PAGES) as i64) as u32;
+        (start, end)
+    }
+
+    /// Reads the faulting page and its readahead neighbours; the process waits for the faulting
+    /// page's request. The faulting page is allocated like any fault; neighbours only if memory is
+    /// free without reclaim.
+    pub(super) fn swapin_readahead(
+        &mut self,
+        pid: u32,
+        vpn: u32,
+        slot: u32,
+        write: bool,
+        now: u64,
+        env: &mut Env,
+    ) -> Result<(), Stall> {
+        let (p, _host_ns) = self.alloc_page(pid, PageKind::Anon, pid, vpn, now, env)?;
+        self.add_to_swap_cache(p, slot);
+        self.pages.set(p, PG_LOCKED);
+        self.lru_add_new(p, false);
+        let mut reads = vec![(slot, p)];
+        let (start, end) = self.swap_ra_window(pid, vpn);
+        for v in start..end {
+            if v == vpn {
+                continue;
+            }
+            let pte = self.procs[pid as usize].mm.pte[v as usize];
+            if pte & PTE_SWAP == 0 {
+                continue;
+            }
+            let s = pte & PTE_MASK;
+            if self.swap.cached(s) != NONE {
+                continue;
+            }
+            let Some(q) = self.alloc_page_nowait(PageKind::Anon, pid, v, env) else { break };
+            self.add_to_swap_cache(q, s);
+            self.pages.set(q, PG_LOCKED | PG_READAHEAD);
+            self.lru_add_new(q, false);
+            reads.push((s, q));
+        }
+        self.vmstat.add(Vm::PswpIn, reads.len() as u64);
+        self.vmstat.add(Vm::SwapRa, reads.len() as u64 - 1);
+        reads.sort_unstable();
+        for run in runs(&reads, usize::MAX) {
+            let pages: Vec<u32> = run.iter().map(|&(_, q)| q).collect();
+            let has_fault = pages.contains(&p);
+            let bio = Bio {
+                kind: BioKind::SwapRead,
+                pages,
+                waiters: if has_fault { vec![pid] } else { Vec::new() },
+                file: NONE,
+                kthread: false,
+                fault: if has_fault { Some((p, write)) } else { None },
+            };
+            self.submit(now, run[0].0 as u64 * PAGE_SIZE, run.len(), bio, env);
+        }
+        Ok(())
+    }
+
+    /// A swap read completed: unlock the pages, map the faulting one into its process (the rest of
+    /// `do_swap_page`), free pages whose owner went away meanwhile.
+    pub(super) fn swap_read_done(&mut self, bio: &Bio) {
+        for &p in &bio.pages {
+            self.pages.clear(p, PG_LOCKED);
+            if self.pages.owner[p as usize] == NONE {
+                self.pages.clear(p, PG_READAHEAD);
+                self.lru.remove(p);
+                self.pages.release(p);
+            }
+        }
+        if let Some((p, write)) = bio.fault {
+            if self.pages.kind[p as usize] != PageKind::Anon || self.pages.owner[p as usize] == NONE {
+                return;
+            }
+            let (pid, vpn) = (self.pages.owner[p as usize], self.pages.index[p as usize]);
+            let slot = self.pages.swap[p as usize];
+            if self.procs[pid as usize].mm.pte[vpn as usize] == PTE_SWAP | slot {
+                self.procs[pid as usize].mm.swapents -= 1;
+                self.map_page(pid, vpn, p, write);
+            }
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! Page reclaim (`mm/vmscan.c`): how many pages to scan on each LRU list at a given priority
+//! (`get_scan_count`), the inactive-list scan that frees, writes or keeps each page
+//! (`shrink_folio_list`), the active-list scan that ages pages (`shrink_active_list`), direct
+//! reclaim (`try_to_free_pages`), and exact-LRU eviction.
+//!
+//! Kernel versions differ; this follows 5.9+ for list placement and reference checks (new pages go
+//! to the inactive list; a mapped page must be seen referenced twice to be activated) and the
+//! 4.x-5.8 `recent_scanned / recent_rotated` ratio for balancing anonymous against file scanning.
+//! Refault (workingset) detection is not modelled.
+
+use super::bio::{Bio, BioKind, runs};
+use super::lru::LruList;
+use super::page::{
+    NONE, PG_DIRTY, PG_LOCKED, PG_MAPPED, PG_RECLAIM, PG_REFERENCED, PG_WRITEBACK, PG_YOUNG, PageKind,
+};
+use super::page_alloc::SWAP_CLUSTER_MAX;
+use super::{Env, Guest, Vm};
+use crate::units::PAGE_SIZE;
+
+/// DEF_PRIORITY: reclaim starts by scanning 1/4096 of each list.
+pub const DEF_PRIORITY: u32 = 12;
+
+/// Recent scan statistics per type (`zone_reclaim_stat`), index 0 anon, 1 file.
+#[derive(Clone, Debug, Default)]
+pub struct ReclaimStat {
+    scanned: [u64; 2],
+    rotated: [u64; 2],
+}
+
+/// One reclaim pass's state (`struct scan_control`).
+pub(super) struct ScanControl {
+    /// Pages to free before stopping.
+    pub nr_to_reclaim: u64,
+    /// Scan 1/2^priority of each list.
+    pub priority: u32,
+    /// kswapd or direct reclaim.
+    pub kswapd: bool,
+    /// Pages freed.
+    pub nr_reclaimed: u64,
+    /// Pages whose write-out started; they are freed when it completes.
+    pub nr_writeback: u64,
+    /// Pages scanned.
+    pub nr_scanned: u64,
+    /// Dirty page-cache pages met (the flusher is asked to write them).
+    pub nr_dirty_file: u64,
+    /// Swap writes gathered under the block plug: (slot, page).
+    plug: Vec<(u32, u32)>,
+}
+
+impl ScanControl {
+    pub(super) fn new(nr_to_reclaim: u64, kswapd: bool) -> Self {
+        Self {
+            nr_to_reclaim,
+            priority: DEF_PRIORITY,
+            kswapd,
+            nr_reclaimed: 0,
+            nr_writeback: 0,
+            nr_scanned: 0,
+            nr_dirty_file: 0,
+            plug: Vec::new(),
+        }
+    }
+
+    /// Pages freed or on their way to being freed.
+    pub(super) fn progress(&self) -> u64 {
+        self.nr_reclaimed + self.nr_writeback
+    }
+}
+
+/// What reclaim does with a page it finds on an inactive list (`enum folio_references`).
+enum Verdict {
+    Activate,
+    Keep,
+    ReclaimClean,
+    Reclaim,
+}
+
+/// `int_sqrt`.
+fn isqrt(x: u64) -> u64 {
+    (x as f64).sqrt() as u64
+}
+
+impl Guest {
+    /// Whether the inactive list of a type is too small next to the active one
+    /// (`inactive_is_low`: ratio sqrt(10 x GiB of the type), at least 1).
+    pub(super) fn inactive_is_low(&self, file: bool) -> bool {
+        let ina = self.lru.len(LruList::inactive(file));
+        let act = self.lru.len(LruList::active(file));
+        let gb = (ina + act) >> (30 - 12);
+        let ratio = if gb > 0 { isqrt(10 * gb) } else { 1 };
+        ina * ratio < act
+    }
+
+    /// `get_scan_count`: pages to scan on each of the four lists at this priority.
+    fn get_scan_count(&mut self, priority: u32) -> [u64; 4] {
+        let lens = [0, 1, 2, 3].map(|l| self.lru.len(LruList::ALL[l]));
+        let anon = lens[0] + lens[1];
+        let file = lens[2] + lens[3];
+        let swappiness = self.cfg.sysctl.swappiness as u64;
+        // Age the recent statistics so they follow the workload.
+        for (t, size) in [(0, anon), (1, file)] {
+            if self.reclaim_stat.scanned[t] > size / 4 {
+                self.reclaim_stat.scanned[t] /= 2;
+                self.reclaim_stat.rotated[t] /= 2;
+            }
+        }
+        enum Balance {
+            File,
+            Anon,
+            Equal,
+            Fract(u64, u64),
+        }
+        let free = self.pages.nr_free();
+        let balance = if !self.swap.has_free() {
+            Balance::File
+        } else if file + free <= self.wmark.high && lens[0] >> priority > 0 {
+            Balance::Anon
+        } else if priority == 0 && swappiness > 0 {
+            Balance::Equal
+        } else if lens[2] >> priority > 0 && !self.inactive_is_low(true) {
+            Balance::File
+        } else {
+            let rs = &self.reclaim_stat;
+            let ap = swappiness * (rs.scanned[0] + 1) / (rs.rotated[0] + 1);
+            let fp = (200 - swappiness) * (rs.scanned[1] + 1) / (rs.rotated[1] + 1);
+            Balance::Fract(ap, fp)
+        };
+        let mut nr = [0u64; 4];
+        for l in 0..4 {
+            let file_list = l >= 2;
+            let scan = lens[l] >> priority;
+            nr[l] = match balance {
+                Balance::File => if file_list { scan } else { 0 },
+                Balance::Anon => if file_list { 0 } else { scan },
+                Balance::Equal => scan,
+                Balance::Fract(ap, fp) => {
+                    let frac = if file_list { fp } else { ap };
+                    (scan * frac).div_ceil(ap + fp + 1)
+                }
+            };
+        }
+        nr
+    }
+
+    /// `shrink_node` / `shrink_lruvec`: scan the lists in batches of SWAP_CLUSTER_MAX until the
+    /// targets are met or enough is reclaimed, then rebalance the anonymous lists.
+    pub(super) fn shrink_node(&mut self, sc: &mut ScanControl) {
+        let mut nr = self.get_scan_count(sc.priority);
+        while nr[0] > 0 || nr[2] > 0 || nr[3] > 0 {
+            for (l, left) in nr.iter_mut().enumerate() {
+                if *left > 0 {
+                    let n = SWAP_CLUSTER_MAX.min(*left);
+                    *left -= n;
+                    self.shrink_list(LruList::ALL[l], n, sc);
+                }
+            }
+            if sc.progress() >= sc.nr_to_reclaim {
+                break;
+            }
+        }
+        if self.swap.has_free() && self.inactive_is_low(false) {
+            self.shrink_active_list(LruList::ActiveAnon, SWAP_CLUSTER_MAX, sc);
+        }
+    }
+
+    fn shrink_list(&mut self, l: LruList, n: u64, sc: &mut ScanControl) {
+        if l.is_active() {
+            if self.inactive_is_low(l.is_file()) {
+                self.shrink_active_list(l, n, sc);
+            }
+        } else {
+            self.shrink_inactive_list(l, n, sc);
+        }
+    }
+
+    /// Clears the accessed bit of a mapped anonymous page; says whether it was set.
+    fn test_clear_young(&mut self, p: u32) -> bool {
+        if !self.pages.has(p, PG_MAPPED) || !self.pages.test_and_clear(p, PG_YOUNG) {
+            return false;
+        }
+        let (pid, vpn) = (self.pages.owner[p as usize], self.pages.index[p as usize]);
+        self.procs[pid as usize].mm.set_fast(vpn, false, false);
+        true
+    }
+
+    /// `shrink_active_list`: move pages from the tail of an active list to the inactive list,
+    /// clearing their accessed bits (referenced ones count as rotated).
+    fn shrink_active_list(&mut self, l: LruList, n: u64, _sc: &mut ScanControl) {
+        let t = l.is_file() as usize;
+        for _ in 0..n.min(self.lru.len(l)) {
+            let Some(p) = self.lru.tail(l) else { break };
+            self.vmstat.inc(Vm::PgRefill);
+            self.reclaim_stat.scanned[t] += 1;
+            if self.test_clear_young(p) {
+                self.reclaim_stat.rotated[t] += 1;
+            }
+            self.lru.move_head(LruList::inactive(l.is_file()), p);
+            self.vmstat.inc(Vm::PgDeactivate);
+        }
+    }
+
+    /// `folio_check_references`.
+    fn check_references(&mut self, p: u32, file: bool) -> Verdict {
+        let young = self.test_clear_young(p);
+        let referenced = self.pages.test_and_clear(p, PG_REFERENCED);
+        if young {
+            // A mapped page starts with the reference of the fault that created it, so it must be
+            // seen referenced twice to be activated.
+            self.pages.set(p, PG_REFERENCED);
+            return if referenced { Verdict::Activate } else { Verdict::Keep };
+        }
+        if referenced && file { Verdict::ReclaimClean } else { Verdict::Reclaim }
+    }
+
+    /// `shrink_inactive_list` + `shrink_folio_list`: take `n` pages from the tail of an inactive
+    /// list and free, write, keep or activate each.
+    fn shrink_inactive_list(&mut self, l: LruList, n: u64, sc: &mut ScanControl) {
+        let file = l.is_file();
+        let t = file as usize;
+        let (scan_ev, steal_ev) =
+            if sc.kswapd { (Vm::PgScanKswapd, Vm::PgStealKswapd) } else { (Vm::PgScanDirect, Vm::PgStealDirect) };
+        for _ in 0..n.min(self.lru.len(l)) {
+            let Some(p) = self.lru.tail(l) else { break };
+            sc.nr_scanned += 1;
+            self.vmstat.inc(scan_ev);
+            self.reclaim_stat.scanned[t] += 1;
+            if self.pages.io[p as usize] != NONE || self.pages.has(p, PG_WRITEBACK | PG_LOCKED) {
+                // Locked for a read or under writeback: not reclaimable now.
+                self.lru.move_head(l, p);
+                continue;
+            }
+            match self.check_references(p, file) {
+                Verdict::Activate => {
+                    self.lru.move_head(LruList::active(file), p);
+                    self.vmstat.inc(Vm::PgActivate);
+                    self.reclaim_stat.rotated[t] += 1;
+                }
+                Verdict::Keep => self.lru.move_head(l, p),
+                Verdict::ReclaimClean if self.pages.has(p, PG_DIRTY) => self.lru.move_head(l, p),
+                Verdict::ReclaimClean | Verdict::Reclaim => {
+                    let freed = if file { self.reclaim_file_page(p, sc) } else { self.reclaim_anon_page(p, sc) };
+                    if freed {
+                        sc.nr_reclaimed += 1;
+                        self.vmstat.inc(steal_ev);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reclaims an anonymous page: give it a swap slot, unmap it, write it if dirty, free it if
+    /// clean. Returns whether it was freed now.
+    fn reclaim_anon_page(&mut self, p: u32, sc: &mut ScanControl) -> bool {
+        let mut slot = self.pages.swap[p as usize];
+        if slot == NONE {
+            let Some(s) = self.swap.alloc() else {
+                // Swap full: the page stays (`activate_locked`).
+                self.lru.move_head(LruList::ActiveAnon, p);
+                self.vmstat.inc(Vm::PgActivate);
+                return false;
+            };
+            slot = s;
+            self.add_to_swap_cache(p, slot);
+        }
+        if self.pages.has(p, PG_MAPPED) {
+            self.unmap_to_swap(p, slot);
+        }
+        if self.pages.test_and_clear(p, PG_DIRTY) {
+            self.pages.set(p, PG_WRITEBACK | PG_RECLAIM);
+            // Back to the head while the write is in flight; completion frees it.
+            self.lru.move_head(LruList::InactiveAnon, p);
+            self.nr_reclaim_wb += 1;
+            self.write_slot(slot);
+            sc.plug.push((slot, p));
+            sc.nr_writeback += 1;
+            false
+        } else {
+            self.delete_from_swap_cache(p, false);
+            self.lru.remove(p);
+            self.pages.release(p);
+            true
+        }
+    }
+
+    /// Reclaims a page-cache page: drop it if clean; if dirty, tag it and ask the flusher to write
+    /// it (reclaim does not write file pages itself). Returns whether it was freed now.
+    fn reclaim_file_page(&mut self, p: u32, sc: &mut ScanControl) -> bool {
+        if self.pages.has(p, PG_DIRTY) {
+            self.pages.set(p, PG_RECLAIM);
+            self.lru.move_head(LruList::InactiveFile, p);
+            sc.nr_dirty_file += 1;
+            return false;
+        }
+        self.remove_from_page_cache(p);
+        self.lru.remove(p);
+        self.pages.release(p);
+        true
+    }
+
+    /// Accounts a page written to `slot`; an older copy there is discarded.
+    fn write_slot(&mut self, slot: u32) {
+        if self.swap.is_written(slot) {
+            self.vmstat.inc(Vm::SwapDiscard);
+        }
+        self.swap.mark_written(slot);
+        self.vmstat.inc(Vm::PswpOut);
+    }
+
+    /// Submits the swap writes gathered during a reclaim pass, merged into one request per run of
+    /// consecutive slots (the block plug), and wakes the flusher for dirty page cache met.
+    pub(super) fn finish_reclaim(&mut self, sc: &mut ScanControl, now: u64, env: &mut Env) {
+        let mut plug = std::mem::take(&mut sc.plug);
+        plug.sort_unstable();
+        for run in runs(&plug, SWAP_CLUSTER_MAX as usize) {
+            let bio = Bio {
+                kind: BioKind::SwapWrite,
+                pages: run.iter().map(|&(_, p)| p).collect(),
+                waiters: Vec::new(),
+                file: NONE,
+                kthread: sc.kswapd,
+                fault: None,
+            };
+            self.submit(now, run[0].0 as u64 * PAGE_SIZE, run.len(), bio, env);
+        }
+        if sc.nr_dirty_file > 0 {
+            self.flusher_write_all(now, env);
+        }
+    }
+
+    /// Direct reclaim (`try_to_free_pages`): the allocating process scans from DEF_PRIORITY down
+    /// until SWAP_CLUSTER_MAX pages are freed or on their way.
+    pub(super) fn try_to_free_pages(&mut self, now: u64, env: &mut Env) {
+        let mut sc = ScanControl::new(SWAP_CLUSTER_MAX, false);
+        for prio in (0..=DEF_PRIORITY).rev() {
+            sc.priority = prio;
+            self.shrink_node(&mut sc);
+            if sc.progress() >= sc.nr_to_reclaim {
+                break;
+            }
+        }
+        self.finish_reclaim(&mut sc, now, env);
+    }
+
+    /// Exact-LRU eviction: the least recently used page goes, now. Its write (if dirty) is issued to
+    /// the device but the frame is reused at once, as a textbook LRU cache reuses a slot.
+    pub(super) fn evict_exact(&mut self, now: u64, env: &mut Env) {
+        // Pages with a read or write in flight cannot go; they rotate past (only possible when
+        // several processes fault at once).
+        let mut victim = None;
+        for _ in 0..self.lru.len(LruList::Exact) {
+            let Some(p) = self.lru.tail(LruList::Exact) else { break };
+            if self.pages.io[p as usize] == NONE {
+                victim = Some(p);
+                break;
+            }
+            self.lru.move_head(LruList::Exact, p);
+        }
+        let Some(p) = victim else { return };
+        let dirty = self.pages.test_and_clear(p, PG_DIRTY);
+        let offset = match self.pages.kind[p as usize] {
+            PageKind::Anon => {
+                let mut slot = self.pages.swap[p as usize];
+                if slot == NONE {
+                    let Some(s) = self.swap.alloc() else {
+                        self.oom_kill(now, env);
+                        return;
+                    };
+                    slot = s;
+                    self.add_to_swap_cache(p, slot);
+                }
+                if self.pages.has(p, PG_MAPPED) {
+                    self.unmap_to_swap(p, slot);
+                }
+                self.delete_from_swap_cache(p, false);
+                if dirty {
+                    self.write_slot(slot);
+                }
+                slot as u64 * PAGE_SIZE
+            }
+            _ => {
+                let off = self.file_block_offset(p);
+                if dirty {
+                    self.account_clean(p);
+                    self.vmstat.inc(Vm::NrWritten);
+                }
+                self.remove_from_page_cache(p);
+                off
+            }
+        };
+        self.lru.remove(p);
+        self.pages.release(p);
+        self.vmstat.inc(Vm::PgStealDirect);
+        if dirty {
+            let kind = if offset < self.cfg.swap_pages as u64 * PAGE_SIZE { BioKind::SwapWrite } else { BioKind::FileWrite };
+            let bio = Bio { kind, pages: Vec::new(), waiters: Vec::new(), file: NONE, kthread: false, fault: None };
+            self.submit(now, offset, 1, bio, env);
+        }
+    }
+
+    /// A write completed: the pages are clean; those reclaim was waiting for are freed now (the
+    /// kernel rotates them to the inactive tail for the next scan to free), the rest rotate.
+    pub(super) fn write_done(&mut self, bio: &Bio) {
+        for &p in &bio.pages {
+            self.pages.clear(p, PG_WRITEBACK);
+            let reclaim = self.pages.test_and_clear(p, PG_RECLAIM);
+            if reclaim && bio.kind == BioKind::SwapWrite {
+                self.nr_reclaim_wb -= 1;
+            }
+            if self.pages.kind[p as usize] == PageKind::File {
+                self.file_write_done(p);
+            }
+            if self.pages.owner[p as usize] == NONE {
+                self.lru.remove(p);
+                self.pages.release(p);
+                continue;
+            }
+            if !reclaim {
+                continue;
+            }
+            let file = self.pages.kind[p as usize] == PageKind::File;
+            let on_inactive = self.lru.list_of(p) == Some(LruList::inactive(file));
+            let idle = !self.pages.has(p, PG_MAPPED | PG_DIRTY | PG_REFERENCED);
+            if on_inactive && idle {
+                if file {
+                    self.remove_from_page_cache(p);
+                } else if self.pages.swap[p as usize] != NONE {
+                    self.delete_from_swap_cache(p, false);
+                }
+                self.lru.remove(p);
+                self.pages.release(p);
+                self.vmstat.inc(if bio.kthread { Vm::PgStealKswapd } else { Vm::PgStealDirect });
+            } else if on_inactive {
+                self.lru.move_tail(LruList::inactive(file), p);
+            }
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! The guest's event counters, named as in `/proc/vmstat` (plus a few memvisor adds, marked).
+//! Column names carry their unit: `pgpgin_KiB` is in KiB because the kernel reports it so
+//! (`vmstat -s` calls it "pages paged in", but /proc/vmstat divides sectors by two).
+
+/// A cumulative counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Vm {
+    /// KiB read from block devices (swap and files).
+    PgpgIn,
+    /// KiB written to block devices.
+    PgpgOut,
+    /// Pages read from swap.
+    PswpIn,
+    /// Pages written to swap.
+    PswpOut,
+    /// Page faults (minor and major).
+    PgFault,
+    /// Faults that had to wait for a read.
+    PgMajFault,
+    /// Pages scanned by kswapd.
+    PgScanKswapd,
+    /// Pages scanned by direct reclaim.
+    PgScanDirect,
+    /// Pages reclaimed by kswapd.
+    PgStealKswapd,
+    /// Pages reclaimed by direct reclaim.
+    PgStealDirect,
+    /// Pages moved to an active list.
+    PgActivate,
+    /// Pages moved from an active list to an inactive one.
+    PgDeactivate,
+    /// Pages scanned on active lists.
+    PgRefill,
+    /// Allocations that entered direct reclaim.
+    AllocStall,
+    /// Times kswapd was woken (memvisor: /proc/vmstat has no direct equivalent).
+    KswapdWake,
+    /// Processes killed by the OOM killer.
+    OomKill,
+    /// Pages brought in by swap readahead.
+    SwapRa,
+    /// Swap readahead pages that were used.
+    SwapRaHit,
+    /// Pages written back from the page cache.
+    NrWritten,
+    /// Swap slots whose written contents were discarded (memvisor).
+    SwapDiscard,
+}
+
+/// Number of counters.
+pub const NR_VM: usize = 20;
+
+impl Vm {
+    /// Column names with units, in counter order.
+    pub const COLUMNS: [&'static str; NR_VM] = [
+        "pgpgin_KiB",
+        "pgpgout_KiB",
+        "pswpin_pages",
+        "pswpout_pages",
+        "pgfault",
+        "pgmajfault",
+        "pgscan_kswapd_pages",
+        "pgscan_direct_pages",
+        "pgsteal_kswapd_pages",
+        "pgsteal_direct_pages",
+        "pgactivate_pages",
+        "pgdeactivate_pages",
+        "pgrefill_pages",
+        "allocstall",
+        "kswapd_wake",
+        "oom_kill",
+        "swap_ra_pages",
+        "swap_ra_hit_pages",
+        "nr_written_pages",
+        "swap_discard_pages",
+    ];
+}
+
+/// The counters.
+#[derive(Clone, Debug, Default)]
+pub struct VmStat {
+    c: [u64; NR_VM],
+}
+
+impl VmStat {
+    /// Adds to a counter.
+    #[inline]
+    pub fn add(&mut self, v: Vm, n: u64) {
+        self.c[v as usize] += n;
+    }
+
+    /// Increments a counter.
+    #[inline]
+    pub fn inc(&mut self, v: Vm) {
+        self.c[v as usize] += 1;
+    }
+
+    /// Reads a counter.
+    #[inline]
+    pub fn get(&self, v: Vm) -> u64 {
+        self.c[v as usize]
+    }
+
+    /// All counters in `Vm::COLUMNS` order.
+    pub fn values(&self) -> &[u64; NR_VM] {
+        &self.c
+    }
+}

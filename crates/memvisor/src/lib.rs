@@ -1,0 +1,27 @@
+//! memvisor: the memory manager for hosts that overcommit memory to virtual machines, and the
+//! faithful simulator that evaluates it.
+//!
+//! Mechanism below, policy above, one interface between (DESIGN.md section 2):
+//! - [`guest`], [`host`], [`devices`], [`workloads`]: the mechanisms, as the real systems do them;
+//! - [`policy`]: pure decisions over a [`policy::HostView`], each with its reason;
+//! - [`backend`]: the interface a policy drives, implemented by the simulated host;
+//! - [`clock`], [`simulation`]: simulated time and the engine; [`metrics`]: sampled counters;
+//! - [`scenario`]: scenario files and the shipped case studies.
+//!
+//! The core does no file or terminal I/O; the Python package around it does.
+
+pub mod backend;
+pub mod bitmap;
+pub mod clock;
+pub mod devices;
+pub mod guest;
+pub mod host;
+pub mod metrics;
+pub mod policy;
+pub mod scenario;
+pub mod simulation;
+pub mod units;
+pub mod workloads;
+
+pub use scenario::{Scenario, ScenarioError};
+pub use simulation::{RunResult, Simulation};

@@ -1,0 +1,88 @@
+//! Counters sampled into a time series: one row per VM per sample, columns named as operators know
+//! them (/proc/vmstat, /proc/meminfo, esxtop) with their unit in the name.
+
+use crate::backend::SimulatedHost;
+use crate::guest::{Guest, LruList, NR_VM, Vm};
+use crate::units::PAGE_SIZE;
+
+/// Gauge columns after the vmstat counters.
+pub const GAUGES: &[&str] = &[
+    "MemTotal_KiB",
+    "MemFree_KiB",
+    "Active_anon_KiB",
+    "Inactive_anon_KiB",
+    "Active_file_KiB",
+    "Inactive_file_KiB",
+    "Dirty_KiB",
+    "Writeback_KiB",
+    "SwapTotal_KiB",
+    "SwapUsed_KiB",
+    "Committed_AS_KiB",
+    "memory_stall_ms",
+    "GRANT_MiB",
+];
+
+/// All numeric columns, in row order.
+pub fn columns() -> Vec<&'static str> {
+    Vm::COLUMNS.iter().chain(GAUGES).copied().collect()
+}
+
+/// Numeric values of one VM's row, in `columns()` order.
+pub fn row(g: &Guest, granted_frames: u64) -> Vec<f64> {
+    let kib = |pages: u64| (pages * PAGE_SIZE / 1024) as f64;
+    let mut v: Vec<f64> = g.vmstat.values().iter().map(|&c| c as f64).collect();
+    debug_assert_eq!(v.len(), NR_VM);
+    v.extend([
+        kib(g.mem_total()),
+        kib(g.pages.nr_free()),
+        kib(g.lru_len(LruList::ActiveAnon)),
+        kib(g.lru_len(LruList::InactiveAnon)),
+        kib(g.lru_len(LruList::ActiveFile)),
+        kib(g.lru_len(LruList::InactiveFile)),
+        kib(g.nr_dirty()),
+        kib(g.nr_writeback()),
+        kib(g.swap_total()),
+        kib(g.swap_used()),
+        kib(g.committed_as()),
+        g.memory_stall_ns() as f64 / 1e6,
+        (granted_frames * PAGE_SIZE) as f64 / (1 << 20) as f64,
+    ]);
+    v
+}
+
+/// The sampled series, column-oriented.
+#[derive(Clone, Debug, Default)]
+pub struct TimeSeries {
+    /// Sample times, seconds.
+    pub time_s: Vec<f64>,
+    /// VM of each row.
+    pub vm: Vec<String>,
+    /// Values; `values[c][r]` is column `c` of row `r`.
+    pub values: Vec<Vec<f64>>,
+}
+
+impl TimeSeries {
+    /// Appends one row per VM.
+    pub fn sample(&mut self, now: u64, sim: &SimulatedHost) {
+        if self.values.is_empty() {
+            self.values = vec![Vec::new(); columns().len()];
+        }
+        for (g, h) in sim.guests.iter().zip(sim.host.vms()) {
+            self.time_s.push(now as f64 / 1e9);
+            self.vm.push(g.cfg.name.clone());
+            for (c, x) in row(g, h.granted).into_iter().enumerate() {
+                self.values[c].push(x);
+            }
+        }
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.time_s.len()
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.time_s.is_empty()
+    }
+}

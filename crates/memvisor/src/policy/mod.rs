@@ -1,0 +1,93 @@
+//! Policies: pure decisions. A policy reads a [`HostView`] (what a real host can measure) and
+//! returns [`Decision`]s, each with the reason a human can read. It never touches mechanism
+//! internals, so the same policy object can drive the simulated host or a live one.
+
+mod static_partition;
+
+pub use static_partition::Static;
+
+/// What a policy may know about one VM: only what a live host can also measure (DESIGN.md 9).
+#[derive(Clone, Debug, PartialEq)]
+pub struct VmView {
+    /// VM name.
+    pub name: String,
+    /// Configured guest memory, bytes.
+    pub memory: u64,
+    /// Reservation, bytes.
+    pub reservation: u64,
+    /// Limit, bytes.
+    pub limit: u64,
+    /// Shares.
+    pub shares: u64,
+    /// Machine memory backing the VM, bytes (esxtop GRANT; cgroup memory.current).
+    pub granted: u64,
+    /// Guest-reported total and free memory, bytes (virtio-balloon stats).
+    pub guest_total: u64,
+    /// Guest free memory, bytes.
+    pub guest_free: u64,
+    /// Cumulative pages the guest swapped in and out (virtio-balloon stats).
+    pub swap_in: u64,
+    /// Cumulative pages swapped out.
+    pub swap_out: u64,
+    /// Cumulative major faults.
+    pub major_faults: u64,
+    /// Cumulative time the guest's tasks were stalled on memory, ns (PSI memory "some" total).
+    pub memory_stall_ns: u64,
+    /// Guest Committed_AS, bytes.
+    pub committed: u64,
+}
+
+/// What a policy sees.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostView {
+    /// Time of the observation, ns since start.
+    pub time_ns: u64,
+    /// Host machine memory, bytes.
+    pub host_memory: u64,
+    /// Host free memory, bytes.
+    pub host_free: u64,
+    /// One entry per VM, in configuration order.
+    pub vms: Vec<VmView>,
+}
+
+/// A change a policy asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Cap the machine memory granted to the VM (ESX limit; cgroup memory.max).
+    SetGrantLimit {
+        /// Bytes.
+        bytes: u64,
+    },
+}
+
+/// One decision with its reason.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decision {
+    /// VM index in the view.
+    pub vm: usize,
+    /// What to do.
+    pub action: Action,
+    /// Why, in words an operator can read.
+    pub reason: String,
+}
+
+/// A memory policy.
+pub trait Policy: Send {
+    /// Name as written in scenarios.
+    fn name(&self) -> &str;
+    /// How often it runs; `None` runs it once, at start.
+    fn period_ns(&self) -> Option<u64>;
+    /// Decides from what it sees.
+    fn decide(&mut self, view: &HostView) -> Vec<Decision>;
+}
+
+/// Policy names a scenario may use.
+pub const POLICY_NAMES: &[&str] = &["static"];
+
+/// Builds a policy by scenario name.
+pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
+    match name {
+        "static" => Some(Box::new(Static)),
+        _ => None,
+    }
+}

@@ -1,0 +1,13 @@
+//! The case studies shipped with memvisor, runnable by name (DESIGN.md section 6).
+
+/// (name, one-line description, scenario text).
+pub const CASES: &[(&str, &str, &str)] = &[(
+    "paging-stress",
+    "seed 003: a 2 GiB Linux guest under 1..5 stress instances; paging rate and 1 GiB write time",
+    include_str!("cases/paging-stress.toml"),
+)];
+
+/// The scenario text of a case, by name.
+pub fn case_text(name: &str) -> Option<&'static str> {
+    CASES.iter().find(|(n, _, _)| *n == name).map(|(_, _, t)| *t)
+}

@@ -1,0 +1,215 @@
+//! Overrides on the parsed document: a scenario's `[[variant]]` tables and `--set key=value`
+//! options both name a value by a dotted path (`vm.kali.workload.stress.instances`, where a `vm`
+//! is picked by name and a workload by kind, name or index) and replace it before the document is
+//! read into a scenario. Overridden values keep a position: the variant's line, or the `--set`.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use toml::Spanned;
+use toml::de::{DeArray, DeTable, DeValue};
+
+use super::{ScenarioError, Source};
+
+/// A document to read, with the name of the variant it is for.
+type VariantDoc<'a> = (Option<String>, Spanned<DeTable<'a>>);
+
+/// One override: dotted path, new value.
+struct Set<'a> {
+    path: String,
+    value: Spanned<DeValue<'a>>,
+}
+
+/// The base document and the overrides to apply to it.
+pub(super) struct Overrides<'a, 's> {
+    src: &'s Source<'a>,
+    base: Spanned<DeTable<'a>>,
+    variants: Vec<(String, Vec<Set<'a>>)>,
+    sets: Vec<Set<'a>>,
+}
+
+fn kind_of(v: &DeValue) -> &'static str {
+    match v {
+        DeValue::String(_) => "a string",
+        DeValue::Integer(_) => "an integer",
+        DeValue::Float(_) => "a float",
+        DeValue::Boolean(_) => "a boolean",
+        DeValue::Datetime(_) => "a date",
+        DeValue::Array(_) => "an array",
+        DeValue::Table(_) => "a table",
+    }
+}
+
+/// Gives a value (and everything inside it) one span.
+fn respan<'a>(v: DeValue<'a>, span: &Range<usize>) -> Spanned<DeValue<'a>> {
+    let v = match v {
+        DeValue::Array(items) => {
+            let mut a = DeArray::new();
+            for it in items.iter() {
+                a.push(respan(it.get_ref().clone(), span));
+            }
+            DeValue::Array(a)
+        }
+        DeValue::Table(t) => {
+            let mut n = DeTable::new();
+            for (k, val) in t.iter() {
+                n.insert(Spanned::new(span.clone(), k.get_ref().clone()), respan(val.get_ref().clone(), span));
+            }
+            DeValue::Table(n)
+        }
+        other => other,
+    };
+    Spanned::new(span.clone(), v)
+}
+
+/// Flattens a `set` table into (dotted path, value) leaves.
+fn flatten<'a>(prefix: &str, t: &DeTable<'a>, out: &mut Vec<Set<'a>>) {
+    for (k, v) in t.iter() {
+        let path = if prefix.is_empty() { k.get_ref().to_string() } else { format!("{prefix}.{}", k.get_ref()) };
+        match v.get_ref() {
+            DeValue::Table(inner) => flatten(&path, inner, out),
+            _ => out.push(Set { path, value: v.clone() }),
+        }
+    }
+}
+
+fn str_field<'v>(t: &'v DeTable, key: &str) -> Option<&'v str> {
+    match t.get(key).map(|v| v.get_ref()) {
+        Some(DeValue::String(s)) => Some(s),
+        _ => None,
+    }
+}
+
+impl<'a, 's> Overrides<'a, 's> {
+    /// Takes the `[[variant]]` tables out of the document and parses the `--set` options.
+    pub fn new(src: &'s Source<'a>, mut base: Spanned<DeTable<'a>>) -> Result<Self, ScenarioError> {
+        let mut variants = Vec::new();
+        if let Some(v) = base.get_mut().remove("variant") {
+            let span = v.span();
+            let DeValue::Array(items) = v.into_inner() else {
+                return Err(src.error(Some(span), "variant", "must be an array of tables ([[variant]])"));
+            };
+            for item in items.iter() {
+                let span = item.span();
+                let DeValue::Table(t) = item.get_ref() else {
+                    return Err(src.error(Some(span), "variant", "each variant must be a table with 'name' and 'set'"));
+                };
+                for (k, v) in t.iter() {
+                    if !matches!(k.get_ref().as_ref(), "name" | "set") {
+                        return Err(src.error(Some(v.span()), "variant", format!("unknown field '{}', expected 'name' or 'set'", k.get_ref())));
+                    }
+                }
+                let name = str_field(t, "name")
+                    .ok_or_else(|| src.error(Some(span.clone()), "variant.name", "each variant needs a name (a string)"))?
+                    .to_string();
+                if variants.iter().any(|(n, _)| *n == name) {
+                    return Err(src.error(Some(span), "variant.name", format!("two variants are named '{name}'")));
+                }
+                let Some(DeValue::Table(set)) = t.get("set").map(|v| v.get_ref()) else {
+                    return Err(src.error(Some(span), "variant.set", format!("variant '{name}' needs a 'set' table of overrides")));
+                };
+                let mut sets = Vec::new();
+                flatten("", set, &mut sets);
+                variants.push((name, sets));
+            }
+        }
+        let mut sets = Vec::new();
+        for (i, s) in src.sets.iter().enumerate() {
+            let span = src.text.len() + 1 + i..src.text.len() + 2 + i;
+            let (path, value) = s.split_once('=').ok_or_else(|| {
+                src.error(Some(span.clone()), "", "an override must look like key=value (e.g. host.memory=4GiB)")
+            })?;
+            let value = value.trim();
+            let parsed = match DeValue::parse(value) {
+                Ok(v) => v.into_inner(),
+                Err(_) => DeValue::String(Cow::Borrowed(value)),
+            };
+            sets.push(Set { path: path.trim().to_string(), value: respan(parsed, &span) });
+        }
+        Ok(Self { src, base, variants, sets })
+    }
+
+    /// The documents to read: one per variant (named), or the base alone.
+    pub fn variants(&self) -> Result<Vec<VariantDoc<'a>>, ScenarioError> {
+        let mut out = Vec::new();
+        let plain: Vec<(Option<String>, &[Set<'a>])> = if self.variants.is_empty() {
+            vec![(None, &[])]
+        } else {
+            self.variants.iter().map(|(n, s)| (Some(n.clone()), s.as_slice())).collect()
+        };
+        for (name, vsets) in plain {
+            let mut doc = self.base.clone();
+            for s in vsets.iter().chain(&self.sets) {
+                self.apply(doc.get_mut(), s).map_err(|mut e| {
+                    if let Some(n) = &name {
+                        e.location = format!("{} (variant '{n}')", e.location);
+                    }
+                    e
+                })?;
+            }
+            out.push((name, doc));
+        }
+        Ok(out)
+    }
+
+    fn apply(&self, root: &mut DeTable<'a>, set: &Set<'a>) -> Result<(), ScenarioError> {
+        let span = set.value.span();
+        let err = |m: String| self.src.error(Some(span.clone()), &set.path, m);
+        let segs: Vec<&str> = set.path.split('.').collect();
+        let mut table = root;
+        let mut i = 0;
+        while i < segs.len() {
+            let seg = segs[i];
+            let last = i + 1 == segs.len();
+            // A sysctl name contains dots: the rest of the path is the key.
+            let key = if i > 0 && segs[i - 1] == "sysctl" { segs[i..].join(".") } else { seg.to_string() };
+            let last = last || key.contains('.');
+            if last {
+                table.insert(Spanned::new(span.clone(), Cow::Owned(key)), set.value.clone());
+                return Ok(());
+            }
+            if !table.contains_key(seg) {
+                // A single workload table may be addressed by its kind or name.
+                if str_field(table, "kind") == Some(seg) || str_field(table, "name") == Some(seg) {
+                    i += 1;
+                    continue;
+                }
+                table.insert(Spanned::new(span.clone(), Cow::Owned(seg.to_string())), Spanned::new(span.clone(), DeValue::Table(DeTable::new())));
+            }
+            let next = table.get_mut(seg).expect("present");
+            table = match next.get_mut() {
+                DeValue::Table(t) => t,
+                DeValue::Array(items) => {
+                    i += 1;
+                    let sel = segs[i];
+                    let names: Vec<String> = items
+                        .iter()
+                        .filter_map(|it| match it.get_ref() {
+                            DeValue::Table(t) => str_field(t, "name").or(str_field(t, "kind")).map(str::to_string),
+                            _ => None,
+                        })
+                        .collect();
+                    let pos = sel.parse::<usize>().ok().filter(|&k| k < items.len()).or_else(|| {
+                        items.iter().position(|it| match it.get_ref() {
+                            DeValue::Table(t) => str_field(t, "name") == Some(sel) || str_field(t, "kind") == Some(sel),
+                            _ => false,
+                        })
+                    });
+                    let Some(pos) = pos else {
+                        return Err(err(format!("no '{seg}' entry named '{sel}' (have: {})", names.join(", "))));
+                    };
+                    if i + 1 == segs.len() {
+                        return Err(err(format!("'{seg}.{sel}' is a whole table; set one of its fields")));
+                    }
+                    match items.as_mut()[pos].get_mut() {
+                        DeValue::Table(t) => t,
+                        other => return Err(err(format!("'{seg}' holds {}, not tables", kind_of(other)))),
+                    }
+                }
+                other => return Err(err(format!("'{seg}' is {}, it has no field '{}'", kind_of(other), segs[i + 1]))),
+            };
+            i += 1;
+        }
+        Ok(())
+    }
+}

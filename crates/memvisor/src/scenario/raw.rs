@@ -1,0 +1,163 @@
+//! The scenario file as written: every table refuses unknown fields, and every value keeps its
+//! position in the file so that errors can name the line.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use toml::Spanned;
+
+/// A quantity written with a unit ("2GiB") or, wrongly, without one (2048): kept as text so the
+/// unit parser can say what is wrong.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Qty(pub String);
+
+impl<'de> Deserialize<'de> for Qty {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Qty;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a quantity with a unit, as a string such as \"2GiB\" or \"8ms\"")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Qty, E> {
+                Ok(Qty(s.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Qty, E> {
+                Ok(Qty(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Qty, E> {
+                Ok(Qty(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Qty, E> {
+                Ok(Qty(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One table or an array of tables under the same key (`workload = {..}` or `[[vm.workload]]`).
+#[derive(Clone, Debug)]
+pub struct OneOrMany<T>(pub Vec<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = OneOrMany<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a table or an array of tables")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<Self::Value, A::Error> {
+                Ok(OneOrMany(vec![T::deserialize(de::value::MapAccessDeserializer::new(m))?]))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+                let mut v = Vec::new();
+                while let Some(x) = s.next_element()? {
+                    v.push(x);
+                }
+                Ok(OneOrMany(v))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// Top level.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawScenario {
+    pub name: Spanned<String>,
+    pub description: Option<String>,
+    pub seed: Option<Spanned<i64>>,
+    pub duration: Option<Spanned<Qty>>,
+    pub host: Spanned<RawHost>,
+    pub costs: Option<RawCosts>,
+    #[serde(default)]
+    pub datastore: Vec<Spanned<RawDatastore>>,
+    #[serde(default)]
+    pub vm: Vec<Spanned<RawVm>>,
+    pub report: Option<RawReport>,
+}
+
+/// `[host]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawHost {
+    pub memory: Spanned<Qty>,
+    pub policy: Option<Spanned<String>>,
+    pub sample_interval: Option<Spanned<Qty>>,
+    pub lookahead: Option<Spanned<Qty>>,
+}
+
+/// `[costs]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCosts {
+    pub dram_access: Option<Spanned<Qty>>,
+    pub minor_fault: Option<Spanned<Qty>>,
+    pub host_back: Option<Spanned<Qty>>,
+    pub page_copy: Option<Spanned<Qty>>,
+}
+
+/// `[[datastore]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawDatastore {
+    pub name: Spanned<String>,
+    pub device: Spanned<String>,
+    pub latency: Option<Spanned<Qty>>,
+    pub bandwidth: Option<Spanned<Qty>>,
+    pub queue_depth: Option<Spanned<i64>>,
+    pub seek: Option<Spanned<Qty>>,
+}
+
+/// `[[vm]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawVm {
+    pub name: Spanned<String>,
+    pub count: Option<Spanned<i64>>,
+    pub memory: Spanned<Qty>,
+    pub vcpus: Option<Spanned<i64>>,
+    pub reservation: Option<Spanned<Qty>>,
+    pub limit: Option<Spanned<Qty>>,
+    pub shares: Option<Spanned<i64>>,
+    pub overhead: Option<Spanned<Qty>>,
+    pub os: Option<Spanned<String>>,
+    pub datastore: Spanned<String>,
+    pub swap: Option<Spanned<Qty>>,
+    pub replacement: Option<Spanned<String>>,
+    pub kernel_reserved: Option<Spanned<Qty>>,
+    pub sysctl: Option<BTreeMap<Spanned<String>, Spanned<i64>>>,
+    pub workload: Option<OneOrMany<Spanned<RawWorkload>>>,
+}
+
+/// A workload; which fields apply depends on `kind` (checked when resolving).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawWorkload {
+    pub kind: Spanned<String>,
+    pub name: Option<Spanned<String>>,
+    pub start: Option<Spanned<Qty>>,
+    pub instances: Option<Spanned<i64>>,
+    pub pages: Option<Spanned<i64>>,
+    pub passes: Option<Spanned<i64>>,
+    pub size: Option<Spanned<Qty>>,
+    pub block: Option<Spanned<Qty>>,
+    pub fsync: Option<Spanned<bool>>,
+    pub read: Option<Spanned<bool>>,
+    pub footprint: Option<Spanned<Qty>>,
+    pub active: Option<Spanned<Qty>>,
+    pub period: Option<Spanned<Qty>>,
+}
+
+/// `[report]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawReport {
+    pub window: Option<Spanned<Vec<Qty>>>,
+    pub columns: Option<Spanned<Vec<String>>>,
+}

@@ -1,0 +1,480 @@
+//! From the file's tables to a fully specified scenario: units parsed, defaults filled in (each
+//! citing its source), cross-references and ranges checked.
+
+use toml::Spanned;
+
+use super::raw::{Qty, RawScenario, RawVm, RawWorkload};
+use super::{ScenarioError, Source};
+use crate::devices::{DeviceKind, DeviceSpec};
+use crate::guest::{Costs, GuestConfig, Replacement, Sysctl};
+use crate::policy::POLICY_NAMES;
+use crate::units::{self, PAGE_SIZE};
+use crate::workloads::{FileIo, Idle, Stress, WorkloadEntry, WorkloadSpec};
+
+/// Host settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostSpec {
+    /// Machine memory, bytes.
+    pub memory: u64,
+    /// Policy name.
+    pub policy: String,
+    /// Counter sampling interval.
+    pub sample_interval_ns: u64,
+    /// How far a vCPU may account resident-page hits past the next event elsewhere (simulation
+    /// accuracy, not a model parameter). Faults, I/O and every other step that touches shared state
+    /// still happen in exact time order; only the timing of accessed bits is blurred by this much.
+    pub lookahead_ns: u64,
+}
+
+/// A datastore.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DatastoreSpec {
+    /// Name.
+    pub name: String,
+    /// Its device.
+    pub device: DeviceSpec,
+}
+
+/// A VM.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VmSpec {
+    /// Guest configuration (memory, kernel, workloads).
+    pub guest: GuestConfig,
+    /// Reservation, bytes.
+    pub reservation: u64,
+    /// Limit, bytes.
+    pub limit: u64,
+    /// Shares.
+    pub shares: u64,
+    /// Overhead memory, bytes.
+    pub overhead: u64,
+    /// Guest OS profile.
+    pub os: String,
+    /// Datastore index.
+    pub datastore: usize,
+}
+
+/// What the summary's report table shows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReportSpec {
+    /// Rates are computed over `[start, end)`; `None` end means the end of the run.
+    pub window_ns: (u64, Option<u64>),
+    /// Columns: `<counter>/s` (rate over the window), `<phase>_s` (a workload phase's duration),
+    /// `runtime_s`, or a counter's final value.
+    pub columns: Vec<String>,
+}
+
+/// A fully specified run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// Name.
+    pub name: String,
+    /// Variant name, if the scenario has variants.
+    pub variant: Option<String>,
+    /// Free text.
+    pub description: String,
+    /// Seed of every random stream.
+    pub seed: u64,
+    /// Fixed length; `None` runs until every finite workload has finished.
+    pub duration_ns: Option<u64>,
+    /// Host.
+    pub host: HostSpec,
+    /// CPU costs (shared by all guests).
+    pub costs: Costs,
+    /// Datastores.
+    pub datastores: Vec<DatastoreSpec>,
+    /// VMs, in power-on order.
+    pub vms: Vec<VmSpec>,
+    /// Report.
+    pub report: ReportSpec,
+}
+
+impl Scenario {
+    /// Name with the variant, as used for run folders.
+    pub fn full_name(&self) -> String {
+        match &self.variant {
+            Some(v) => format!("{}/{v}", self.name),
+            None => self.name.clone(),
+        }
+    }
+}
+
+/// Default sampling interval: vCenter's real-time statistics interval, 20 s (DESIGN.md 3).
+const DEFAULT_SAMPLE_NS: u64 = 20_000_000_000;
+/// Default lookahead: 1 ms, below a scheduler slice (2.25 ms for 4 CPUs) and far below the
+/// seconds over which reclaim ages pages.
+const DEFAULT_LOOKAHEAD_NS: u64 = 1_000_000;
+/// dd's customary block size (bs=1M).
+const DEFAULT_BLOCK: u64 = 1 << 20;
+
+struct Ctx<'s, 'a> {
+    src: &'s Source<'a>,
+}
+
+impl Ctx<'_, '_> {
+    fn err<T>(&self, span: std::ops::Range<usize>, field: &str, m: impl Into<String>) -> Result<T, ScenarioError> {
+        Err(self.src.error(Some(span), field, m))
+    }
+
+    fn with<T>(&self, q: &Spanned<Qty>, field: &str, f: fn(&str) -> Result<T, String>) -> Result<T, ScenarioError> {
+        f(&q.get_ref().0).map_err(|m| self.src.error(Some(q.span()), field, m))
+    }
+
+    fn bytes(&self, q: &Spanned<Qty>, field: &str) -> Result<u64, ScenarioError> {
+        self.with(q, field, units::parse_bytes)
+    }
+
+    fn ns(&self, q: &Spanned<Qty>, field: &str) -> Result<u64, ScenarioError> {
+        self.with(q, field, units::parse_duration_ns)
+    }
+
+    fn opt_bytes(&self, q: &Option<Spanned<Qty>>, field: &str, default: u64) -> Result<u64, ScenarioError> {
+        q.as_ref().map_or(Ok(default), |q| self.bytes(q, field))
+    }
+
+    fn opt_ns(&self, q: &Option<Spanned<Qty>>, field: &str, default: u64) -> Result<u64, ScenarioError> {
+        q.as_ref().map_or(Ok(default), |q| self.ns(q, field))
+    }
+
+    fn int(&self, v: &Option<Spanned<i64>>, field: &str, default: u64, min: u64, max: u64) -> Result<u64, ScenarioError> {
+        let Some(v) = v else { return Ok(default) };
+        let x = *v.get_ref();
+        if x < min as i64 || x as u64 > max {
+            return self.err(v.span(), field, format!("{x} is out of range {min}..={max}"));
+        }
+        Ok(x as u64)
+    }
+
+    fn choice<'v>(&self, v: &'v Option<Spanned<String>>, field: &str, default: &'v str, allowed: &[&str]) -> Result<&'v str, ScenarioError> {
+        let Some(v) = v else { return Ok(default) };
+        let s = v.get_ref().as_str();
+        if !allowed.contains(&s) {
+            return self.err(v.span(), field, format!("'{s}' is not one of: {}", allowed.join(", ")));
+        }
+        Ok(s)
+    }
+}
+
+/// Pages in `bytes`, refusing sizes that do not fit a 32-bit page number.
+fn page_count(c: &Ctx, q: &Spanned<Qty>, field: &str, bytes: u64) -> Result<u32, ScenarioError> {
+    let p = units::pages(bytes);
+    if p > (1 << 30) - 1 {
+        return c.err(q.span(), field, format!("{} is too large (at most 4 TiB)", units::fmt_bytes(bytes)));
+    }
+    Ok(p as u32)
+}
+
+/// Resolves a parsed file.
+pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, ScenarioError> {
+    let c = Ctx { src };
+    let name = raw.name.get_ref().trim().to_string();
+    if name.is_empty() || name.contains(['/', '\\']) {
+        return c.err(raw.name.span(), "name", "must be a non-empty name without slashes");
+    }
+    let seed = c.int(&raw.seed, "seed", 1, 0, i64::MAX as u64)?;
+    let duration_ns = raw.duration.as_ref().map(|d| c.ns(d, "duration")).transpose()?;
+    if duration_ns == Some(0) {
+        return c.err(raw.duration.as_ref().unwrap().span(), "duration", "must be longer than zero");
+    }
+
+    let h = raw.host.get_ref();
+    let host = HostSpec {
+        memory: c.bytes(&h.memory, "host.memory")?,
+        policy: c.choice(&h.policy, "host.policy", "static", POLICY_NAMES)?.to_string(),
+        sample_interval_ns: c.opt_ns(&h.sample_interval, "host.sample_interval", DEFAULT_SAMPLE_NS)?,
+        lookahead_ns: c.opt_ns(&h.lookahead, "host.lookahead", DEFAULT_LOOKAHEAD_NS)?,
+    };
+    if host.memory < PAGE_SIZE {
+        return c.err(h.memory.span(), "host.memory", "must be at least one page (4KiB)");
+    }
+    if host.sample_interval_ns == 0 {
+        return c.err(h.sample_interval.as_ref().unwrap().span(), "host.sample_interval", "must be longer than zero");
+    }
+
+    let mut costs = Costs::default();
+    if let Some(rc) = &raw.costs {
+        costs.dram_access_ns = c.opt_ns(&rc.dram_access, "costs.dram_access", costs.dram_access_ns)?;
+        costs.minor_fault_ns = c.opt_ns(&rc.minor_fault, "costs.minor_fault", costs.minor_fault_ns)?;
+        costs.host_back_ns = c.opt_ns(&rc.host_back, "costs.host_back", costs.host_back_ns)?;
+        costs.page_copy_ns = c.opt_ns(&rc.page_copy, "costs.page_copy", costs.page_copy_ns)?;
+    }
+
+    let mut datastores: Vec<DatastoreSpec> = Vec::new();
+    for ds in &raw.datastore {
+        let d = ds.get_ref();
+        let dname = d.name.get_ref().clone();
+        if datastores.iter().any(|x| x.name == dname) {
+            return c.err(d.name.span(), "datastore.name", format!("two datastores are named '{dname}'"));
+        }
+        let kind = DeviceKind::parse(d.device.get_ref()).ok_or_else(|| {
+            src.error(Some(d.device.span()), "datastore.device", format!("'{}' is not one of: {}", d.device.get_ref(), DeviceKind::NAMES.join(", ")))
+        })?;
+        let mut dev = kind.defaults();
+        dev.latency_ns = c.opt_ns(&d.latency, "datastore.latency", dev.latency_ns)?;
+        dev.seek_ns = c.opt_ns(&d.seek, "datastore.seek", dev.seek_ns)?;
+        if let Some(bw) = &d.bandwidth {
+            dev.bandwidth = c.with(bw, "datastore.bandwidth", units::parse_rate)?;
+        }
+        dev.queue_depth = c.int(&d.queue_depth, "datastore.queue_depth", dev.queue_depth as u64, 1, 65_536)? as u32;
+        datastores.push(DatastoreSpec { name: dname, device: dev });
+    }
+
+    let mut vms: Vec<VmSpec> = Vec::new();
+    for v in &raw.vm {
+        for spec in resolve_vm(&c, v.get_ref(), &datastores, &costs)? {
+            if vms.iter().any(|x| x.guest.name == spec.guest.name) {
+                return c.err(v.get_ref().name.span(), "vm.name", format!("two VMs are named '{}'", spec.guest.name));
+            }
+            vms.push(spec);
+        }
+    }
+    if vms.is_empty() {
+        return c.err(raw.name.span(), "vm", "the scenario has no [[vm]]");
+    }
+    let finite = vms.iter().flat_map(|v| &v.guest.workloads).any(|w| w.spec.is_finite());
+    if duration_ns.is_none() && !finite {
+        return c.err(
+            raw.name.span(),
+            "duration",
+            "no duration is set and no workload finishes on its own (stress without passes, idle); set duration = \"...\"",
+        );
+    }
+
+    let report = resolve_report(&c, &raw)?;
+    Ok(Scenario {
+        name,
+        variant: None,
+        description: raw.description.clone().unwrap_or_default(),
+        seed,
+        duration_ns,
+        host,
+        costs,
+        datastores,
+        vms,
+        report,
+    })
+}
+
+fn resolve_report(c: &Ctx, raw: &RawScenario) -> Result<ReportSpec, ScenarioError> {
+    let mut window_ns = (0, None);
+    let mut columns = vec!["runtime_s".to_string(), "pgmajfault/s".into(), "pswpin_pages/s".into(), "pswpout_pages/s".into()];
+    if let Some(r) = &raw.report {
+        if let Some(w) = &r.window {
+            let ws = w.get_ref();
+            if ws.len() != 2 {
+                return c.err(w.span(), "report.window", "must be [start, end], e.g. [\"0s\", \"150s\"]");
+            }
+            let parse = |q: &Qty| units::parse_duration_ns(&q.0).map_err(|m| c.src.error(Some(w.span()), "report.window", m));
+            let (a, b) = (parse(&ws[0])?, parse(&ws[1])?);
+            if b <= a {
+                return c.err(w.span(), "report.window", "the end must come after the start");
+            }
+            window_ns = (a, Some(b));
+        }
+        if let Some(cols) = &r.columns {
+            for col in cols.get_ref() {
+                if !report_column_known(col) {
+                    return c.err(
+                        cols.span(),
+                        "report.columns",
+                        format!(
+                            "unknown column '{col}': use a counter (e.g. pgpgin_KiB), a rate (pgpgin_KiB/s), \
+                             a phase duration (write_s, read_s) or runtime_s"
+                        ),
+                    );
+                }
+            }
+            columns = cols.get_ref().clone();
+        }
+    }
+    Ok(ReportSpec { window_ns, columns })
+}
+
+/// Whether a report column names something the summary provides.
+pub fn report_column_known(col: &str) -> bool {
+    let counter = |n: &str| crate::metrics::columns().contains(&n);
+    if let Some(base) = col.strip_suffix("/s") {
+        return counter(base);
+    }
+    if col == "runtime_s" || matches!(col, "write_s" | "read_s") {
+        return true;
+    }
+    counter(col)
+}
+
+fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs) -> Result<Vec<VmSpec>, ScenarioError> {
+    let base_name = v.name.get_ref().trim().to_string();
+    if base_name.is_empty() || base_name.contains(['/', '\\', '.']) {
+        return c.err(v.name.span(), "vm.name", "must be a non-empty name without '/', '\\' or '.'");
+    }
+    let f = |field: &str| format!("vm.{base_name}.{field}");
+    let count = c.int(&v.count, &f("count"), 1, 1, 100_000)?;
+    let memory = c.bytes(&v.memory, &f("memory"))?;
+    let memory_pages = page_count(c, &v.memory, &f("memory"), memory)?;
+    if memory_pages < 16 {
+        return c.err(v.memory.span(), &f("memory"), "must be at least 64KiB");
+    }
+    let memory = memory_pages as u64 * PAGE_SIZE;
+    let vcpus = c.int(&v.vcpus, &f("vcpus"), 1, 1, 1024)? as u32;
+    let reservation = c.opt_bytes(&v.reservation, &f("reservation"), 0)?;
+    if reservation > memory {
+        return c.err(
+            v.reservation.as_ref().unwrap().span(),
+            &f("reservation"),
+            format!("{} is above the VM's memory {}; a reservation can be at most the memory", units::fmt_bytes(reservation), units::fmt_bytes(memory)),
+        );
+    }
+    let limit = c.opt_bytes(&v.limit, &f("limit"), memory)?;
+    if limit < memory {
+        return c.err(
+            v.limit.as_ref().unwrap().span(),
+            &f("limit"),
+            "a limit below the VM's memory needs host reclaim (balloon or host swap), which memvisor does not have yet",
+        );
+    }
+    // ESX "normal" shares: 10 per MB of configured memory.
+    let shares = c.int(&v.shares, &f("shares"), 10 * (memory >> 20), 1, u32::MAX as u64)?;
+    // KubeVirt's published estimate of per-VM overhead: 0.2 % of guest memory + 218 MiB
+    // (virt-launcher, QEMU) + 8 MiB per vCPU.
+    let overhead = c.opt_bytes(&v.overhead, &f("overhead"), memory / 500 + (218 << 20) + 8 * (1 << 20) * vcpus as u64)?;
+    let os = c.choice(&v.os, &f("os"), "linux", &["linux"])?.to_string();
+    let ds_name = v.datastore.get_ref();
+    let datastore = datastores.iter().position(|d| &d.name == ds_name).ok_or_else(|| {
+        let names: Vec<&str> = datastores.iter().map(|d| d.name.as_str()).collect();
+        c.src.error(Some(v.datastore.span()), &f("datastore"), format!("no datastore named '{ds_name}' (have: {})", names.join(", ")))
+    })?;
+    // Installers' classic rule: swap as large as memory.
+    let swap = c.opt_bytes(&v.swap, &f("swap"), memory)?;
+    let swap_pages = match &v.swap {
+        Some(q) => page_count(c, q, &f("swap"), swap)?,
+        None => memory_pages,
+    };
+    let replacement = Replacement::parse(c.choice(&v.replacement, &f("replacement"), "linux", Replacement::NAMES)?).expect("checked");
+    let reserved = c.opt_bytes(&v.kernel_reserved, &f("kernel_reserved"), GuestConfig::linux_reserved_bytes(memory))?;
+    let reserved_pages = units::pages(reserved) as u32;
+    if reserved_pages + 8 > memory_pages {
+        let span = v.kernel_reserved.as_ref().map_or(v.memory.span(), |q| q.span());
+        return c.err(span, &f("kernel_reserved"), format!("the kernel's {} leaves no memory in a {} guest", units::fmt_bytes(reserved), units::fmt_bytes(memory)));
+    }
+    let mut sysctl = Sysctl::default();
+    if let Some(map) = &v.sysctl {
+        for (k, val) in map {
+            let x = *val.get_ref();
+            if x < 0 {
+                return c.err(val.span(), &f(&format!("sysctl.{}", k.get_ref())), format!("{x} is negative"));
+            }
+            sysctl.set(k.get_ref(), x as u64).map_err(|m| c.src.error(Some(k.span()), &f("sysctl"), m))?;
+        }
+    }
+    let mut workloads = Vec::new();
+    if let Some(ws) = &v.workload {
+        for w in &ws.0 {
+            workloads.push(resolve_workload(c, w, &base_name)?);
+        }
+    }
+    let names: Vec<String> = if count == 1 { vec![base_name.clone()] } else { (1..=count).map(|i| format!("{base_name}-{i}")).collect() };
+    Ok(names
+        .into_iter()
+        .map(|name| VmSpec {
+            guest: GuestConfig {
+                name,
+                memory_pages,
+                reserved_pages,
+                swap_pages,
+                vcpus,
+                replacement,
+                sysctl: sysctl.clone(),
+                costs: costs.clone(),
+                sched_slice_ns: GuestConfig::default_sched_slice_ns(vcpus),
+                workloads: workloads.clone(),
+            },
+            reservation,
+            limit,
+            shares,
+            overhead,
+            os: os.clone(),
+            datastore,
+        })
+        .collect())
+}
+
+fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<WorkloadEntry, ScenarioError> {
+    let r = w.get_ref();
+    let kind = r.kind.get_ref().as_str();
+    let f = |field: &str| format!("vm.{vm}.workload.{kind}.{field}");
+    let allowed: &[&str] = match kind {
+        "stress" => &["instances", "pages", "passes"],
+        "file-io" => &["size", "block", "fsync", "read"],
+        "idle" => &["footprint", "active", "period"],
+        _ => {
+            return c.err(r.kind.span(), &format!("vm.{vm}.workload.kind"), format!("'{kind}' is not one of: {}", WorkloadSpec::KINDS.join(", ")));
+        }
+    };
+    let present: [(&str, Option<std::ops::Range<usize>>); 10] = [
+        ("instances", r.instances.as_ref().map(|x| x.span())),
+        ("pages", r.pages.as_ref().map(|x| x.span())),
+        ("passes", r.passes.as_ref().map(|x| x.span())),
+        ("size", r.size.as_ref().map(|x| x.span())),
+        ("block", r.block.as_ref().map(|x| x.span())),
+        ("fsync", r.fsync.as_ref().map(|x| x.span())),
+        ("read", r.read.as_ref().map(|x| x.span())),
+        ("footprint", r.footprint.as_ref().map(|x| x.span())),
+        ("active", r.active.as_ref().map(|x| x.span())),
+        ("period", r.period.as_ref().map(|x| x.span())),
+    ];
+    for (field, span) in present {
+        if let Some(span) = span
+            && !allowed.contains(&field) {
+                return c.err(span, &f(field), format!("a '{kind}' workload has no field '{field}' (its fields: name, start, {})", allowed.join(", ")));
+            }
+    }
+    let pages_of = |q: &Spanned<Qty>, field: &str| -> Result<u32, ScenarioError> {
+        let b = c.bytes(q, &f(field))?;
+        page_count(c, q, &f(field), b)
+    };
+    let spec = match kind {
+        "stress" => {
+            let passes = r.passes.as_ref().map(|_| c.int(&r.passes, &f("passes"), 1, 1, u32::MAX as u64)).transpose()?;
+            WorkloadSpec::Stress(Stress::new(
+                c.int(&r.instances, &f("instances"), 1, 1, 10_000)? as u32,
+                c.int(&r.pages, &f("pages"), Stress::SEED_PAGES as u64, 1, (1 << 30) - 1)? as u32,
+                passes,
+            ))
+        }
+        "file-io" => {
+            let size = r.size.as_ref().ok_or_else(|| c.src.error(Some(w.span()), &f("size"), "a file-io workload needs a size, e.g. size = \"1GiB\""))?;
+            let pages = pages_of(size, "size")?;
+            let block = match &r.block {
+                Some(b) => pages_of(b, "block")?,
+                None => (DEFAULT_BLOCK / PAGE_SIZE) as u32,
+            };
+            if pages == 0 || block == 0 {
+                return c.err(w.span(), &f("size"), "size and block must be at least one page");
+            }
+            WorkloadSpec::FileIo(FileIo::new(
+                pages,
+                block,
+                r.fsync.as_ref().is_none_or(|b| *b.get_ref()),
+                r.read.as_ref().is_some_and(|b| *b.get_ref()),
+            ))
+        }
+        _ => {
+            let fp = r.footprint.as_ref().ok_or_else(|| c.src.error(Some(w.span()), &f("footprint"), "an idle workload needs a footprint, e.g. footprint = \"256MiB\""))?;
+            let footprint = pages_of(fp, "footprint")?;
+            let active = match &r.active {
+                Some(a) => pages_of(a, "active")?,
+                None => 0,
+            };
+            let period = c.opt_ns(&r.period, &f("period"), 0)?;
+            if active > 0 && period == 0 {
+                return c.err(w.span(), &f("period"), "an idle workload with an active set needs a period (longer than zero)");
+            }
+            WorkloadSpec::Idle(Idle::new(footprint, active, period))
+        }
+    };
+    Ok(WorkloadEntry {
+        name: r.name.as_ref().map_or_else(|| kind.to_string(), |n| n.get_ref().clone()),
+        start_ns: c.opt_ns(&r.start, &f("start"), 0)?,
+        spec,
+    })
+}

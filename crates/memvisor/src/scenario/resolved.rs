@@ -1,0 +1,139 @@
+//! The scenario as resolved, written back as TOML with every default filled in: a run folder's
+//! `scenario.toml`, which reproduces the run when loaded again.
+
+use toml::{Table, Value};
+
+use super::resolve::Scenario;
+use crate::guest::Watermarks;
+use crate::units::{PAGE_SIZE, fmt_bytes, fmt_duration, fmt_rate};
+use crate::workloads::WorkloadSpec;
+
+fn s(x: impl Into<String>) -> Value {
+    Value::String(x.into())
+}
+
+fn i(x: u64) -> Value {
+    Value::Integer(x as i64)
+}
+
+fn table(entries: Vec<(&str, Value)>) -> Value {
+    Value::Table(entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
+impl Scenario {
+    /// The resolved scenario as a TOML document.
+    pub fn to_toml(&self) -> String {
+        let mut doc = Table::new();
+        doc.insert("name".into(), s(&self.name));
+        if !self.description.is_empty() {
+            doc.insert("description".into(), s(&self.description));
+        }
+        doc.insert("seed".into(), i(self.seed));
+        if let Some(d) = self.duration_ns {
+            doc.insert("duration".into(), s(fmt_duration(d)));
+        }
+        doc.insert(
+            "host".into(),
+            table(vec![
+                ("memory", s(fmt_bytes(self.host.memory))),
+                ("policy", s(&self.host.policy)),
+                ("sample_interval", s(fmt_duration(self.host.sample_interval_ns))),
+                ("lookahead", s(fmt_duration(self.host.lookahead_ns))),
+            ]),
+        );
+        let c = &self.costs;
+        doc.insert(
+            "costs".into(),
+            table(vec![
+                ("dram_access", s(fmt_duration(c.dram_access_ns))),
+                ("minor_fault", s(fmt_duration(c.minor_fault_ns))),
+                ("host_back", s(fmt_duration(c.host_back_ns))),
+                ("page_copy", s(fmt_duration(c.page_copy_ns))),
+            ]),
+        );
+        let ds = self
+            .datastores
+            .iter()
+            .map(|d| {
+                table(vec![
+                    ("name", s(&d.name)),
+                    ("device", s(d.device.kind.name())),
+                    ("latency", s(fmt_duration(d.device.latency_ns))),
+                    ("bandwidth", s(fmt_rate(d.device.bandwidth))),
+                    ("queue_depth", i(d.device.queue_depth as u64)),
+                    ("seek", s(fmt_duration(d.device.seek_ns))),
+                ])
+            })
+            .collect();
+        doc.insert("datastore".into(), Value::Array(ds));
+        let vms = self
+            .vms
+            .iter()
+            .map(|v| {
+                let g = &v.guest;
+                let managed = (g.memory_pages - g.reserved_pages) as u64;
+                let sysctl: Table = g
+                    .sysctl
+                    .entries(Watermarks::default_min_free_kbytes(managed))
+                    .into_iter()
+                    .map(|(k, x)| (k.to_string(), i(x)))
+                    .collect();
+                let workloads = g
+                    .workloads
+                    .iter()
+                    .map(|w| {
+                        let mut e = vec![("kind", s(w.spec.kind())), ("name", s(&w.name)), ("start", s(fmt_duration(w.start_ns)))];
+                        match &w.spec {
+                            WorkloadSpec::Stress(st) => {
+                                e.push(("instances", i(st.instances as u64)));
+                                e.push(("pages", i(st.pages as u64)));
+                                if let Some(p) = st.passes {
+                                    e.push(("passes", i(p)));
+                                }
+                            }
+                            WorkloadSpec::FileIo(f) => {
+                                e.push(("size", s(fmt_bytes(f.pages as u64 * PAGE_SIZE))));
+                                e.push(("block", s(fmt_bytes(f.block_pages as u64 * PAGE_SIZE))));
+                                e.push(("fsync", Value::Boolean(f.fsync)));
+                                e.push(("read", Value::Boolean(f.read)));
+                            }
+                            WorkloadSpec::Idle(id) => {
+                                e.push(("footprint", s(fmt_bytes(id.footprint_pages as u64 * PAGE_SIZE))));
+                                e.push(("active", s(fmt_bytes(id.active_pages as u64 * PAGE_SIZE))));
+                                e.push(("period", s(fmt_duration(id.period_ns))));
+                            }
+                        }
+                        table(e)
+                    })
+                    .collect();
+                table(vec![
+                    ("name", s(&g.name)),
+                    ("memory", s(fmt_bytes(g.memory_pages as u64 * PAGE_SIZE))),
+                    ("vcpus", i(g.vcpus as u64)),
+                    ("reservation", s(fmt_bytes(v.reservation))),
+                    ("limit", s(fmt_bytes(v.limit))),
+                    ("shares", i(v.shares)),
+                    ("overhead", s(fmt_bytes(v.overhead))),
+                    ("os", s(&v.os)),
+                    ("datastore", s(&self.datastores[v.datastore].name)),
+                    ("swap", s(fmt_bytes(g.swap_pages as u64 * PAGE_SIZE))),
+                    ("replacement", s(g.replacement.name())),
+                    ("kernel_reserved", s(fmt_bytes(g.reserved_pages as u64 * PAGE_SIZE))),
+                    ("sysctl", Value::Table(sysctl)),
+                    ("workload", Value::Array(workloads)),
+                ])
+            })
+            .collect();
+        doc.insert("vm".into(), Value::Array(vms));
+        let mut report = vec![("columns", Value::Array(self.report.columns.iter().map(s).collect()))];
+        if let (a, Some(b)) = self.report.window_ns {
+            report.push(("window", Value::Array(vec![s(fmt_duration(a)), s(fmt_duration(b))])));
+        }
+        doc.insert("report".into(), table(report));
+        let header = match &self.variant {
+            Some(v) => format!("# {} as resolved for variant '{v}', every default filled in\n", self.name),
+            None => format!("# {} as resolved, every default filled in\n", self.name),
+        };
+        header + &toml::to_string(&doc).expect("a TOML table serializes")
+    }
+}

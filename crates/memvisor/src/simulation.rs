@@ -1,0 +1,381 @@
+//! The simulation engine: builds the simulated host from a scenario, then pops events in time order
+//! and hands each to its actor (a guest's vCPU, kswapd, flusher, I/O completion; the policy; the
+//! sampler) until the scenario's end. Same scenario, same seed: the same run, bit for bit.
+
+use serde_json::{Value, json};
+
+use crate::backend::{Backend, SimulatedHost};
+use crate::clock::{Event, EventQueue};
+use crate::devices::Datastore;
+use crate::guest::{Env, Guest, ProcState};
+use crate::host::{AdmissionVm, Host, VmResources, admit};
+use crate::metrics::{self, TimeSeries};
+use crate::policy::{self, Action, Policy};
+use crate::scenario::Scenario;
+use crate::units::{self, PAGE_SIZE};
+
+/// One logged policy decision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecisionRecord {
+    /// When, ns.
+    pub time_ns: u64,
+    /// Policy name.
+    pub policy: String,
+    /// VM name.
+    pub vm: String,
+    /// What was done.
+    pub action: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// Everything a finished run produced.
+pub struct RunResult {
+    /// The scenario as resolved.
+    pub scenario_toml: String,
+    /// Sampled counters.
+    pub series: TimeSeries,
+    /// Summary.
+    pub summary: Value,
+    /// Policy decisions with reasons.
+    pub decisions: Vec<DecisionRecord>,
+}
+
+/// A run in progress.
+pub struct Simulation {
+    scenario: Scenario,
+    world: SimulatedHost,
+    events: EventQueue,
+    policy: Box<dyn Policy>,
+    now: u64,
+    series: TimeSeries,
+    decisions: Vec<DecisionRecord>,
+    window: [Option<Vec<Vec<f64>>>; 2],
+    finished: Option<String>,
+}
+
+impl Simulation {
+    /// Powers on the scenario's host and VMs (admission control first) and schedules their start.
+    pub fn new(s: &Scenario) -> Result<Self, String> {
+        let adm: Vec<AdmissionVm> = s
+            .vms
+            .iter()
+            .map(|v| AdmissionVm { name: v.guest.name.clone(), reservation: v.reservation, overhead: v.overhead })
+            .collect();
+        admit(s.host.memory, &adm)?;
+        let frames = s.host.memory / PAGE_SIZE;
+        if frames > (u32::MAX - 2) as u64 {
+            return Err(format!("host memory {} is too large to simulate", units::fmt_bytes(s.host.memory)));
+        }
+        let mut host = Host::new(frames as u32);
+        let mut datastores: Vec<Datastore> = s.datastores.iter().map(|d| Datastore::new(d.name.clone(), d.device.clone())).collect();
+        let mut events = EventQueue::new();
+        let mut guests = Vec::new();
+        for (i, v) in s.vms.iter().enumerate() {
+            let res = VmResources { reservation: v.reservation, limit: v.limit, shares: v.shares, overhead: v.overhead };
+            host.add_vm(v.guest.name.clone(), v.guest.memory_pages, res);
+            let disk = datastores[v.datastore].add_disk(v.datastore as u32);
+            let mut env = Env { events: &mut events, datastores: &mut datastores, host: &mut host };
+            guests.push(Guest::boot(i as u32, v.guest.clone(), disk, &mut env)?);
+        }
+        if let Some(e) = host.fatal.take() {
+            return Err(e);
+        }
+        let policy = policy::by_name(&s.host.policy).ok_or_else(|| format!("unknown policy '{}'", s.host.policy))?;
+        events.push(0, Event::Sample);
+        events.push(0, Event::PolicyTick);
+        events.push(s.report.window_ns.0, Event::Window);
+        if let Some(end) = s.report.window_ns.1 {
+            events.push(end, Event::Window);
+        }
+        Ok(Self {
+            scenario: s.clone(),
+            world: SimulatedHost { host, guests, datastores },
+            events,
+            policy,
+            now: 0,
+            series: TimeSeries::default(),
+            decisions: Vec::new(),
+            window: [None, None],
+            finished: None,
+        })
+    }
+
+    /// Simulated time reached, ns.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Whether the run has ended.
+    pub fn is_finished(&self) -> bool {
+        self.finished.is_some()
+    }
+
+    /// The scenario's fixed length, if it has one.
+    pub fn duration_ns(&self) -> Option<u64> {
+        self.scenario.duration_ns
+    }
+
+    /// The simulated machine (for tests and inspection).
+    pub fn world(&self) -> &SimulatedHost {
+        &self.world
+    }
+
+    /// Runs until simulated time `until` (or the end). Returns whether the run has ended.
+    pub fn run_until(&mut self, until: u64) -> Result<bool, String> {
+        let lookahead = self.scenario.host.lookahead_ns;
+        let end = self.scenario.duration_ns.unwrap_or(u64::MAX);
+        while self.finished.is_none() {
+            let Some(t) = self.events.peek_time() else {
+                self.finish(self.now, "nothing left to simulate");
+                break;
+            };
+            if t >= end {
+                self.finish(end, "duration reached");
+                break;
+            }
+            if t > until {
+                break;
+            }
+            let (now, ev) = self.events.pop().expect("peeked");
+            self.now = self.now.max(now);
+            match ev {
+                Event::Sample => {
+                    self.series.sample(now, &self.world);
+                    self.events.push(now + self.scenario.host.sample_interval_ns, Event::Sample);
+                }
+                Event::PolicyTick => self.policy_tick(now)?,
+                Event::Window => {
+                    let k = if self.window[0].is_none() { 0 } else { 1 };
+                    self.window[k] = Some(self.snapshot());
+                }
+                Event::Vcpu { guest, .. }
+                | Event::IoDone { guest, .. }
+                | Event::Kswapd { guest }
+                | Event::Flusher { guest }
+                | Event::Wake { guest, .. } => {
+                    let next = self.events.peek_time().unwrap_or(u64::MAX);
+                    let limit = next.max(now + lookahead).min(end);
+                    let w = &mut self.world;
+                    let mut env = Env { events: &mut self.events, datastores: &mut w.datastores, host: &mut w.host };
+                    w.guests[guest as usize].handle(now, limit, ev, &mut env);
+                    if let Some(e) = self.world.host.fatal.take() {
+                        return Err(format!("at t={:.3}s: {e}", now as f64 / 1e9));
+                    }
+                    let g = &self.world.guests;
+                    if self.scenario.duration_ns.is_none() && g.iter().all(|g| g.finite_done()) {
+                        let t = g.iter().flat_map(|g| &g.procs).map(|p| p.stats.end_ns).max().unwrap_or(now);
+                        self.finish(t.max(now), "every finite workload finished");
+                    }
+                }
+            }
+        }
+        Ok(self.finished.is_some())
+    }
+
+    /// Runs to the end.
+    pub fn run(&mut self) -> Result<(), String> {
+        self.run_until(u64::MAX).map(|_| ())
+    }
+
+    fn finish(&mut self, t: u64, why: &str) {
+        self.now = t;
+        if self.series.time_s.last().copied() != Some(t as f64 / 1e9) {
+            self.series.sample(t, &self.world);
+        }
+        if self.window[0].is_none() {
+            self.window[0] = Some(self.snapshot());
+        }
+        if self.window[1].is_none() {
+            self.window[1] = Some(self.snapshot());
+        }
+        self.finished = Some(why.to_string());
+    }
+
+    fn snapshot(&self) -> Vec<Vec<f64>> {
+        self.world.guests.iter().zip(self.world.host.vms()).map(|(g, h)| metrics::row(g, h.granted)).collect()
+    }
+
+    fn policy_tick(&mut self, now: u64) -> Result<(), String> {
+        let view = self.world.observe(now);
+        for d in self.policy.decide(&view) {
+            self.world.apply(&d)?;
+            let action = match &d.action {
+                Action::SetGrantLimit { bytes } => format!("set grant limit {}", units::fmt_bytes(*bytes)),
+            };
+            self.decisions.push(DecisionRecord {
+                time_ns: now,
+                policy: self.policy.name().to_string(),
+                vm: view.vms[d.vm].name.clone(),
+                action,
+                reason: d.reason,
+            });
+        }
+        if let Some(p) = self.policy.period_ns() {
+            self.events.push(now + p, Event::PolicyTick);
+        }
+        Ok(())
+    }
+
+    /// Checks every guest's and the host's invariants.
+    pub fn check_invariants(&mut self) -> Result<(), String> {
+        let w = &mut self.world;
+        w.host.check()?;
+        let env = Env { events: &mut self.events, datastores: &mut w.datastores, host: &mut w.host };
+        for g in &w.guests {
+            g.check_invariants(&env)?;
+        }
+        Ok(())
+    }
+
+    /// The results of a finished run.
+    pub fn results(&self) -> RunResult {
+        RunResult {
+            scenario_toml: self.scenario.to_toml(),
+            series: self.series.clone(),
+            summary: self.summary(),
+            decisions: self.decisions.clone(),
+        }
+    }
+
+    fn summary(&self) -> Value {
+        let s = &self.scenario;
+        let cols = metrics::columns();
+        let (w0, w1) = (self.window[0].as_ref(), self.window[1].as_ref());
+        let wstart = s.report.window_ns.0;
+        let wend = s.report.window_ns.1.unwrap_or(self.now).min(self.now);
+        let span_s = (wend.saturating_sub(wstart)) as f64 / 1e9;
+        let vms: Vec<Value> = self
+            .world
+            .guests
+            .iter()
+            .zip(self.world.host.vms())
+            .enumerate()
+            .map(|(i, (g, h))| {
+                let fin = metrics::row(g, h.granted);
+                let counters: serde_json::Map<String, Value> = cols.iter().zip(&fin).map(|(c, v)| (c.to_string(), json!(v))).collect();
+                let rates: serde_json::Map<String, Value> = match (w0, w1) {
+                    (Some(a), Some(b)) if span_s > 0.0 => {
+                        cols.iter().enumerate().map(|(c, name)| (name.to_string(), json!((b[i][c] - a[i][c]) / span_s))).collect()
+                    }
+                    _ => serde_json::Map::new(),
+                };
+                let procs: Vec<Value> = g.procs.iter().map(|p| process_json(g, p)).collect();
+                let phases = phases(g);
+                let runtime = runtime(g);
+                let report: serde_json::Map<String, Value> = s
+                    .report
+                    .columns
+                    .iter()
+                    .map(|c| {
+                        let v = if let Some(base) = c.strip_suffix("/s") {
+                            rates.get(base).cloned().unwrap_or(Value::Null)
+                        } else if c == "runtime_s" {
+                            runtime.map_or(Value::Null, |r| json!(r))
+                        } else if let Some(ph) = c.strip_suffix("_s").and_then(|p| phases.get(p)) {
+                            ph.clone()
+                        } else {
+                            counters.get(c).cloned().unwrap_or(Value::Null)
+                        };
+                        (c.clone(), v)
+                    })
+                    .collect();
+                json!({
+                    "name": g.cfg.name,
+                    "report": report,
+                    "runtime_s": runtime,
+                    "phases_s": phases,
+                    "counters": counters,
+                    "rates_per_s": rates,
+                    "processes": procs,
+                    "log": g.log.iter().map(|(t, m)| json!({"time_s": *t as f64 / 1e9, "message": m})).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        let ds: Vec<Value> = self
+            .world
+            .datastores
+            .iter()
+            .map(|d| {
+                let st = d.device.stats();
+                json!({
+                    "name": d.name,
+                    "device": d.device.spec().kind.name(),
+                    "reads": st.reads,
+                    "writes": st.writes,
+                    "read_MiB": st.bytes_read as f64 / 1048576.0,
+                    "written_MiB": st.bytes_written as f64 / 1048576.0,
+                    "busy_s": st.busy_ns as f64 / 1e9,
+                    "queue_wait_s": st.queue_wait_ns as f64 / 1e9,
+                })
+            })
+            .collect();
+        json!({
+            "scenario": s.name,
+            "variant": s.variant,
+            "seed": s.seed,
+            "sim_time_s": self.now as f64 / 1e9,
+            "end_reason": self.finished,
+            "report_window_s": [wstart as f64 / 1e9, wend as f64 / 1e9],
+            "report_columns": s.report.columns,
+            "host": {
+                "memory_MiB": self.world.host.total_frames() as f64 * PAGE_SIZE as f64 / 1048576.0,
+                "free_MiB": self.world.host.free_frames() as f64 * PAGE_SIZE as f64 / 1048576.0,
+                "policy": s.host.policy,
+            },
+            "vms": vms,
+            "datastores": ds,
+            "decisions": self.decisions.len(),
+        })
+    }
+}
+
+fn process_json(g: &Guest, p: &crate::guest::Process) -> Value {
+    let st = &p.stats;
+    let state = match p.state {
+        ProcState::New => "not started",
+        ProcState::Exited => "exited",
+        ProcState::Killed => "killed",
+        _ => "running",
+    };
+    let marks: serde_json::Map<String, Value> = p.marks.iter().map(|(l, t)| (l.clone(), json!(*t as f64 / 1e9))).collect();
+    json!({
+        "name": p.name,
+        "workload": g.cfg.workloads[p.workload_index].name,
+        "state": state,
+        "start_s": st.start_ns as f64 / 1e9,
+        "end_s": if p.ended() { json!(st.end_ns as f64 / 1e9) } else { Value::Null },
+        "touches": st.touches,
+        "minflt": st.minflt,
+        "majflt": st.majflt,
+        "stall_s": st.stall_ns as f64 / 1e9,
+        "io_wait_s": st.io_wait_ns as f64 / 1e9,
+        "marks_s": marks,
+    })
+}
+
+/// Phase durations from "<phase>-start" / "<phase>-end" marks (first process that has both).
+fn phases(g: &Guest) -> serde_json::Map<String, Value> {
+    let mut out = serde_json::Map::new();
+    for p in &g.procs {
+        for (label, t0) in &p.marks {
+            let Some(phase) = label.strip_suffix("-start") else { continue };
+            let end = format!("{phase}-end");
+            if let Some((_, t1)) = p.marks.iter().find(|(l, _)| *l == end) {
+                out.entry(phase.to_string()).or_insert(json!((t1 - t0) as f64 / 1e9));
+            }
+        }
+    }
+    out
+}
+
+/// From the first start to the last end of the VM's finite workloads, seconds.
+fn runtime(g: &Guest) -> Option<f64> {
+    let finite: Vec<_> = g.procs.iter().filter(|p| g.cfg.workloads[p.workload_index].spec.is_finite()).collect();
+    if finite.is_empty() || finite.iter().any(|p| !p.ended()) {
+        return None;
+    }
+    let start = finite.iter().map(|p| p.stats.start_ns).min()?;
+    let end = finite.iter().map(|p| p.stats.end_ns).max()?;
+    Some((end - start) as f64 / 1e9)
+}

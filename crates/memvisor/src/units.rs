@@ -1,0 +1,200 @@
+//! Quantities with units, as scenario files write them: sizes ("2GiB"), durations ("8ms"),
+//! bandwidths ("2Gbit/s") and counts ("1e9").
+//!
+//! Hand-written rather than taken from a crate: no single crate parses all four kinds with the
+//! bit/byte and decimal/binary distinctions a storage-and-memory model needs, and the error
+//! messages here name what is allowed.
+
+/// Page size of every guest and of the host (x86-64 base pages).
+pub const PAGE_SIZE: u64 = 4096;
+
+const SIZE_UNITS: &[(&str, f64)] = &[
+    ("B", 1.0),
+    ("KiB", 1024.0),
+    ("MiB", 1048576.0),
+    ("GiB", 1073741824.0),
+    ("TiB", 1099511627776.0),
+    ("kB", 1e3),
+    ("KB", 1e3),
+    ("MB", 1e6),
+    ("GB", 1e9),
+    ("TB", 1e12),
+    ("pages", PAGE_SIZE as f64),
+];
+
+const TIME_UNITS: &[(&str, f64)] = &[
+    ("ns", 1.0),
+    ("us", 1e3),
+    ("µs", 1e3),
+    ("ms", 1e6),
+    ("s", 1e9),
+    ("min", 60e9),
+    ("h", 3600e9),
+];
+
+/// Bandwidth units, in bytes per second.
+const RATE_UNITS: &[(&str, f64)] = &[
+    ("B/s", 1.0),
+    ("KiB/s", 1024.0),
+    ("MiB/s", 1048576.0),
+    ("GiB/s", 1073741824.0),
+    ("kB/s", 1e3),
+    ("MB/s", 1e6),
+    ("GB/s", 1e9),
+    ("bit/s", 0.125),
+    ("kbit/s", 125.0),
+    ("Mbit/s", 125e3),
+    ("Gbit/s", 125e6),
+];
+
+fn allowed(units: &[(&str, f64)]) -> String {
+    units.iter().map(|(u, _)| *u).collect::<Vec<_>>().join(", ")
+}
+
+/// Splits "12.5 GiB" into (12.5, "GiB"); the number may use an exponent ("1e9").
+fn split(s: &str) -> Result<(f64, &str), String> {
+    let t = s.trim();
+    let end = t
+        .char_indices()
+        .find(|&(i, c)| {
+            !(c.is_ascii_digit()
+                || c == '.'
+                || c == '_'
+                || ((c == 'e' || c == 'E')
+                    && t[i + 1..].starts_with(|d: char| d.is_ascii_digit() || d == '-' || d == '+'))
+                || ((c == '-' || c == '+') && (i == 0 || t[..i].ends_with(['e', 'E']))))
+        })
+        .map(|(i, _)| i)
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(end);
+    if num.is_empty() {
+        return Err(format!("'{s}' does not start with a number"));
+    }
+    let v: f64 = num
+        .replace('_', "")
+        .parse()
+        .map_err(|_| format!("'{s}': '{num}' is not a number"))?;
+    if !v.is_finite() {
+        return Err(format!("'{s}' is not a finite number"));
+    }
+    if v < 0.0 {
+        return Err(format!("'{s}' is negative; it must be zero or more"));
+    }
+    Ok((v, unit.trim()))
+}
+
+fn parse_with(s: &str, units: &[(&str, f64)], what: &str, example: &str) -> Result<f64, String> {
+    let (v, unit) = split(s)?;
+    if unit.is_empty() {
+        return Err(format!(
+            "'{s}' has no unit; a {what} needs one, e.g. '{example}' (allowed units: {})",
+            allowed(units)
+        ));
+    }
+    units
+        .iter()
+        .find(|(u, _)| *u == unit)
+        .map(|(_, m)| v * m)
+        .ok_or_else(|| {
+            format!("'{s}': unknown {what} unit '{unit}' (allowed units: {})", allowed(units))
+        })
+}
+
+/// Parses a size into bytes ("2GiB", "512 MiB", "1e6 B", "61036 pages").
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let v = parse_with(s, SIZE_UNITS, "size", "2GiB")?;
+    if v.fract() != 0.0 {
+        return Err(format!("'{s}' is not a whole number of bytes"));
+    }
+    Ok(v as u64)
+}
+
+/// Parses a duration into nanoseconds ("8ms", "2.25ms", "30s", "30min").
+pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
+    let v = parse_with(s, TIME_UNITS, "duration", "30s")?;
+    Ok(v.round() as u64)
+}
+
+/// Parses a bandwidth into bytes per second ("2Gbit/s", "550MB/s").
+pub fn parse_rate(s: &str) -> Result<f64, String> {
+    let v = parse_with(s, RATE_UNITS, "bandwidth", "550MB/s")?;
+    if v == 0.0 {
+        return Err(format!("'{s}': a bandwidth must be greater than zero"));
+    }
+    Ok(v)
+}
+
+/// Parses a plain count, allowing exponents and an optional trailing word ("1e9", "1e9 touches").
+pub fn parse_count(s: &str) -> Result<u64, String> {
+    let (v, _word) = split(s)?;
+    if v.fract() != 0.0 || v > u64::MAX as f64 {
+        return Err(format!("'{s}' is not a whole number"));
+    }
+    Ok(v as u64)
+}
+
+/// Formats bytes in the largest binary unit that divides them exactly.
+pub fn fmt_bytes(b: u64) -> String {
+    for (u, m) in [("TiB", 1u64 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if b >= m && b.is_multiple_of(m) {
+            return format!("{}{u}", b / m);
+        }
+    }
+    format!("{b}B")
+}
+
+/// Formats nanoseconds in the largest unit that divides them exactly.
+pub fn fmt_duration(ns: u64) -> String {
+    for (u, m) in [("h", 3_600_000_000_000u64), ("min", 60_000_000_000), ("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)] {
+        if ns >= m && ns.is_multiple_of(m) {
+            return format!("{}{u}", ns / m);
+        }
+    }
+    format!("{ns}ns")
+}
+
+/// Formats a bandwidth in bytes per second.
+pub fn fmt_rate(bps: f64) -> String {
+    if bps.fract() == 0.0 { format!("{}B/s", bps as u64) } else { format!("{bps}B/s") }
+}
+
+/// Pages needed to hold `bytes` (rounded up).
+pub fn pages(bytes: u64) -> u64 {
+    bytes.div_ceil(PAGE_SIZE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("2GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_bytes("1.5 KiB").unwrap(), 1536);
+        assert_eq!(parse_bytes("1e6B").unwrap(), 1_000_000);
+        assert_eq!(parse_bytes("61036 pages").unwrap(), 61036 * 4096);
+        assert!(parse_bytes("2048").unwrap_err().contains("no unit"));
+        assert!(parse_bytes("-1GiB").unwrap_err().contains("negative"));
+        assert!(parse_bytes("2GB/s").unwrap_err().contains("unknown size unit"));
+        assert!(parse_bytes("GiB").is_err());
+    }
+
+    #[test]
+    fn durations_and_rates() {
+        assert_eq!(parse_duration_ns("2.25ms").unwrap(), 2_250_000);
+        assert_eq!(parse_duration_ns("30min").unwrap(), 1_800_000_000_000);
+        assert_eq!(parse_rate("2Gbit/s").unwrap(), 250e6);
+        assert!(parse_rate("0MB/s").is_err());
+        assert_eq!(parse_count("1e9 touches").unwrap(), 1_000_000_000);
+    }
+
+    #[test]
+    fn formatting_round_trips() {
+        for b in [4096u64, 2 << 30, 1536, 7] {
+            assert_eq!(parse_bytes(&fmt_bytes(b)).unwrap(), b);
+        }
+        for ns in [8_000_000u64, 150_000_000_000, 2_250_000, 5] {
+            assert_eq!(parse_duration_ns(&fmt_duration(ns)).unwrap(), ns);
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! Workloads: each yields a stream of operations (touch pages, map memory, read and write files,
+//! compute, sleep) with a fixed amount of work, so a run's runtime measures its performance.
+//!
+//! A workload is pure: it never sees simulator state, only the order of its own operations, so the
+//! same workload could drive a real process.
+
+mod fileio;
+mod idle;
+mod stress;
+
+pub use fileio::FileIo;
+pub use idle::Idle;
+pub use stress::Stress;
+
+/// One operation of a workload. Operations carry their own progress: the simulator advances the
+/// fields in place (`first`, `count`, `ns`) as work is done, so an interrupted operation resumes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// Create an anonymous region of `pages` untouched pages; regions are numbered 0, 1, ... in order.
+    Map {
+        /// Size in pages.
+        pages: u32,
+    },
+    /// Release a region, its pages and its swap slots.
+    Unmap {
+        /// Region number.
+        region: u32,
+    },
+    /// Visit `count` pages of a region in address order starting at page `first`, wrapping at the
+    /// region's end, with `refs` references per visit (`u64::MAX` visits: forever).
+    Touch {
+        /// Region number.
+        region: u32,
+        /// Page within the region where the sweep stands.
+        first: u32,
+        /// Page visits still to do.
+        count: u64,
+        /// Memory references per visit.
+        refs: u32,
+        /// Whether the references store.
+        write: bool,
+    },
+    /// Create an empty file of `pages` pages on the guest's file system; files are numbered 0, 1, ...
+    CreateFile {
+        /// Size in pages.
+        pages: u32,
+    },
+    /// `write()` `count` whole pages starting at page `first` of a file, through the page cache.
+    Write {
+        /// File number.
+        file: u32,
+        /// First page.
+        first: u32,
+        /// Pages still to write.
+        count: u32,
+    },
+    /// `read()` pages of a file through the page cache.
+    Read {
+        /// File number.
+        file: u32,
+        /// First page.
+        first: u32,
+        /// Pages still to read.
+        count: u32,
+    },
+    /// `fsync()`: write the file's dirty pages and wait for them.
+    Fsync {
+        /// File number.
+        file: u32,
+    },
+    /// Use the CPU for a while without touching memory the simulator tracks.
+    Compute {
+        /// Time still to compute.
+        ns: u64,
+    },
+    /// Sleep without using the CPU.
+    Sleep {
+        /// Time to sleep.
+        ns: u64,
+    },
+    /// Record the current time under a label (phase boundaries for the summary).
+    Mark {
+        /// Label.
+        label: String,
+    },
+    /// End of the workload.
+    Exit,
+}
+
+/// A source of operations.
+pub trait Workload: Send {
+    /// The next operation; called when the previous one has completed. After `Op::Exit` it is not
+    /// called again.
+    fn next_op(&mut self) -> Op;
+}
+
+/// A workload as a scenario configures it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum WorkloadSpec {
+    /// Seed 003's paging stress program.
+    Stress(Stress),
+    /// Sequential file write (and optional read back) through the page cache.
+    FileIo(FileIo),
+    /// A quiet, booted system touching a small set now and then.
+    Idle(Idle),
+}
+
+/// A configured workload with its place in time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkloadEntry {
+    /// Name used in the summary (defaults to the kind).
+    pub name: String,
+    /// When its processes start.
+    pub start_ns: u64,
+    /// What it does.
+    pub spec: WorkloadSpec,
+}
+
+impl WorkloadSpec {
+    /// Kind names as written in scenario files.
+    pub const KINDS: &'static [&'static str] = &["stress", "file-io", "idle"];
+
+    /// The kind name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Stress(_) => "stress",
+            Self::FileIo(_) => "file-io",
+            Self::Idle(_) => "idle",
+        }
+    }
+
+    /// The processes this workload runs, each with its operation source.
+    pub fn processes(&self) -> Vec<Box<dyn Workload>> {
+        match self {
+            Self::Stress(s) => (0..s.instances).map(|_| Box::new(s.clone()) as Box<dyn Workload>).collect(),
+            Self::FileIo(f) => vec![Box::new(f.clone())],
+            Self::Idle(i) => vec![Box::new(i.clone())],
+        }
+    }
+
+    /// How many processes `processes` returns.
+    pub fn processes_len(&self) -> usize {
+        match self {
+            Self::Stress(s) => s.instances as usize,
+            Self::FileIo(_) | Self::Idle(_) => 1,
+        }
+    }
+
+    /// Whether the workload finishes on its own.
+    pub fn is_finite(&self) -> bool {
+        match self {
+            Self::Stress(s) => s.passes.is_some(),
+            Self::FileIo(_) => true,
+            Self::Idle(_) => false,
+        }
+    }
+}
