@@ -153,9 +153,18 @@ pub fn fmt_duration(ns: u64) -> String {
     format!("{ns}ns")
 }
 
-/// Formats a bandwidth in bytes per second.
+/// Formats a bandwidth in bytes per second, in the largest decimal unit that divides it exactly.
 pub fn fmt_rate(bps: f64) -> String {
-    if bps.fract() == 0.0 { format!("{}B/s", bps as u64) } else { format!("{bps}B/s") }
+    if bps.fract() != 0.0 {
+        return format!("{bps}B/s");
+    }
+    let b = bps as u64;
+    for (u, m) in [("GB/s", 1_000_000_000u64), ("MB/s", 1_000_000), ("kB/s", 1_000)] {
+        if b >= m && b.is_multiple_of(m) {
+            return format!("{}{u}", b / m);
+        }
+    }
+    format!("{b}B/s")
 }
 
 /// Pages needed to hold `bytes` (rounded up).

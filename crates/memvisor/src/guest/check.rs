@@ -3,7 +3,7 @@
 //! the counters agree with the pages.
 
 use super::lru::{LruList, NR_LISTS};
-use super::page::{NONE, PG_DIRTY, PG_MAPPED, PG_WRITEBACK, PageKind};
+use super::page::{NONE, PG_DIRTY, PG_MAPPED, PG_RECLAIM, PG_WRITEBACK, PageKind};
 use super::process::{PTE_MASK, PTE_PRESENT, PTE_SWAP};
 use super::{Env, Guest, Replacement, Vm};
 
@@ -36,6 +36,12 @@ impl Guest {
             if len != self.lru.len(l) {
                 return err(format!("{l:?} has {len} pages but counts {}", self.lru.len(l)));
             }
+        }
+        let reclaim_wb = (0..n as u32)
+            .filter(|&p| self.pages.kind[p as usize] == PageKind::Anon && self.pages.has(p, PG_WRITEBACK) && self.pages.has(p, PG_RECLAIM))
+            .count() as u64;
+        if reclaim_wb != self.nr_reclaim_wb {
+            return err(format!("{reclaim_wb} anonymous pages under reclaim writeback but counted {}", self.nr_reclaim_wb));
         }
         let mut counts = [0u64; 5];
         let (mut dirty_file, mut wb_file) = (0u64, 0u64);
@@ -108,6 +114,12 @@ impl Guest {
         }
         if dirty_file != self.nr_dirty {
             return err(format!("{dirty_file} dirty file pages but nr_dirty = {}", self.nr_dirty));
+        }
+        // A dirty page is written before it is dropped: every page ever dirtied was written back
+        // or is still dirty in the cache.
+        let (dirtied, written) = (self.vmstat.get(Vm::NrDirtied), self.vmstat.get(Vm::NrWritten));
+        if dirtied != written + self.nr_dirty {
+            return err(format!("{dirtied} pages dirtied but {written} written and {} still dirty", self.nr_dirty));
         }
         if wb_file != self.nr_writeback_file {
             return err(format!("{wb_file} file pages under writeback but counted {}", self.nr_writeback_file));

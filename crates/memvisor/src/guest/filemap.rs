@@ -126,6 +126,7 @@ impl Guest {
             if !self.pages.has(p, PG_DIRTY) {
                 self.pages.set(p, PG_DIRTY);
                 self.nr_dirty += 1;
+                self.vmstat.inc(Vm::NrDirtied);
                 let f = &mut self.files[file as usize];
                 f.nr_dirty += 1;
                 f.dirtied_when.get_or_insert(*now);

@@ -6,6 +6,9 @@
 //! Scanning takes no simulated CPU time here: kswapd's cost that matters is the I/O it issues.
 
 use super::page_alloc::SWAP_CLUSTER_MAX;
+
+/// MAX_RECLAIM_RETRIES: fruitless reclaim passes before giving up (mm/internal.h).
+const MAX_RECLAIM_RETRIES: u32 = 16;
 use super::vmscan::{DEF_PRIORITY, ScanControl};
 use super::{Env, Guest, Vm};
 use crate::clock::Event;
@@ -42,15 +45,21 @@ impl Guest {
         if self.kswapd != Kswapd::Scheduled {
             return;
         }
-        let mut sc = ScanControl::new(self.wmark.high.max(SWAP_CLUSTER_MAX), true);
-        for prio in (1..=DEF_PRIORITY).rev() {
-            if self.kswapd_balanced() {
-                break;
+        // balance_pgdat, repeated while it makes progress: a pass that only cleared accessed bits
+        // has prepared the next one. After MAX_RECLAIM_RETRIES fruitless passes kswapd gives up.
+        let mut failures = 0;
+        while !self.kswapd_balanced() && failures < MAX_RECLAIM_RETRIES {
+            let mut sc = ScanControl::new(self.wmark.high.max(SWAP_CLUSTER_MAX), true);
+            for prio in (1..=DEF_PRIORITY).rev() {
+                if self.kswapd_balanced() {
+                    break;
+                }
+                sc.priority = prio;
+                self.shrink_node(&mut sc);
             }
-            sc.priority = prio;
-            self.shrink_node(&mut sc);
+            self.finish_reclaim(&mut sc, now, env);
+            failures = if sc.progress() == 0 { failures + 1 } else { 0 };
         }
-        self.finish_reclaim(&mut sc, now, env);
         self.kswapd = if self.pages.nr_free() >= self.wmark.high {
             Kswapd::Sleeping
         } else if self.bios.in_flight() > 0 {

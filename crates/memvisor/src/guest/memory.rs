@@ -3,7 +3,7 @@
 //! read back; unmapping tears a region down.
 
 use super::lru::LruList;
-use super::page::{NONE, PG_DIRTY, PG_MAPPED, PG_READAHEAD, PG_RECLAIM, PG_YOUNG, PageKind};
+use super::page::{NONE, PG_DIRTY, PG_MAPPED, PG_READAHEAD, PG_YOUNG, PageKind};
 use super::page_alloc::Stall;
 use super::process::{PTE_MASK, PTE_PRESENT, PTE_SWAP};
 use super::{Env, Guest, Replacement, Vm};
@@ -68,7 +68,6 @@ impl Guest {
         mm.pte[vpn as usize] = PTE_PRESENT | p;
         mm.rss += 1;
         self.pages.set(p, PG_MAPPED | PG_YOUNG);
-        self.pages.clear(p, PG_RECLAIM);
         self.vmstat.inc(Vm::PgFault);
         self.reference(pid, vpn, p, write);
     }

@@ -149,11 +149,11 @@ impl Sysctl {
     }
 
     /// Every tunable with its value, for the resolved scenario.
-    pub fn entries(&self, wmark_min_kbytes: u64) -> Vec<(&'static str, u64)> {
+    pub fn entries(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("vm.swappiness", self.swappiness as u64),
             ("vm.page-cluster", self.page_cluster as u64),
-            ("vm.min_free_kbytes", self.min_free_kbytes.unwrap_or(wmark_min_kbytes)),
+            ("vm.min_free_kbytes", self.min_free_kbytes.unwrap_or(0)),
             ("vm.watermark_scale_factor", self.watermark_scale_factor as u64),
             ("vm.dirty_ratio", self.dirty_ratio as u64),
             ("vm.dirty_background_ratio", self.dirty_background_ratio as u64),
@@ -360,6 +360,11 @@ impl Guest {
     /// Pages on an LRU list.
     pub fn lru_len(&self, l: LruList) -> u64 {
         self.lru.len(l)
+    }
+
+    /// Whether kswapd is awake (running or waiting for its writes), as its task state shows.
+    pub fn kswapd_awake(&self) -> bool {
+        self.kswapd != Kswapd::Sleeping
     }
 
     /// Swap slots in use.

@@ -42,6 +42,8 @@ pub enum Vm {
     SwapRa,
     /// Swap readahead pages that were used.
     SwapRaHit,
+    /// Page-cache pages dirtied.
+    NrDirtied,
     /// Pages written back from the page cache.
     NrWritten,
     /// Swap slots whose written contents were discarded (memvisor).
@@ -49,7 +51,7 @@ pub enum Vm {
 }
 
 /// Number of counters.
-pub const NR_VM: usize = 20;
+pub const NR_VM: usize = 21;
 
 impl Vm {
     /// Column names with units, in counter order.
@@ -72,6 +74,7 @@ impl Vm {
         "oom_kill",
         "swap_ra_pages",
         "swap_ra_hit_pages",
+        "nr_dirtied_pages",
         "nr_written_pages",
         "swap_discard_pages",
     ];

@@ -72,7 +72,7 @@ pub struct Decision {
 }
 
 /// A memory policy.
-pub trait Policy: Send {
+pub trait Policy: Send + Sync {
     /// Name as written in scenarios.
     fn name(&self) -> &str;
     /// How often it runs; `None` runs it once, at start.

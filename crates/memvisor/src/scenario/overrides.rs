@@ -80,6 +80,23 @@ fn str_field<'v>(t: &'v DeTable, key: &str) -> Option<&'v str> {
     }
 }
 
+/// `workload = { ... }` (one table) and `[[vm.workload]]` (an array of tables) mean the same:
+/// turn the first into the second, so the reader sees one shape.
+fn normalize_workloads(root: &mut DeTable) {
+    let Some(DeValue::Array(vms)) = root.get_mut("vm").map(|v| v.get_mut()) else { return };
+    for vm in vms.as_mut() {
+        let DeValue::Table(t) = vm.get_mut() else { continue };
+        if let Some(w) = t.get_mut("workload") {
+            if matches!(w.get_ref(), DeValue::Table(_)) {
+                let span = w.span();
+                let mut arr = DeArray::new();
+                arr.push(w.clone());
+                *w = Spanned::new(span, DeValue::Array(arr));
+            }
+        }
+    }
+}
+
 impl<'a, 's> Overrides<'a, 's> {
     /// Takes the `[[variant]]` tables out of the document and parses the `--set` options.
     pub fn new(src: &'s Source<'a>, mut base: Spanned<DeTable<'a>>) -> Result<Self, ScenarioError> {
@@ -147,6 +164,7 @@ impl<'a, 's> Overrides<'a, 's> {
                     e
                 })?;
             }
+            normalize_workloads(doc.get_mut());
             out.push((name, doc));
         }
         Ok(out)

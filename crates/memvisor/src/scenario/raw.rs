@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -35,33 +35,6 @@ impl<'de> Deserialize<'de> for Qty {
             }
         }
         d.deserialize_any(V)
-    }
-}
-
-/// One table or an array of tables under the same key (`workload = {..}` or `[[vm.workload]]`).
-#[derive(Clone, Debug)]
-pub struct OneOrMany<T>(pub Vec<T>);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<T>(std::marker::PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
-            type Value = OneOrMany<T>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a table or an array of tables")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<Self::Value, A::Error> {
-                Ok(OneOrMany(vec![T::deserialize(de::value::MapAccessDeserializer::new(m))?]))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
-                let mut v = Vec::new();
-                while let Some(x) = s.next_element()? {
-                    v.push(x);
-                }
-                Ok(OneOrMany(v))
-            }
-        }
-        d.deserialize_any(V(std::marker::PhantomData))
     }
 }
 
@@ -132,7 +105,7 @@ pub struct RawVm {
     pub replacement: Option<Spanned<String>>,
     pub kernel_reserved: Option<Spanned<Qty>>,
     pub sysctl: Option<BTreeMap<Spanned<String>, Spanned<i64>>>,
-    pub workload: Option<OneOrMany<Spanned<RawWorkload>>>,
+    pub workload: Option<Vec<Spanned<RawWorkload>>>,
 }
 
 /// A workload; which fields apply depends on `kind` (checked when resolving).

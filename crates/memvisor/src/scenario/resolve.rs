@@ -6,7 +6,7 @@ use toml::Spanned;
 use super::raw::{Qty, RawScenario, RawVm, RawWorkload};
 use super::{ScenarioError, Source};
 use crate::devices::{DeviceKind, DeviceSpec};
-use crate::guest::{Costs, GuestConfig, Replacement, Sysctl};
+use crate::guest::{Costs, GuestConfig, Replacement, Sysctl, Watermarks};
 use crate::policy::POLICY_NAMES;
 use crate::units::{self, PAGE_SIZE};
 use crate::workloads::{FileIo, Idle, Stress, WorkloadEntry, WorkloadSpec};
@@ -366,9 +366,12 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs) -
             sysctl.set(k.get_ref(), x as u64).map_err(|m| c.src.error(Some(k.span()), &f("sysctl"), m))?;
         }
     }
+    // Resolved scenarios state the kernel's computed default.
+    let managed = (memory_pages - reserved_pages) as u64;
+    sysctl.min_free_kbytes.get_or_insert_with(|| Watermarks::default_min_free_kbytes(managed));
     let mut workloads = Vec::new();
     if let Some(ws) = &v.workload {
-        for w in &ws.0 {
+        for w in ws {
             workloads.push(resolve_workload(c, w, &base_name)?);
         }
     }

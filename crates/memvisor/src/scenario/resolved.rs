@@ -4,7 +4,6 @@
 use toml::{Table, Value};
 
 use super::resolve::Scenario;
-use crate::guest::Watermarks;
 use crate::units::{PAGE_SIZE, fmt_bytes, fmt_duration, fmt_rate};
 use crate::workloads::WorkloadSpec;
 
@@ -71,10 +70,9 @@ impl Scenario {
             .iter()
             .map(|v| {
                 let g = &v.guest;
-                let managed = (g.memory_pages - g.reserved_pages) as u64;
                 let sysctl: Table = g
                     .sysctl
-                    .entries(Watermarks::default_min_free_kbytes(managed))
+                    .entries()
                     .into_iter()
                     .map(|(k, x)| (k.to_string(), i(x)))
                     .collect();

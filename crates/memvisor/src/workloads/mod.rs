@@ -88,7 +88,7 @@ pub enum Op {
 }
 
 /// A source of operations.
-pub trait Workload: Send {
+pub trait Workload: Send + Sync {
     /// The next operation; called when the previous one has completed. After `Op::Exit` it is not
     /// called again.
     fn next_op(&mut self) -> Op;

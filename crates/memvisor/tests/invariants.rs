@@ -1,0 +1,48 @@
+//! Whole runs with every invariant checked after each short step: pages in exactly one state,
+//! frames free or owned once, page tables, swap cache and counters consistent.
+
+mod common;
+
+use common::{one_guest, run_checked, scenario};
+use memvisor::guest::Vm;
+
+#[test]
+fn paging_stress_thrashing_keeps_every_invariant() {
+    let text = memvisor::scenario::case_text("paging-stress").unwrap();
+    let sets = ["vm.kali.workload.stress.instances=5".to_string(), "vm.kali.workload.write-1GiB.start=8s".to_string()];
+    let s = memvisor::scenario::load(text, "x", &sets).unwrap().remove(0);
+    let sim = run_checked(&s, 20_000_000);
+    let g = &sim.world().guests[0];
+    assert!(g.vmstat.get(Vm::PswpIn) > 1_000 && g.vmstat.get(Vm::PswpOut) > 1_000, "the run must page");
+}
+
+#[test]
+fn exact_lru_with_files_and_anonymous_memory_keeps_every_invariant() {
+    let s = scenario(&one_guest(
+        "1GiB",
+        "name = \"g\"\nmemory = \"256MiB\"\nreplacement = \"exact-lru\"\n\
+         [[vm.workload]]\nkind = \"file-io\"\nsize = \"150MiB\"\nread = true\n\
+         [[vm.workload]]\nkind = \"stress\"\npages = 12000\npasses = 3\n",
+        "",
+    ));
+    run_checked(&s, 5_000_000);
+}
+
+#[test]
+fn oom_kill_frees_the_biggest_process_and_keeps_every_invariant() {
+    // 128 MiB guest (57.5 MiB MemTotal), 16 MiB swap; a 20 MiB process, then an 80 MiB one that
+    // cannot fit: the larger is killed, the smaller finishes.
+    let s = scenario(&one_guest(
+        "1GiB",
+        "name = \"g\"\nmemory = \"128MiB\"\nswap = \"16MiB\"\n\
+         [[vm.workload]]\nkind = \"stress\"\nname = \"small\"\npages = 5120\npasses = 20\n\
+         [[vm.workload]]\nkind = \"stress\"\nname = \"big\"\npages = 20480\npasses = 20\nstart = \"100ms\"\n",
+        "",
+    ));
+    let sim = run_checked(&s, 10_000_000);
+    let g = &sim.world().guests[0];
+    assert_eq!(g.vmstat.get(Vm::OomKill), 1, "{:?}", g.log);
+    assert!(g.log[0].1.contains("(big)"), "{}", g.log[0].1);
+    let small = g.procs.iter().find(|p| p.name == "small").unwrap();
+    assert_eq!(small.state, memvisor::guest::ProcState::Exited);
+}

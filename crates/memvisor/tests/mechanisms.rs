@@ -1,0 +1,156 @@
+//! Mechanism tests: each asserts something a wrong implementation of the mechanism would break.
+//! Every run here also checks all invariants after each step.
+
+mod common;
+
+use common::{one_guest, run_checked, scenario};
+use memvisor::guest::Vm;
+use memvisor::Simulation;
+
+/// kswapd is woken only when free memory falls below the low watermark, and goes back to sleep
+/// only once free memory reaches the high watermark.
+#[test]
+fn kswapd_wakes_below_low_and_stops_at_high() {
+    // A 128 MiB guest (57.5 MiB MemTotal) where three processes allocate 40, 12 and 12 MiB one
+    // second apart and then sit idle: the third crosses the low watermark.
+    let idle = |mib: u32, start: u32| {
+        format!("[[vm.workload]]\nkind = \"idle\"\nfootprint = \"{mib}MiB\"\nstart = \"{start}s\"\n")
+    };
+    let vm = format!("name = \"g\"\nmemory = \"128MiB\"\n{}{}{}", idle(40, 0), idle(12, 1), idle(12, 2));
+    let s = scenario(&one_guest("1GiB", &vm, "duration = \"3s\""));
+    let mut sim = Simulation::new(&s).unwrap();
+    let step = 10_000; // 10 us: at 1.5 us per fault, fewer than 8 allocations per step
+    let slack = 8;
+    let (mut t, mut woken_ever, mut was_awake, mut sleeps) = (0u64, false, false, 0);
+    loop {
+        t += step;
+        let done = sim.run_until(t).unwrap();
+        if t % 10_000_000 == 0 || done {
+            sim.check_invariants().unwrap();
+        }
+        let g = &sim.world().guests[0];
+        let free = g.pages.nr_free();
+        let w = g.wmark;
+        let awake = g.kswapd_awake();
+        if g.vmstat.get(Vm::KswapdWake) == 0 {
+            assert!(!awake);
+        } else if !woken_ever {
+            woken_ever = true;
+            assert!(free <= w.low + slack, "first wake with {free} pages free, low is {}", w.low);
+        }
+        if !done && free + slack < w.low {
+            assert!(awake, "free {free} below low {} but kswapd asleep", w.low);
+        }
+        if was_awake && !awake {
+            sleeps += 1;
+            assert!(free + slack >= w.high, "kswapd slept with {free} free, high is {}", w.high);
+        }
+        was_awake = awake;
+        if done {
+            break;
+        }
+    }
+    assert!(woken_ever && sleeps > 0, "the test must exercise a whole kswapd cycle");
+}
+
+fn swappiness_run(swappiness: u32) -> (u64, u64) {
+    // 512 MiB guest: a file written then read back (so its cache is active), then a process that
+    // needs 300 MiB of anonymous memory, which only fits if something goes.
+    let s = scenario(&one_guest(
+        "2GiB",
+        &format!(
+            "name = \"g\"\nmemory = \"512MiB\"\nsysctl = {{ \"vm.swappiness\" = {swappiness} }}\n\
+             [[vm.workload]]\nkind = \"file-io\"\nsize = \"200MiB\"\nread = true\n\
+             [[vm.workload]]\nkind = \"stress\"\npages = 76800\npasses = 2\nstart = \"3s\"\n"
+        ),
+        "",
+    ));
+    let sim = run_checked(&s, 50_000_000);
+    let g = &sim.world().guests[0];
+    let file = g.lru_len(memvisor::guest::LruList::ActiveFile) + g.lru_len(memvisor::guest::LruList::InactiveFile);
+    (g.vmstat.get(Vm::PswpOut), file)
+}
+
+/// With swappiness 0 clean page cache goes before anonymous memory; with 200 anonymous memory is
+/// swapped while the cache stays.
+#[test]
+fn swappiness_zero_drops_clean_cache_before_anonymous_memory() {
+    let (swapped0, file0) = swappiness_run(0);
+    let (swapped200, file200) = swappiness_run(200);
+    assert_eq!(swapped0, 0, "swappiness 0 swapped anonymous pages while clean cache remained");
+    assert!(file0 < 51_200, "cache should have shrunk: {file0} pages left");
+    assert!(swapped200 > 1_000, "swappiness 200 should swap anonymous memory, swapped {swapped200}");
+    assert!(file200 > file0, "swappiness 200 should keep more cache ({file200} vs {file0})");
+}
+
+/// A dirty page is written before it is dropped: a file larger than memory is written without
+/// fsync, so reclaim meets dirty pages; the invariant nr_dirtied = nr_written + dirty-in-cache is
+/// checked after every step, and the writes must have reached the device.
+#[test]
+fn dirty_pages_are_written_before_they_are_dropped() {
+    let s = scenario(&one_guest(
+        "2GiB",
+        "name = \"g\"\nmemory = \"256MiB\"\nworkload = { kind = \"file-io\", size = \"400MiB\", fsync = false }",
+        "",
+    ));
+    let sim = run_checked(&s, 20_000_000);
+    let g = &sim.world().guests[0];
+    let written = g.vmstat.get(Vm::NrWritten);
+    let dropped = g.vmstat.get(Vm::PgStealKswapd) + g.vmstat.get(Vm::PgStealDirect);
+    assert!(dropped > 10_000, "reclaim must have dropped file pages ({dropped})");
+    assert!(written >= dropped, "{dropped} pages dropped but only {written} written back");
+    assert!(g.vmstat.get(Vm::PgpgOut) >= 4 * written, "writes must reach the device");
+}
+
+fn write_time(layout: &str) -> f64 {
+    let vm = |n: &str, ds: &str| {
+        format!("[[vm]]\nname = \"{n}\"\nmemory = \"2GiB\"\ndatastore = \"{ds}\"\nworkload = {{ kind = \"file-io\", size = \"512MiB\" }}\n")
+    };
+    let (ds, vms) = match layout {
+        "alone" => ("[[datastore]]\nname = \"a\"\ndevice = \"hdd\"\n".to_string(), vm("x", "a")),
+        "shared" => ("[[datastore]]\nname = \"a\"\ndevice = \"hdd\"\n".to_string(), vm("x", "a") + &vm("y", "a")),
+        _ => (
+            "[[datastore]]\nname = \"a\"\ndevice = \"hdd\"\n[[datastore]]\nname = \"b\"\ndevice = \"hdd\"\n".to_string(),
+            vm("x", "a") + &vm("y", "b"),
+        ),
+    };
+    let s = scenario(&format!("name = \"t\"\n[host]\nmemory = \"8GiB\"\n{ds}{vms}"));
+    let sim = common::run(&s);
+    let r = sim.results();
+    r.summary["vms"][0]["phases_s"]["write"].as_f64().unwrap()
+}
+
+/// Two guests on one datastore share its queue and slow each other's I/O; on separate devices
+/// they do not.
+#[test]
+fn a_shared_datastore_slows_its_guests_and_separate_ones_do_not() {
+    let alone = write_time("alone");
+    let shared = write_time("shared");
+    let separate = write_time("separate");
+    assert!(shared > 1.6 * alone, "shared {shared:.2}s vs alone {alone:.2}s");
+    assert!((separate - alone).abs() < 0.05 * alone, "separate {separate:.2}s vs alone {alone:.2}s");
+}
+
+fn exact_lru_faults(frames: u32, pages: u32, passes: u32) -> (u64, u64) {
+    let s = scenario(&one_guest(
+        "1GiB",
+        &format!(
+            "name = \"g\"\nmemory = \"{} pages\"\nkernel_reserved = \"16 pages\"\nreplacement = \"exact-lru\"\n\
+             workload = {{ kind = \"stress\", pages = {pages}, passes = {passes} }}",
+            frames + 16
+        ),
+        "",
+    ));
+    let sim = run_checked(&s, 1_000_000);
+    let g = &sim.world().guests[0];
+    (g.vmstat.get(Vm::PgFault), g.vmstat.get(Vm::PgMajFault))
+}
+
+/// Exact-LRU mode on a cyclic pattern over C+1 pages with C frames misses on every reference;
+/// over C pages it misses only on the first pass.
+#[test]
+fn exact_lru_misses_every_time_on_a_loop_one_page_too_big() {
+    let c = 100;
+    assert_eq!(exact_lru_faults(c, c + 1, 3), (3 * (c as u64 + 1), 2 * (c as u64 + 1)));
+    assert_eq!(exact_lru_faults(c, c, 3), (c as u64, 0));
+}

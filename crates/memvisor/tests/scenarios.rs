@@ -1,0 +1,108 @@
+//! Scenario files: bad input gets one clear, located error; resolved scenarios reload to the same
+//! thing; the same scenario and seed give the same results, bit for bit.
+
+mod common;
+
+use common::one_guest;
+use memvisor::scenario::{self, CASES};
+
+fn load_err(text: &str) -> String {
+    match scenario::load(text, "bad.toml", &[]) {
+        Ok(_) => panic!("accepted bad input:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn base(vm_extra: &str) -> String {
+    one_guest("4GiB", &format!("name = \"g\"\nmemory = \"1GiB\"\nworkload = {{ kind = \"stress\", passes = 1 }}\n{vm_extra}"), "")
+}
+
+#[test]
+fn malformed_toml_names_the_line() {
+    let e = load_err("name = \"x\"\n[host\nmemory = \"1GiB\"\n");
+    assert!(e.starts_with("bad.toml:2:"), "{e}");
+}
+
+#[test]
+fn unknown_field_is_named_with_what_is_allowed() {
+    let e = load_err(&base("colour = \"blue\""));
+    assert!(e.contains("bad.toml:") && e.contains("colour") && e.contains("expected one of"), "{e}");
+}
+
+#[test]
+fn unitless_and_negative_sizes_are_refused() {
+    let e = load_err(&base("").replace("\"1GiB\"", "1024"));
+    assert!(e.contains("vm.g.memory") && e.contains("no unit") && e.contains("GiB"), "{e}");
+    let e = load_err(&base("").replace("\"1GiB\"", "\"-1GiB\""));
+    assert!(e.contains("negative"), "{e}");
+    let line = base("").lines().position(|l| l.starts_with("memory = \"1GiB\"")).unwrap() + 1;
+    assert!(e.starts_with(&format!("bad.toml:{line}:")), "{e} should point at line {line}");
+}
+
+#[test]
+fn reservation_above_memory_is_refused() {
+    let e = load_err(&base("reservation = \"2GiB\""));
+    assert!(e.contains("vm.g.reservation") && e.contains("above the VM's memory"), "{e}");
+}
+
+#[test]
+fn reservations_above_the_host_are_refused_by_admission_control() {
+    let text = one_guest(
+        "2GiB",
+        "name = \"g\"\nmemory = \"1GiB\"\nreservation = \"1GiB\"\ncount = 2\nworkload = { kind = \"stress\", passes = 1 }",
+        "",
+    );
+    let s = scenario::load(&text, "ok.toml", &[]).unwrap();
+    let e = memvisor::Simulation::new(&s[0]).err().expect("admission must refuse");
+    assert!(e.contains("admission control refuses to power on VM 'g-2'"), "{e}");
+}
+
+#[test]
+fn unknown_kinds_and_misplaced_fields_say_what_is_allowed() {
+    let e = load_err(&base("").replace("kind = \"stress\"", "kind = \"stres\""));
+    assert!(e.contains("'stres' is not one of: stress, file-io, idle"), "{e}");
+    let e = load_err(&base("").replace("passes = 1", "passes = 1, size = \"1GiB\""));
+    assert!(e.contains("a 'stress' workload has no field 'size'"), "{e}");
+    let e = load_err(&base("sysctl = { \"vm.swapiness\" = 10 }"));
+    assert!(e.contains("unknown sysctl 'vm.swapiness'") && e.contains("vm.swappiness"), "{e}");
+    let e = load_err(&base("").replace("datastore = \"d\"", "datastore = \"nope\""));
+    assert!(e.contains("no datastore named 'nope' (have: d)"), "{e}");
+}
+
+#[test]
+fn overrides_are_located() {
+    let e = scenario::load(&base(""), "ok.toml", &["vm.g.memory=-3GiB".into()]).unwrap_err().to_string();
+    assert!(e.starts_with("--set vm.g.memory=-3GiB") && e.contains("negative"), "{e}");
+    let e = scenario::load(&base(""), "ok.toml", &["vm.h.memory=3GiB".into()]).unwrap_err().to_string();
+    assert!(e.contains("no 'vm' entry named 'h' (have: g)"), "{e}");
+    let s = scenario::load(&base(""), "ok.toml", &["vm.g.memory=3GiB".into(), "vm.g.sysctl.vm.swappiness=7".into()]).unwrap();
+    assert_eq!(s[0].vms[0].guest.memory_pages, 3 << 18);
+    assert_eq!(s[0].vms[0].guest.sysctl.swappiness, 7);
+}
+
+#[test]
+fn resolved_scenarios_reload_identically() {
+    for (name, _, text) in CASES {
+        for s in scenario::load(text, name, &[]).unwrap() {
+            let again = scenario::load(&s.to_toml(), "resolved.toml", &[]).unwrap();
+            let mut expect = s.clone();
+            expect.variant = None;
+            assert_eq!(again, vec![expect], "{} does not round-trip", s.full_name());
+        }
+    }
+}
+
+#[test]
+fn same_scenario_and_seed_give_identical_results() {
+    let text = scenario::case_text("paging-stress").unwrap();
+    let sets = ["vm.kali.workload.stress.instances=5".to_string(), "vm.kali.workload.write-1GiB.start=20s".to_string()];
+    let run = || {
+        let s = scenario::load(text, "x", &sets).unwrap().remove(0);
+        let sim = common::run(&s);
+        let r = sim.results();
+        (r.summary.to_string(), r.series.values.clone())
+    };
+    let (a, b) = (run(), run());
+    assert!(a.0.contains("pswpin"), "summary carries the counters");
+    assert_eq!(a, b);
+}

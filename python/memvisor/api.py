@@ -1,0 +1,97 @@
+"""The Python API: load scenarios, run them, get DataFrames back."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+import pandas as pd
+
+from memvisor import _core
+
+
+@dataclass
+class RunResult:
+    """What one run (one variant) produced."""
+
+    name: str
+    variant: str | None
+    scenario_toml: str
+    summary: dict
+    timeseries: pd.DataFrame
+    decisions: pd.DataFrame
+    wall_s: float = field(default=0.0)
+
+    @property
+    def full_name(self) -> str:
+        return self.name if self.variant is None else f"{self.name}/{self.variant}"
+
+    def report(self) -> pd.DataFrame:
+        """The report table: one row per VM with the scenario's report columns."""
+        rows = [{"vm": vm["name"], **vm["report"]} for vm in self.summary["vms"]]
+        return pd.DataFrame(rows)
+
+
+def cases() -> list[tuple[str, str]]:
+    """The shipped case studies as (name, description)."""
+    return list(_core.cases())
+
+
+def read_scenario_text(spec: str) -> tuple[str, str]:
+    """Returns (text, origin) for a case name or a scenario file path."""
+    text = _core.case_text(spec)
+    if text is not None:
+        return text, f"case:{spec}"
+    path = Path(spec)
+    if path.is_file():
+        return path.read_text(encoding="utf-8"), str(path)
+    names = ", ".join(n for n, _ in cases())
+    raise _core.ScenarioError(f"{spec}: no such case or file (cases: {names})")
+
+
+def load(spec: str, sets: Sequence[str] = ()) -> list:
+    """Loads a case or scenario file; one resolved scenario per variant."""
+    text, origin = read_scenario_text(spec)
+    return _core.load(text, origin, list(sets))
+
+
+def simulate(
+    scenario,
+    progress: Callable[[float, float | None], None] | None = None,
+    step_s: float = 5.0,
+    check_invariants: bool = False,
+) -> RunResult:
+    """Runs one resolved scenario to its end."""
+    import time
+
+    t0 = time.perf_counter()
+    sim = _core.Simulation(scenario)
+    t = 0.0
+    while True:
+        t += step_s
+        done = sim.run_until(t)
+        if check_invariants:
+            sim.check_invariants()
+        if progress is not None:
+            progress(sim.now_s, scenario.duration_s)
+        if done:
+            break
+    r = sim.results()
+    ts = pd.DataFrame(r["timeseries"])
+    decisions = pd.DataFrame(r["decisions"], columns=["time_s", "policy", "vm", "action", "reason"])
+    return RunResult(
+        name=scenario.name,
+        variant=scenario.variant,
+        scenario_toml=r["scenario_toml"],
+        summary=json.loads(r["summary_json"]),
+        timeseries=ts,
+        decisions=decisions,
+        wall_s=time.perf_counter() - t0,
+    )
+
+
+def run(spec: str, sets: Sequence[str] = (), **kw) -> list[RunResult]:
+    """Runs every variant of a case or scenario file."""
+    return [simulate(s, **kw) for s in load(spec, sets)]

@@ -1,0 +1,103 @@
+"""The `memvisor` command."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from memvisor import _core, api
+from memvisor.runfolder import RunFolder
+
+err = Console(stderr=True)
+out = Console()
+
+
+def _fail(message: str, code: int) -> None:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main() -> None:
+    """memvisor: memory manager and simulator for overcommitted virtual-machine hosts."""
+
+
+@main.command()
+def cases() -> None:
+    """List the case studies that can be run by name."""
+    t = Table("case", "what it reproduces", box=None)
+    for name, desc in api.cases():
+        t.add_row(name, desc)
+    out.print(t)
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.3f}" if abs(v) < 100 else f"{v:,.1f}"
+    return str(v)
+
+
+@main.command()
+@click.argument("spec")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Run folder (default runs/<name>).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a scenario value, e.g. host.memory=4GiB.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], quiet: bool) -> None:
+    """Run a case study (by name) or a scenario file and write its run folder."""
+    try:
+        scenarios = api.load(spec, sets)
+    except _core.ScenarioError as e:
+        _fail(str(e), 2)
+    path = out_dir or Path("runs") / scenarios[0].name
+    folder = RunFolder(path)
+    results = []
+    try:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("sim {task.fields[sim]:>8.1f}s"),
+            TimeElapsedColumn(),
+            console=err,
+            disable=quiet,
+        ) as bar:
+            for s in scenarios:
+                label = s.variant or s.name
+                task = bar.add_task(label, total=s.duration_s, sim=0.0)
+
+                def progress(now: float, total: float | None, task=task) -> None:
+                    bar.update(task, completed=now if total else None, sim=now)
+
+                r = api.simulate(s, progress=progress)
+                bar.update(task, completed=s.duration_s or 1, total=s.duration_s or 1)
+                folder.add(r, variant_dir=len(scenarios) > 1 or r.variant is not None)
+                results.append(r)
+        final = folder.commit(results)
+    except _core.RunError as e:
+        folder.abandon()
+        _fail(str(e), 1)
+    except BaseException:
+        folder.abandon()
+        raise
+    _print_report(results)
+    out.print(f"run folder: {final}")
+
+
+def _print_report(results) -> None:
+    cols = results[0].summary["report_columns"]
+    t = Table(*(["variant"] if results[0].variant else []), "vm", *cols, "sim s", "wall s", title=results[0].name)
+    for r in results:
+        for vm in r.summary["vms"]:
+            row = ([r.variant] if r.variant else []) + [vm["name"]] + [_fmt(vm["report"].get(c)) for c in cols]
+            t.add_row(*row, _fmt(r.summary["sim_time_s"]), f"{r.wall_s:.2f}")
+    out.print(t)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""Run folders: written under a temporary name and renamed into place only when complete, so an
+interrupted or failed run never leaves a folder that looks finished."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from memvisor.api import RunResult
+
+
+def _write_one(r: RunResult, d: Path) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pandas(r.timeseries, preserve_index=False), d / "timeseries.parquet")
+    (d / "summary.json").write_text(json.dumps(r.summary, indent=2) + "\n", encoding="utf-8")
+    (d / "scenario.toml").write_text(r.scenario_toml, encoding="utf-8")
+    with open(d / "decisions.jsonl", "w", encoding="utf-8") as f:
+        for rec in r.decisions.to_dict(orient="records"):
+            f.write(json.dumps(rec) + "\n")
+
+
+def top_summary(results: Sequence[RunResult]) -> dict:
+    """The summary of a case with variants: each variant's report rows."""
+    return {
+        "scenario": results[0].name,
+        "variants": [
+            {"variant": r.variant, "folder": r.variant, "vms": [{"vm": vm["name"], **vm["report"]} for vm in r.summary["vms"]]}
+            for r in results
+        ],
+    }
+
+
+class RunFolder:
+    """A run folder being written: `path` appears only when `commit` is called."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.path.parent / f".{self.path.name}.partial-{os.getpid()}"
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        self.tmp.mkdir()
+
+    def add(self, r: RunResult, variant_dir: bool) -> None:
+        _write_one(r, self.tmp / r.variant if variant_dir and r.variant else self.tmp)
+
+    def commit(self, results: Sequence[RunResult]) -> Path:
+        if any(r.variant for r in results):
+            (self.tmp / "summary.json").write_text(json.dumps(top_summary(results), indent=2) + "\n", encoding="utf-8")
+        old = self.path.parent / f".{self.path.name}.old-{os.getpid()}"
+        if self.path.exists():
+            self.path.rename(old)
+        self.tmp.rename(self.path)
+        shutil.rmtree(old, ignore_errors=True)
+        return self.path
+
+    def abandon(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def write_run_folder(results: Sequence[RunResult], path: Path) -> Path:
+    """Writes finished results as a run folder."""
+    folder = RunFolder(path)
+    try:
+        for r in results:
+            folder.add(r, variant_dir=len(results) > 1 or r.variant is not None)
+        return folder.commit(results)
+    except BaseException:
+        folder.abandon()
+        raise
