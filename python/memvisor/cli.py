@@ -14,7 +14,8 @@ from memvisor import _core, api
 from memvisor.runfolder import RunFolder
 
 err = Console(stderr=True)
-out = Console()
+# Wide enough for the report tables when the output is not a terminal (CI logs, pipes).
+out = Console(width=None if sys.stdout.isatty() else 160)
 
 
 def _fail(message: str, code: int) -> None:
@@ -96,6 +97,18 @@ def _print_report(results) -> None:
         for vm in r.summary["vms"]:
             row = ([r.variant] if r.variant else []) + [vm["name"]] + [_fmt(vm["report"].get(c)) for c in cols]
             t.add_row(*row, _fmt(r.summary["sim_time_s"]), f"{r.wall_s:.2f}")
+    out.print(t)
+
+
+@main.command()
+@click.option("--quick", is_flag=True, help="One simulated second per benchmark (a smoke run).")
+def bench(quick: bool) -> None:
+    """Measure simulated page touches per real second (one core)."""
+    from memvisor.bench import run_bench
+
+    t = Table("benchmark", "sim s", "touches", "faults", "wall s", "touches/s", title="memvisor bench")
+    for r in run_bench(quick):
+        t.add_row(r.what, f"{r.sim_s:.0f}", f"{r.touches:.3e}", f"{r.faults:,}", f"{r.wall_s:.2f}", f"{r.touches_per_s:.3e}")
     out.print(t)
 
 

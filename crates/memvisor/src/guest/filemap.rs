@@ -120,7 +120,10 @@ impl Guest {
             }
             let (p, host_ns) = match self.grab_page(pid, file, *first, *now, env) {
                 Ok(x) => x,
-                Err(Stall::Wait) => return Progress::Blocked,
+                Err(Stall::Wait(ns)) => {
+                    *now += ns;
+                    return Progress::Blocked;
+                }
                 Err(Stall::Killed) => return Progress::Killed,
             };
             if !self.pages.has(p, PG_DIRTY) {
@@ -227,7 +230,10 @@ impl Guest {
                         Progress::Blocked
                     }
                     Ok(None) => unreachable!("a sync readahead reads its first page"),
-                    Err(Stall::Wait) => Progress::Blocked,
+                    Err(Stall::Wait(ns)) => {
+                        *now += ns;
+                        Progress::Blocked
+                    }
                     Err(Stall::Killed) => Progress::Killed,
                 };
             }

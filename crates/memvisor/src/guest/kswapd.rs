@@ -3,33 +3,62 @@
 //! count toward that goal; while they are in flight it waits for completions (the kernel's
 //! writeback throttling) rather than scanning further.
 //!
-//! Scanning takes no simulated CPU time here: kswapd's cost that matters is the I/O it issues.
+//! kswapd is an actor with its own clock: each step scans the LRU lists once at the current
+//! priority and takes `reclaim_scan_ns` per page scanned, so processes keep running (and keep
+//! re-referencing their pages) while it works. It does not take vCPU time from them.
 
 use super::page_alloc::SWAP_CLUSTER_MAX;
-
-/// MAX_RECLAIM_RETRIES: fruitless reclaim passes before giving up (mm/internal.h).
-const MAX_RECLAIM_RETRIES: u32 = 16;
 use super::vmscan::{DEF_PRIORITY, ScanControl};
 use super::{Env, Guest, Vm};
 use crate::clock::Event;
 
+/// MAX_RECLAIM_RETRIES: fruitless passes over all priorities before kswapd gives up (mm/internal.h).
+const MAX_RECLAIM_RETRIES: u32 = 16;
+
 /// kswapd's state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Kswapd {
+pub enum KswapdState {
     /// Asleep until an allocation wakes it.
     #[default]
     Sleeping,
-    /// A run is scheduled.
+    /// Its next step is scheduled.
     Scheduled,
     /// Waiting for in-flight writes to complete before looking again.
     Throttled,
 }
 
+/// kswapd's state and progress through a `balance_pgdat` pass.
+#[derive(Clone, Debug)]
+pub struct Kswapd {
+    state: KswapdState,
+    /// Priority of the next step.
+    priority: u32,
+    /// Pages freed or being written since the pass began.
+    pass_progress: u64,
+    /// Consecutive passes that made no progress.
+    failures: u32,
+    /// Until when its current step keeps it busy.
+    busy_until: u64,
+}
+
+impl Default for Kswapd {
+    fn default() -> Self {
+        Self { state: KswapdState::Sleeping, priority: DEF_PRIORITY, pass_progress: 0, failures: 0, busy_until: 0 }
+    }
+}
+
+impl Kswapd {
+    /// The current state.
+    pub fn state(&self) -> KswapdState {
+        self.state
+    }
+}
+
 impl Guest {
     /// `wakeup_kswapd`.
     pub(super) fn wakeup_kswapd(&mut self, now: u64, env: &mut Env) {
-        if self.kswapd == Kswapd::Sleeping {
-            self.kswapd = Kswapd::Scheduled;
+        if self.kswapd.state == KswapdState::Sleeping {
+            self.kswapd = Kswapd { state: KswapdState::Scheduled, busy_until: now, ..Kswapd::default() };
             self.vmstat.inc(Vm::KswapdWake);
             env.events.push(now, Event::Kswapd { guest: self.id });
         }
@@ -40,41 +69,48 @@ impl Guest {
         self.pages.nr_free() + self.nr_reclaim_wb >= self.wmark.high
     }
 
-    /// One kswapd run.
+    /// One kswapd step: a scan at the current priority, then the decision to go on, wait or sleep.
     pub(super) fn kswapd_run(&mut self, now: u64, env: &mut Env) {
-        if self.kswapd != Kswapd::Scheduled {
+        if self.kswapd.state != KswapdState::Scheduled {
             return;
         }
-        // balance_pgdat, repeated while it makes progress: a pass that only cleared accessed bits
-        // has prepared the next one. After MAX_RECLAIM_RETRIES fruitless passes kswapd gives up.
-        let mut failures = 0;
-        while !self.kswapd_balanced() && failures < MAX_RECLAIM_RETRIES {
+        let mut spent = 0;
+        if !self.kswapd_balanced() {
             let mut sc = ScanControl::new(self.wmark.high.max(SWAP_CLUSTER_MAX), true);
-            for prio in (1..=DEF_PRIORITY).rev() {
-                if self.kswapd_balanced() {
-                    break;
-                }
-                sc.priority = prio;
-                self.shrink_node(&mut sc);
-            }
+            sc.priority = self.kswapd.priority;
+            self.shrink_node(&mut sc);
             self.finish_reclaim(&mut sc, now, env);
-            failures = if sc.progress() == 0 { failures + 1 } else { 0 };
+            spent = sc.nr_scanned * self.cfg.costs.reclaim_scan_ns;
+            self.kswapd.pass_progress += sc.progress();
+            // The kernel lowers the priority when a step scanned less than it wanted or freed nothing.
+            if sc.nr_scanned < sc.nr_to_reclaim || sc.progress() == 0 {
+                self.kswapd.priority -= 1;
+            }
+            if self.kswapd.priority == 0 {
+                self.kswapd.failures = if self.kswapd.pass_progress == 0 { self.kswapd.failures + 1 } else { 0 };
+                self.kswapd.priority = DEF_PRIORITY;
+                self.kswapd.pass_progress = 0;
+            }
         }
-        self.kswapd = if self.pages.nr_free() >= self.wmark.high {
-            Kswapd::Sleeping
-        } else if self.bios.in_flight() > 0 {
-            Kswapd::Throttled
+        self.kswapd.busy_until = now + spent;
+        self.kswapd.state = if self.pages.nr_free() >= self.wmark.high {
+            KswapdState::Sleeping
+        } else if self.kswapd_balanced() {
+            KswapdState::Throttled
+        } else if self.kswapd.failures >= MAX_RECLAIM_RETRIES {
+            // Nothing reclaimable: allocators fall back on the OOM killer.
+            KswapdState::Sleeping
         } else {
-            // Nothing left to reclaim and nothing in flight: allocators fall back on the OOM killer.
-            Kswapd::Sleeping
+            env.events.push(now + spent.max(1), Event::Kswapd { guest: self.id });
+            KswapdState::Scheduled
         };
     }
 
-    /// An I/O completed: a throttled kswapd looks again.
+    /// An I/O completed: a throttled kswapd looks again once its current step is over.
     pub(super) fn kswapd_io_done(&mut self, now: u64, env: &mut Env) {
-        if self.kswapd == Kswapd::Throttled {
-            self.kswapd = Kswapd::Scheduled;
-            env.events.push(now, Event::Kswapd { guest: self.id });
+        if self.kswapd.state == KswapdState::Throttled {
+            self.kswapd.state = KswapdState::Scheduled;
+            env.events.push(now.max(self.kswapd.busy_until), Event::Kswapd { guest: self.id });
         }
     }
 }

@@ -78,7 +78,7 @@ impl Guest {
     fn do_anonymous_page(&mut self, pid: u32, vpn: u32, write: bool, now: u64, env: &mut Env) -> Touch {
         let (p, host_ns) = match self.alloc_page(pid, PageKind::Anon, pid, vpn, now, env) {
             Ok(x) => x,
-            Err(Stall::Wait) => return Touch::Blocked(0),
+            Err(Stall::Wait(ns)) => return Touch::Blocked(ns),
             Err(Stall::Killed) => return Touch::Killed,
         };
         // An anonymous page has no copy anywhere else: it is dirty from birth.
@@ -119,13 +119,14 @@ impl Guest {
             return Touch::Done(self.cfg.costs.minor_fault_ns);
         }
         match self.swapin_readahead(pid, vpn, slot, write, now, env) {
-            Ok(()) => {
+            Ok(spent) => {
                 self.vmstat.inc(Vm::PgMajFault);
                 self.procs[pid as usize].stats.majflt += 1;
-                self.block(pid, now + self.cfg.costs.minor_fault_ns, true);
-                Touch::Blocked(self.cfg.costs.minor_fault_ns)
+                let cpu = spent + self.cfg.costs.minor_fault_ns;
+                self.block(pid, now + cpu, true);
+                Touch::Blocked(cpu)
             }
-            Err(Stall::Wait) => Touch::Blocked(0),
+            Err(Stall::Wait(ns)) => Touch::Blocked(ns),
             Err(Stall::Killed) => Touch::Killed,
         }
     }

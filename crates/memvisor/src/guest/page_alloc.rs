@@ -41,15 +41,17 @@ impl Watermarks {
 /// Why an allocation could not complete now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stall {
-    /// The process now waits for reclaim (it is blocked; retry when woken).
-    Wait,
+    /// The process spent this long in direct reclaim and now waits for it (it is blocked; it
+    /// retries when woken).
+    Wait(u64),
     /// The process was killed by the OOM killer.
     Killed,
 }
 
 impl Guest {
     /// Allocates a page for process `pid` (or for the kernel when `pid` is `NONE`, which never
-    /// waits). On `Err(Wait)` the process has been blocked on reclaim.
+    /// waits). Returns the page and the time the allocation took (host backing, direct reclaim).
+    /// On `Err(Wait)` the process has been blocked on reclaim.
     pub(super) fn alloc_page(
         &mut self,
         pid: u32,
@@ -59,6 +61,7 @@ impl Guest {
         now: u64,
         env: &mut Env,
     ) -> Result<(u32, u64), Stall> {
+        let mut spent = 0;
         loop {
             let free = self.pages.nr_free();
             if self.cfg.replacement == Replacement::ExactLru {
@@ -69,25 +72,21 @@ impl Guest {
                 self.wakeup_kswapd(now, env);
                 if free <= self.wmark.min {
                     self.vmstat.inc(Vm::AllocStall);
-                    self.try_to_free_pages(now, env);
+                    spent += self.try_to_free_pages(now, env) * self.cfg.costs.reclaim_scan_ns;
                 }
             }
             let floor = if self.cfg.replacement == Replacement::Linux { self.wmark.min } else { 0 };
             if self.pages.nr_free() > floor {
                 let p = self.pages.take_free(kind, owner, index).expect("free page");
-                let cost = if env.host.back(self.id, p) {
-                    self.cfg.costs.host_back_ns
-                } else {
-                    0
-                };
-                return Ok((p, cost));
+                let host = if env.host.back(self.id, p) { self.cfg.costs.host_back_ns } else { 0 };
+                return Ok((p, spent + host));
             }
             if self.reclaim_in_flight() {
                 if pid != NONE {
-                    self.block(pid, now, true);
+                    self.block(pid, now + spent, true);
                     self.throttled.push(pid);
                 }
-                return Err(Stall::Wait);
+                return Err(Stall::Wait(spent));
             }
             let victim = self.oom_kill(now, env);
             if victim == Some(pid) || victim.is_none() {

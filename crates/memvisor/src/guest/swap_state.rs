@@ -72,7 +72,7 @@ impl Guest {
 
     /// Reads the faulting page and its readahead neighbours; the process waits for the faulting
     /// page's request. The faulting page is allocated like any fault; neighbours only if memory is
-    /// free without reclaim.
+    /// free without reclaim. Returns the time allocation took (the reads start after it).
     pub(super) fn swapin_readahead(
         &mut self,
         pid: u32,
@@ -81,8 +81,9 @@ impl Guest {
         write: bool,
         now: u64,
         env: &mut Env,
-    ) -> Result<(), Stall> {
-        let (p, _host_ns) = self.alloc_page(pid, PageKind::Anon, pid, vpn, now, env)?;
+    ) -> Result<u64, Stall> {
+        let (p, spent) = self.alloc_page(pid, PageKind::Anon, pid, vpn, now, env)?;
+        let now = now + spent;
         self.add_to_swap_cache(p, slot);
         self.pages.set(p, PG_LOCKED);
         self.lru_add_new(p, false);
@@ -122,7 +123,7 @@ impl Guest {
             };
             self.submit(now, run[0].0 as u64 * PAGE_SIZE, run.len(), bio, env);
         }
-        Ok(())
+        Ok(spent)
     }
 
     /// A swap read completed: unlock the pages, map the faulting one into its process (the rest of

@@ -328,8 +328,8 @@ impl Guest {
     }
 
     /// Direct reclaim (`try_to_free_pages`): the allocating process scans from DEF_PRIORITY down
-    /// until SWAP_CLUSTER_MAX pages are freed or on their way.
-    pub(super) fn try_to_free_pages(&mut self, now: u64, env: &mut Env) {
+    /// until SWAP_CLUSTER_MAX pages are freed or on their way. Returns the pages scanned.
+    pub(super) fn try_to_free_pages(&mut self, now: u64, env: &mut Env) -> u64 {
         let mut sc = ScanControl::new(SWAP_CLUSTER_MAX, false);
         for prio in (0..=DEF_PRIORITY).rev() {
             sc.priority = prio;
@@ -339,6 +339,7 @@ impl Guest {
             }
         }
         self.finish_reclaim(&mut sc, now, env);
+        sc.nr_scanned
     }
 
     /// Exact-LRU eviction: the least recently used page goes, now. Its write (if dirty) is issued to

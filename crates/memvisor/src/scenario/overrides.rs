@@ -86,14 +86,13 @@ fn normalize_workloads(root: &mut DeTable) {
     let Some(DeValue::Array(vms)) = root.get_mut("vm").map(|v| v.get_mut()) else { return };
     for vm in vms.as_mut() {
         let DeValue::Table(t) = vm.get_mut() else { continue };
-        if let Some(w) = t.get_mut("workload") {
-            if matches!(w.get_ref(), DeValue::Table(_)) {
+        if let Some(w) = t.get_mut("workload")
+            && matches!(w.get_ref(), DeValue::Table(_)) {
                 let span = w.span();
                 let mut arr = DeArray::new();
                 arr.push(w.clone());
                 *w = Spanned::new(span, DeValue::Array(arr));
             }
-        }
     }
 }
 

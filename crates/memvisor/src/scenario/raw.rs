@@ -73,6 +73,7 @@ pub struct RawCosts {
     pub minor_fault: Option<Spanned<Qty>>,
     pub host_back: Option<Spanned<Qty>>,
     pub page_copy: Option<Spanned<Qty>>,
+    pub reclaim_scan: Option<Spanned<Qty>>,
 }
 
 /// `[[datastore]]`.

@@ -197,6 +197,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         costs.minor_fault_ns = c.opt_ns(&rc.minor_fault, "costs.minor_fault", costs.minor_fault_ns)?;
         costs.host_back_ns = c.opt_ns(&rc.host_back, "costs.host_back", costs.host_back_ns)?;
         costs.page_copy_ns = c.opt_ns(&rc.page_copy, "costs.page_copy", costs.page_copy_ns)?;
+        costs.reclaim_scan_ns = c.opt_ns(&rc.reclaim_scan, "costs.reclaim_scan", costs.reclaim_scan_ns)?;
     }
 
     let mut datastores: Vec<DatastoreSpec> = Vec::new();

@@ -48,6 +48,7 @@ impl Scenario {
                 ("minor_fault", s(fmt_duration(c.minor_fault_ns))),
                 ("host_back", s(fmt_duration(c.host_back_ns))),
                 ("page_copy", s(fmt_duration(c.page_copy_ns))),
+                ("reclaim_scan", s(fmt_duration(c.reclaim_scan_ns))),
             ]),
         );
         let ds = self
