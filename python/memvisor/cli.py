@@ -13,7 +13,7 @@ from rich.table import Table
 from memvisor import _core, api
 from memvisor.runfolder import RunFolder
 
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 # Wide enough for the report tables when the output is not a terminal (CI logs, pipes).
 out = Console(width=None if sys.stdout.isatty() else 160)
 
