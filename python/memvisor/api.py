@@ -23,6 +23,7 @@ class RunResult:
     timeseries: pd.DataFrame
     decisions: pd.DataFrame
     wall_s: float = field(default=0.0)
+    run_s: float = field(default=0.0)  # of wall_s, the time spent simulating
 
     @property
     def full_name(self) -> str:
@@ -57,21 +58,36 @@ def load(spec: str, sets: Sequence[str] = ()) -> list:
     return _core.load(text, origin, list(sets))
 
 
+def base_dir(spec: str) -> Path | None:
+    """Where relative files named in a scenario (traces) are looked for: next to the file."""
+    return None if _core.case_text(spec) is not None else Path(spec).resolve().parent
+
+
 def simulate(
     scenario,
     progress: Callable[[float, float | None], None] | None = None,
     step_s: float = 5.0,
     check_invariants: bool = False,
+    traces: dict | None = None,
+    base: Path | None = None,
 ) -> RunResult:
-    """Runs one resolved scenario to its end."""
+    """Runs one resolved scenario to its end. Trace files its workloads name are loaded from
+    `base` (or the working directory) unless `traces` supplies them."""
     import time
 
+    from memvisor.traces import load_traces
+
+    if traces is None:
+        traces = load_traces(scenario, base)
     t0 = time.perf_counter()
-    sim = _core.Simulation(scenario)
+    sim = _core.Simulation(scenario, traces)
     t = 0.0
+    run_s = 0.0
     while True:
         t += step_s
+        t1 = time.perf_counter()
         done = sim.run_until(t)
+        run_s += time.perf_counter() - t1
         if check_invariants:
             sim.check_invariants()
         if progress is not None:
@@ -89,9 +105,11 @@ def simulate(
         timeseries=ts,
         decisions=decisions,
         wall_s=time.perf_counter() - t0,
+        run_s=run_s,
     )
 
 
 def run(spec: str, sets: Sequence[str] = (), **kw) -> list[RunResult]:
     """Runs every variant of a case or scenario file."""
+    kw.setdefault("base", base_dir(spec))
     return [simulate(s, **kw) for s in load(spec, sets)]

@@ -75,12 +75,12 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], quiet: bool) -> 
                 def progress(now: float, total: float | None, task=task) -> None:
                     bar.update(task, completed=now if total else None, sim=now)
 
-                r = api.simulate(s, progress=progress)
+                r = api.simulate(s, progress=progress, base=api.base_dir(spec))
                 bar.update(task, completed=s.duration_s or 1, total=s.duration_s or 1)
                 folder.add(r, variant_dir=len(scenarios) > 1 or r.variant is not None)
                 results.append(r)
         final = folder.commit(results)
-    except _core.RunError as e:
+    except (_core.RunError, _core.ScenarioError, _core.TraceError) as e:
         folder.abandon()
         _fail(str(e), 1)
     except BaseException:
@@ -111,6 +111,56 @@ def bench(quick: bool) -> None:
         t.add_row(r.what, f"{r.sim_s:.0f}", f"{r.touches:.3e}", f"{r.faults:,}", f"{r.wall_s:.2f}", f"{r.touches_per_s:.3e}")
     out.print(t)
 
+
+@main.group()
+def validate() -> None:
+    """Check the simulator against real systems."""
+
+
+@validate.command("linux-paging")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-linux-paging"), show_default=True)
+@click.option("--working-set", default="96MiB", show_default=True, help="Pages each pattern touches.")
+@click.option("--limits", default="16,24,32,48,64,80", show_default=True, help="Memory limits in MiB.")
+@click.option("--passes", default=5, show_default=True, help="stress: passes over the pages.")
+@click.option("--touches", default=200_000, show_default=True, help="random: references after the first pass.")
+@click.option("--cgroup-root", type=click.Path(path_type=Path), default=Path("/sys/fs/cgroup"), hidden=True)
+def linux_paging(out_dir: Path, working_set: str, limits: str, passes: int, touches: int, cgroup_root: Path) -> None:
+    """Run page-touching patterns in real memory cgroups with swap and in the simulated guest;
+    compare major faults and swap traffic. Needs root, a memory cgroup controller and swap-file
+    support; without them it says what is missing and exits with status 77."""
+    from memvisor import validate as v
+
+    missing = v.missing_prerequisites(cgroup_root)
+    if missing:
+        err.print("validate linux-paging cannot run on this machine; it needs:")
+        for m in missing:
+            err.print(f"  - {m}")
+        sys.exit(v.SKIPPED)
+    try:
+        ws = _core.parse_bytes(working_set)
+        limit_list = tuple(int(x) for x in limits.split(","))
+    except ValueError as e:
+        _fail(f"--working-set / --limits: {e}", 2)
+    rows, settings = v.run_validation(out_dir, cgroup_root, ws, limit_list, passes, touches, log=lambda r: err.print(f"  {r.pattern} {r.limit_MiB} MiB: kernel {r.kernel_majflt}, simulated {r.sim_majflt} major faults"))
+    shown = ", ".join(f"{k}={settings[k]}" for k in ("kernel", "vm.page-cluster", "vm.swappiness", "transparent_hugepage", "swap_vma_readahead", "lru_gen", "cgroup_version"))
+    out.print(f"kernel settings: {shown}", markup=False)
+    t = Table("pattern", "limit MiB", "kernel majflt", "sim majflt", "error", "kernel pswpin", "sim pswpin", "kernel pswpout", "sim pswpout", "stable", title=f"linux-paging: {ws >> 20} MiB working set")
+    bad = False
+    for r in rows:
+        e = "-" if r.majflt_error is None else f"{r.majflt_error:+.1%}"
+        note = "OOM-killed" if r.kernel_oom_killed else ("yes" if r.stable else "no")
+        if r.stable and abs(r.majflt_error) > 0.10:
+            bad = True
+        t.add_row(r.pattern, str(r.limit_MiB), _fmt(r.kernel_majflt), _fmt(r.sim_majflt), e, _fmt(r.kernel_pswpin), _fmt(r.sim_pswpin), _fmt(r.kernel_pswpout), _fmt(r.sim_pswpout), note)
+    out.print(t)
+    out.print(f"run folder: {out_dir}")
+    if bad:
+        _fail("simulated major faults differ by more than 10 % where the kernel is stable", 1)
+
+
+from memvisor.tracecmd import trace  # noqa: E402  (the group needs `main` defined first)
+
+main.add_command(trace)
 
 if __name__ == "__main__":
     main()

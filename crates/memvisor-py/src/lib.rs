@@ -1,6 +1,9 @@
 //! `memvisor._core`: the Rust engine as a Python extension module. Thin: it converts scenarios,
 //! runs and results; all file and terminal I/O is in the Python package around it.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -8,6 +11,142 @@ use pyo3::types::{PyDict, PyList};
 
 create_exception!(_core, ScenarioError, PyValueError, "A scenario file or override is invalid.");
 create_exception!(_core, RunError, PyRuntimeError, "A run could not start or could not continue.");
+create_exception!(_core, TraceError, PyValueError, "A trace file is corrupt, truncated or malformed.");
+
+fn trace_err(e: memvisor::trace::TraceError) -> PyErr {
+    TraceError::new_err(e.to_string())
+}
+
+/// A page-reference trace in memory.
+#[pyclass(frozen, module = "memvisor._core")]
+struct Trace {
+    inner: Arc<memvisor::trace::Trace>,
+}
+
+fn wrap(t: memvisor::trace::Trace) -> Trace {
+    Trace { inner: Arc::new(t) }
+}
+
+#[pymethods]
+impl Trace {
+    /// Decodes the native format.
+    #[staticmethod]
+    fn from_native(data: &[u8]) -> PyResult<Self> {
+        memvisor::trace::read_native(data).map(wrap).map_err(trace_err)
+    }
+
+    /// Reads valgrind lackey output held in memory.
+    #[staticmethod]
+    #[pyo3(signature = (data, instructions = false))]
+    fn from_lackey(data: &[u8], instructions: bool) -> PyResult<Self> {
+        let mut r = memvisor::trace::LackeyReader::new(instructions);
+        r.feed(data).map_err(trace_err)?;
+        r.finish().map(wrap).map_err(trace_err)
+    }
+
+    /// Reads libCacheSim's oracleGeneral format (plain or zstd).
+    #[staticmethod]
+    fn from_oracle_general(data: &[u8]) -> PyResult<Self> {
+        memvisor::trace::read_oracle_general(data).map(wrap).map_err(trace_err)
+    }
+
+    /// Reads a libCacheSim-style csv trace (plain or zstd).
+    #[staticmethod]
+    #[pyo3(signature = (data, obj_id_col = 2, delimiter = ",", has_header = None))]
+    fn from_csv(data: &[u8], obj_id_col: usize, delimiter: &str, has_header: Option<bool>) -> PyResult<Self> {
+        let d = delimiter.as_bytes();
+        if d.len() != 1 {
+            return Err(PyValueError::new_err("the csv delimiter must be one ASCII character"));
+        }
+        let opt = memvisor::trace::CsvOptions { obj_id_col, delimiter: d[0], has_header };
+        memvisor::trace::read_csv(data, &opt).map(wrap).map_err(trace_err)
+    }
+
+    /// Encodes the native format.
+    fn to_native<'py>(&self, py: Python<'py>) -> Bound<'py, pyo3::types::PyBytes> {
+        pyo3::types::PyBytes::new(py, &memvisor::trace::write_native(&self.inner))
+    }
+
+    /// Encodes libCacheSim's oracleGeneral format.
+    fn to_oracle_general<'py>(&self, py: Python<'py>) -> Bound<'py, pyo3::types::PyBytes> {
+        pyo3::types::PyBytes::new(py, &memvisor::trace::write_oracle_general(&self.inner))
+    }
+
+    /// References, reads, writes, distinct pages, footprint.
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let i = self.inner.info();
+        let d = PyDict::new(py);
+        d.set_item("references", i.references)?;
+        d.set_item("reads", i.reads)?;
+        d.set_item("writes", i.writes)?;
+        d.set_item("distinct_pages", i.distinct_pages)?;
+        d.set_item("footprint_bytes", i.footprint_bytes)?;
+        Ok(d)
+    }
+
+    /// Number of distinct pages.
+    #[getter]
+    fn n_pages(&self) -> u32 {
+        self.inner.n_pages()
+    }
+}
+
+/// Streams valgrind lackey output into a trace without keeping the text.
+#[pyclass(module = "memvisor._core")]
+struct LackeyRecorder {
+    inner: Option<memvisor::trace::LackeyReader>,
+}
+
+#[pymethods]
+impl LackeyRecorder {
+    #[new]
+    #[pyo3(signature = (instructions = false))]
+    fn new(instructions: bool) -> Self {
+        Self { inner: Some(memvisor::trace::LackeyReader::new(instructions)) }
+    }
+
+    /// Feeds the next chunk of output.
+    fn feed(&mut self, py: Python<'_>, chunk: &[u8]) -> PyResult<()> {
+        let r = self.inner.as_mut().ok_or_else(|| PyValueError::new_err("recorder already finished"))?;
+        py.detach(|| r.feed(chunk)).map_err(trace_err)
+    }
+
+    /// References so far.
+    #[getter]
+    fn references(&self) -> usize {
+        self.inner.as_ref().map_or(0, |r| r.references())
+    }
+
+    /// Ends the stream and returns the trace.
+    fn finish(&mut self) -> PyResult<Trace> {
+        let r = self.inner.take().ok_or_else(|| PyValueError::new_err("recorder already finished"))?;
+        r.finish().map(wrap).map_err(trace_err)
+    }
+}
+
+/// Parses a size with a unit ("96MiB") into bytes.
+#[pyfunction]
+fn parse_bytes(s: &str) -> PyResult<u64> {
+    memvisor::units::parse_bytes(s).map_err(PyValueError::new_err)
+}
+
+/// Guest pages that leave `frames` frames to a process (exact-lru: exactly; linux: plus the high
+/// watermark's free memory).
+#[pyfunction]
+fn guest_pages_for(frames: u64, mode: &str) -> PyResult<u64> {
+    let m = memvisor::guest::Replacement::parse(mode)
+        .ok_or_else(|| PyValueError::new_err(format!("mode '{mode}' is not one of: exact-lru, linux")))?;
+    Ok(memvisor::scenario::guest_pages_for(frames, m))
+}
+
+/// Scenario text replaying a trace file with `frames` frames available to the process.
+#[pyfunction]
+#[pyo3(signature = (file, distinct_pages, frames, mode = "exact-lru", loops = 1, compute_ns = 0))]
+fn replay_scenario(file: &str, distinct_pages: u64, frames: u64, mode: &str, loops: u64, compute_ns: u64) -> PyResult<String> {
+    let m = memvisor::guest::Replacement::parse(mode)
+        .ok_or_else(|| PyValueError::new_err(format!("mode '{mode}' is not one of: exact-lru, linux")))?;
+    Ok(memvisor::scenario::replay_scenario(file, distinct_pages, frames, m, loops, compute_ns))
+}
 
 /// A resolved scenario (one variant).
 #[pyclass(frozen, module = "memvisor._core")]
@@ -39,6 +178,24 @@ impl Scenario {
     #[getter]
     fn report_columns(&self) -> Vec<String> {
         self.inner.report.columns.clone()
+    }
+
+    /// Files the scenario's `trace` workloads replay, as written.
+    #[getter]
+    fn trace_files(&self) -> Vec<String> {
+        let mut files: Vec<String> = self
+            .inner
+            .vms
+            .iter()
+            .flat_map(|v| &v.guest.workloads)
+            .filter_map(|w| match &w.spec {
+                memvisor::workloads::WorkloadSpec::Trace(t) => Some(t.file.clone()),
+                _ => None,
+            })
+            .collect();
+        files.sort();
+        files.dedup();
+        files
     }
 
     /// The scenario as resolved, every default filled in.
@@ -76,10 +233,14 @@ struct Simulation {
 
 #[pymethods]
 impl Simulation {
-    /// Powers on the scenario's VMs (admission control may refuse).
+    /// Powers on the scenario's VMs (admission control may refuse). `traces` maps the file names
+    /// `trace` workloads use to loaded traces.
     #[new]
-    fn new(scenario: &Scenario) -> PyResult<Self> {
-        memvisor::Simulation::new(&scenario.inner).map(|inner| Self { inner }).map_err(RunError::new_err)
+    #[pyo3(signature = (scenario, traces = HashMap::new()))]
+    fn new(scenario: &Scenario, traces: HashMap<String, PyRef<'_, Trace>>) -> PyResult<Self> {
+        let traces: HashMap<String, Arc<memvisor::trace::Trace>> = traces.into_iter().map(|(k, v)| (k, v.inner.clone())).collect();
+        let source = move |f: &str| traces.get(f).cloned().ok_or_else(|| format!("trace '{f}' was not loaded"));
+        memvisor::Simulation::with_traces(&scenario.inner, &source).map(|inner| Self { inner }).map_err(RunError::new_err)
     }
 
     /// Runs until simulated second `t` or the end, without holding the GIL. Returns whether the
@@ -146,6 +307,12 @@ fn timeseries_columns() -> Vec<&'static str> {
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Scenario>()?;
     m.add_class::<Simulation>()?;
+    m.add_class::<Trace>()?;
+    m.add_class::<LackeyRecorder>()?;
+    m.add_function(wrap_pyfunction!(replay_scenario, m)?)?;
+    m.add_function(wrap_pyfunction!(guest_pages_for, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
+    m.add("TraceError", m.py().get_type::<TraceError>())?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(cases, m)?)?;
     m.add_function(wrap_pyfunction!(case_text, m)?)?;

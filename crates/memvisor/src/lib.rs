@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod policy;
 pub mod scenario;
 pub mod simulation;
+pub mod trace;
 pub mod units;
 pub mod workloads;
 

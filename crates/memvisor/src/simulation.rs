@@ -13,6 +13,7 @@ use crate::metrics::{self, TimeSeries};
 use crate::policy::{self, Action, Policy};
 use crate::scenario::Scenario;
 use crate::units::{self, PAGE_SIZE};
+use crate::workloads::TraceSource;
 
 /// One logged policy decision.
 #[derive(Clone, Debug, PartialEq)]
@@ -56,7 +57,13 @@ pub struct Simulation {
 
 impl Simulation {
     /// Powers on the scenario's host and VMs (admission control first) and schedules their start.
+    /// A scenario with `trace` workloads needs `with_traces`.
     pub fn new(s: &Scenario) -> Result<Self, String> {
+        Self::with_traces(s, &|f| Err(format!("trace '{f}' was not loaded (the caller must supply trace files)")))
+    }
+
+    /// Like `new`, with a source for the traces that `trace` workloads name.
+    pub fn with_traces(s: &Scenario, traces: TraceSource) -> Result<Self, String> {
         let adm: Vec<AdmissionVm> = s
             .vms
             .iter()
@@ -76,7 +83,7 @@ impl Simulation {
             host.add_vm(v.guest.name.clone(), v.guest.memory_pages, res);
             let disk = datastores[v.datastore].add_disk(v.datastore as u32);
             let mut env = Env { events: &mut events, datastores: &mut datastores, host: &mut host };
-            guests.push(Guest::boot(i as u32, v.guest.clone(), disk, &mut env)?);
+            guests.push(Guest::boot(i as u32, v.guest.clone(), disk, traces, &mut env)?);
         }
         if let Some(e) = host.fatal.take() {
             return Err(e);

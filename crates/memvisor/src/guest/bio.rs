@@ -44,6 +44,11 @@ pub struct BioTable {
 }
 
 impl BioTable {
+    /// The number the next `insert` will return.
+    pub fn next_id(&self) -> u32 {
+        self.free.last().copied().unwrap_or(self.slots.len() as u32)
+    }
+
     /// Stores a request and returns its number.
     pub fn insert(&mut self, bio: Bio) -> u32 {
         self.in_flight += 1;
@@ -84,17 +89,8 @@ impl BioTable {
 
 /// Splits `(block, page)` pairs, sorted by block, into runs of consecutive blocks of at most `max`
 /// pages: one device request each.
-pub fn runs(items: &[(u32, u32)], max: usize) -> Vec<&[(u32, u32)]> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    for i in 1..=items.len() {
-        let breaks = i == items.len() || items[i].0 != items[i - 1].0 + 1 || i - start >= max;
-        if breaks {
-            out.push(&items[start..i]);
-            start = i;
-        }
-    }
-    out
+pub fn runs(items: &[(u32, u32)], max: usize) -> impl Iterator<Item = &[(u32, u32)]> {
+    items.chunk_by(|a, b| b.0 == a.0 + 1).flat_map(move |run| run.chunks(max))
 }
 
 
@@ -105,7 +101,7 @@ mod tests {
     #[test]
     fn runs_split_on_gaps_and_size() {
         let items = [(1, 0), (2, 0), (3, 0), (7, 0), (8, 0)];
-        let r = runs(&items, 2);
+        let r: Vec<_> = runs(&items, 2).collect();
         let firsts: Vec<u32> = r.iter().map(|r| r[0].0).collect();
         assert_eq!(firsts, vec![1, 3, 7]);
         assert_eq!(r.iter().map(|r| r.len()).sum::<usize>(), 5);

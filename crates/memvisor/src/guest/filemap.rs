@@ -174,7 +174,7 @@ impl Guest {
             let p = if i == start && sync {
                 self.grab_page(pid, file, i, now, env)?.0
             } else {
-                let Some(p) = self.alloc_page_nowait(PageKind::File, file, i, env) else { break };
+                let Some((p, _)) = self.alloc_page_nowait(PageKind::File, file, i, now, env) else { break };
                 self.files[file as usize].pages[i as usize] = p;
                 self.lru_add_new(p, true);
                 p

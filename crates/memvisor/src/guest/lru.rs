@@ -134,6 +134,15 @@ impl Lru {
         self.add_head(l, p);
     }
 
+    /// Moves a page to the head of a list it is already on, unless it is there already (the common
+    /// case of consecutive references to one page).
+    #[inline]
+    pub fn touch_head(&mut self, l: LruList, p: u32) {
+        if self.next[self.sentinel(l) as usize] != p {
+            self.move_head(l, p);
+        }
+    }
+
     /// Moves a page to the tail of a list.
     pub fn move_tail(&mut self, l: LruList, p: u32) {
         self.remove(p);

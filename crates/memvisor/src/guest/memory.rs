@@ -8,6 +8,9 @@ use super::page_alloc::Stall;
 use super::process::{PTE_MASK, PTE_PRESENT, PTE_SWAP};
 use super::{Env, Guest, Replacement, Vm};
 
+/// Largest readahead hit count the kernel keeps (`SWAP_RA_HITS_MAX`, 8 bits).
+const SWAP_RA_HITS_MAX: u32 = 0xff;
+
 /// Result of a reference that missed the fast path.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Touch {
@@ -37,9 +40,11 @@ impl Guest {
     /// A reference to a mapped page: what the MMU does (accessed and dirty bits), plus the move to
     /// the head of the recency list in exact-LRU mode.
     fn reference(&mut self, pid: u32, vpn: u32, p: u32, write: bool) {
-        match self.cfg.replacement {
-            Replacement::Linux => self.pages.set(p, PG_YOUNG),
-            Replacement::ExactLru => self.lru.move_head(LruList::Exact, p),
+        let linux = self.cfg.replacement == Replacement::Linux;
+        if linux {
+            self.pages.set(p, PG_YOUNG);
+        } else {
+            self.lru.move_head(LruList::Exact, p);
         }
         if write {
             self.pages.set(p, PG_DIRTY);
@@ -49,7 +54,9 @@ impl Guest {
                 self.delete_from_swap_cache(p, true);
             }
         }
-        self.update_fast(pid, vpn, p);
+        if linux {
+            self.update_fast(pid, vpn, p);
+        }
     }
 
     /// Recomputes a mapped page's fast bits from its state. Exact-LRU mode has no fast path: every
@@ -108,9 +115,13 @@ impl Guest {
                 self.block(pid, now, true);
                 return Touch::Blocked(0);
             }
+            // A swap-cache hit moves the readahead position here and counts a readahead hit
+            // (`swap_cache_get_folio`), so a sequential scan keeps its window going forward.
+            let ra = &mut self.procs[pid as usize].swap_ra;
+            ra.prev_vpn = vpn;
             if self.pages.test_and_clear(p, PG_READAHEAD) {
                 self.vmstat.inc(Vm::SwapRaHit);
-                self.procs[pid as usize].swap_ra.hits += 1;
+                ra.hits = (ra.hits + 1).min(SWAP_RA_HITS_MAX);
             }
             self.procs[pid as usize].mm.swapents -= 1;
             self.map_page(pid, vpn, p, write);

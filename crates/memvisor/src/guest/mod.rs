@@ -33,7 +33,7 @@ use crate::clock::{Event, EventQueue};
 use crate::devices::{Datastore, VirtualDisk};
 use crate::host::Host;
 use crate::units::PAGE_SIZE;
-use crate::workloads::WorkloadEntry;
+use crate::workloads::{TraceSource, WorkloadEntry};
 use bio::BioTable;
 use filemap::File;
 use kswapd::Kswapd;
@@ -296,7 +296,7 @@ pub struct Guest {
 impl Guest {
     /// Boots a guest: reserves the kernel's pages (backing them on the host, which the kernel's
     /// boot touches), creates its processes and schedules their starts.
-    pub fn boot(id: u32, cfg: GuestConfig, disk: VirtualDisk, env: &mut Env) -> Result<Self, String> {
+    pub fn boot(id: u32, cfg: GuestConfig, disk: VirtualDisk, traces: TraceSource, env: &mut Env) -> Result<Self, String> {
         let n = cfg.memory_pages;
         let mut pages = Pages::new(n);
         for _ in 0..cfg.reserved_pages {
@@ -334,7 +334,7 @@ impl Guest {
             cfg,
         };
         for (wi, w) in g.cfg.workloads.clone().iter().enumerate() {
-            for (k, workload) in w.spec.processes().into_iter().enumerate() {
+            for (k, workload) in w.spec.processes(traces)?.into_iter().enumerate() {
                 let pid = g.procs.len() as u32;
                 let name = if w.spec.processes_len() > 1 { format!("{}.{}", w.name, k + 1) } else { w.name.clone() };
                 g.procs.push(Process::new(pid, name, workload, wi));
@@ -424,24 +424,24 @@ impl Guest {
         }
     }
 
+    /// Sends `npages` pages at byte `offset` of the virtual disk to the device; returns when the
+    /// transfer completes.
+    fn device_io(&mut self, now: u64, offset: u64, npages: usize, write: bool, env: &mut Env) -> u64 {
+        let bytes = npages as u64 * PAGE_SIZE;
+        self.vmstat.add(if write { Vm::PgpgOut } else { Vm::PgpgIn }, bytes / 1024);
+        env.datastores[self.disk.datastore as usize].device.submit(now, self.disk.base + offset, bytes, write)
+    }
+
     /// Submits a request for pages at consecutive blocks of the virtual disk starting at byte
     /// `offset`, and schedules its completion.
     fn submit(&mut self, now: u64, offset: u64, npages: usize, bio: Bio, env: &mut Env) -> u32 {
         let write = matches!(bio.kind, BioKind::SwapWrite | BioKind::FileWrite);
-        let bytes = npages as u64 * PAGE_SIZE;
-        let kib = bytes / 1024;
-        if write {
-            self.vmstat.add(Vm::PgpgOut, kib);
-        } else {
-            self.vmstat.add(Vm::PgpgIn, kib);
-        }
-        let ds = &mut env.datastores[self.disk.datastore as usize];
-        let done = ds.device.submit(now, self.disk.base + offset, bytes, write);
-        let pages = bio.pages.clone();
-        let id = self.bios.insert(bio);
-        for p in pages {
+        let done = self.device_io(now, offset, npages, write, env);
+        let id = self.bios.next_id();
+        for &p in &bio.pages {
             self.pages.io[p as usize] = id;
         }
+        self.bios.insert(bio);
         env.events.push(done, Event::IoDone { guest: self.id, bio: id });
         id
     }

@@ -95,15 +95,36 @@ impl Guest {
         }
     }
 
-    /// Allocates a page only if that needs no reclaim (readahead's opportunistic allocations).
-    pub(super) fn alloc_page_nowait(&mut self, kind: PageKind, owner: u32, index: u32, env: &mut Env) -> Option<u32> {
-        let floor = if self.cfg.replacement == Replacement::Linux { self.wmark.low } else { 0 };
+    /// Allocates a readahead page: like any allocation it may wake kswapd and reclaim directly
+    /// (the kernel allocates readahead pages with the faulting allocation's flags), but it never
+    /// waits or kills: without a page the readahead just stops. Returns the page and the time
+    /// spent reclaiming.
+    pub(super) fn alloc_page_nowait(
+        &mut self,
+        kind: PageKind,
+        owner: u32,
+        index: u32,
+        now: u64,
+        env: &mut Env,
+    ) -> Option<(u32, u64)> {
+        let mut spent = 0;
+        let floor = if self.cfg.replacement == Replacement::Linux {
+            if self.pages.nr_free() <= self.wmark.low {
+                self.wakeup_kswapd(now, env);
+                if self.pages.nr_free() <= self.wmark.min {
+                    spent = self.try_to_free_pages(now, env) * self.cfg.costs.reclaim_scan_ns;
+                }
+            }
+            self.wmark.min
+        } else {
+            0
+        };
         if self.pages.nr_free() <= floor {
             return None;
         }
         let p = self.pages.take_free(kind, owner, index)?;
         env.host.back(self.id, p);
-        Some(p)
+        Some((p, spent))
     }
 
     /// Whether writes in flight will free memory or otherwise change reclaim's options soon.

@@ -12,10 +12,13 @@ use std::collections::VecDeque;
 use super::filemap::Progress;
 use super::memory::Touch;
 use super::page::NONE;
-use super::process::{PTE_PRESENT, ProcState};
+use super::lru::LruList;
+use super::page::PG_DIRTY;
+use super::process::{PTE_MASK, PTE_PRESENT, ProcState};
 use super::{Env, Guest, Replacement};
 use crate::clock::Event;
-use crate::workloads::Op;
+use crate::trace::{ID_MASK, Trace, WRITE};
+use crate::workloads::{Op, xorshift64star};
 
 /// One vCPU.
 #[derive(Clone, Debug)]
@@ -125,7 +128,10 @@ impl Guest {
             }
             let proc = &mut self.procs[pid as usize];
             let mut op = proc.op.take().unwrap_or_else(|| proc.workload.next_op());
-            let local = matches!(op, Op::Touch { .. } | Op::Compute { .. } | Op::Map { .. } | Op::Mark { .. });
+            let local = matches!(
+                op,
+                Op::Touch { .. } | Op::TouchRandom { .. } | Op::Replay { .. } | Op::Compute { .. } | Op::Map { .. } | Op::Mark { .. }
+            );
             if !local && !Self::in_order(now, env) {
                 proc.op = Some(op);
                 return (now, Ran::Resync);
@@ -143,6 +149,26 @@ impl Guest {
                 Op::Touch { region, first, count, refs, write } => {
                     let r = *region;
                     match self.touch_range(pid, r, first, count, *refs, *write, &mut now, end, env) {
+                        Progress::Yield if now < end => {
+                            self.procs[pid as usize].op = Some(op);
+                            return (now, Ran::Resync);
+                        }
+                        p => p,
+                    }
+                }
+                Op::Replay { region, trace, pos, loops, compute_ns } => {
+                    let (r, c) = (*region, *compute_ns);
+                    match self.replay(pid, r, trace, pos, loops, c, &mut now, end, env) {
+                        Progress::Yield if now < end => {
+                            self.procs[pid as usize].op = Some(op);
+                            return (now, Ran::Resync);
+                        }
+                        p => p,
+                    }
+                }
+                Op::TouchRandom { region, state, count, write } => {
+                    let (r, w) = (*region, *write);
+                    match self.touch_random(pid, r, state, count, w, &mut now, end, env) {
                         Progress::Yield if now < end => {
                             self.procs[pid as usize].op = Some(op);
                             return (now, Ran::Resync);
@@ -272,6 +298,144 @@ impl Guest {
                 }
                 Touch::Killed => return Progress::Killed,
             }
+        }
+        Progress::Done
+    }
+
+    /// Replays a trace: runs of references that change nothing but recency (a fast bit in Linux
+    /// mode; a mapped page in exact-LRU mode, moved to the head of the recency list) are accounted
+    /// in a tight loop; the others take the fault path.
+    #[allow(clippy::too_many_arguments)]
+    fn replay(
+        &mut self,
+        pid: u32,
+        region: u32,
+        trace: &Trace,
+        pos: &mut usize,
+        loops: &mut u64,
+        compute: u64,
+        now: &mut u64,
+        end: u64,
+        env: &mut Env,
+    ) -> Progress {
+        let base = self.procs[pid as usize].mm.regions[region as usize].start;
+        let refs = trace.refs();
+        let hit = self.cfg.costs.dram_access_ns + compute;
+        let fast = self.cfg.replacement == Replacement::Linux;
+        loop {
+            if *pos == refs.len() {
+                *loops -= 1;
+                if *loops == 0 {
+                    return Progress::Done;
+                }
+                *pos = 0;
+            }
+            if *now >= end {
+                return Progress::Yield;
+            }
+            let budget = (end - *now).div_ceil(hit.max(1)) as usize;
+            let stop = refs.len().min(*pos + budget);
+            let mut i = *pos;
+            let mm = &self.procs[pid as usize].mm;
+            if fast {
+                while i < stop {
+                    let r = refs[i];
+                    let vpn = (base + (r & ID_MASK)) as usize;
+                    let ok = if r & WRITE != 0 { mm.wfast.get(vpn) } else { mm.rfast.get(vpn) };
+                    if !ok {
+                        break;
+                    }
+                    i += 1;
+                }
+            } else {
+                // Exact LRU: a reference to a mapped page moves it to the head; writes that must
+                // dirty the page or drop its swap copy take the slow path below.
+                let (lru, pages) = (&mut self.lru, &self.pages);
+                while i < stop {
+                    let r = refs[i];
+                    let pte = mm.pte[(base + (r & ID_MASK)) as usize];
+                    if pte & PTE_PRESENT == 0 {
+                        break;
+                    }
+                    let p = pte & PTE_MASK;
+                    if r & WRITE != 0 && (!pages.has(p, PG_DIRTY) || pages.swap[p as usize] != NONE) {
+                        break;
+                    }
+                    lru.touch_head(LruList::Exact, p);
+                    i += 1;
+                }
+            }
+            let n = (i - *pos) as u64;
+            if n > 0 {
+                *now += n * hit;
+                self.procs[pid as usize].stats.touches += n;
+                *pos = i;
+                continue;
+            }
+            let r = refs[*pos];
+            let vpn = base + (r & ID_MASK);
+            if self.procs[pid as usize].mm.pte[vpn as usize] & PTE_PRESENT == 0 && !Self::in_order(*now, env) {
+                return Progress::Yield;
+            }
+            match self.touch_slow(pid, vpn, r & WRITE != 0, 1, *now, env) {
+                Touch::Done(ns) => {
+                    *now += ns + compute;
+                    self.procs[pid as usize].stats.touches += 1;
+                    *pos += 1;
+                }
+                Touch::Blocked(ns) => {
+                    *now += ns;
+                    return Progress::Blocked;
+                }
+                Touch::Killed => return Progress::Killed,
+            }
+        }
+    }
+
+    /// References pages drawn at random: a hit on a fast page is accounted in place; the others
+    /// take the fault path. The generator only advances once a reference is done, so a blocked
+    /// reference is retried on the same page.
+    #[allow(clippy::too_many_arguments)]
+    fn touch_random(
+        &mut self,
+        pid: u32,
+        region: u32,
+        state: &mut u64,
+        count: &mut u64,
+        write: bool,
+        now: &mut u64,
+        end: u64,
+        env: &mut Env,
+    ) -> Progress {
+        let r = self.procs[pid as usize].mm.regions[region as usize];
+        let hit = self.cfg.costs.dram_access_ns;
+        let fast = self.cfg.replacement == Replacement::Linux;
+        while *count > 0 {
+            if *now >= end {
+                return Progress::Yield;
+            }
+            let mut next = *state;
+            let vpn = r.start + (xorshift64star(&mut next) % r.pages as u64) as u32;
+            let mm = &self.procs[pid as usize].mm;
+            let is_fast = fast && if write { mm.wfast.get(vpn as usize) } else { mm.rfast.get(vpn as usize) };
+            if is_fast {
+                *now += hit;
+            } else {
+                if mm.pte[vpn as usize] & PTE_PRESENT == 0 && !Self::in_order(*now, env) {
+                    return Progress::Yield;
+                }
+                match self.touch_slow(pid, vpn, write, 1, *now, env) {
+                    Touch::Done(ns) => *now += ns,
+                    Touch::Blocked(ns) => {
+                        *now += ns;
+                        return Progress::Blocked;
+                    }
+                    Touch::Killed => return Progress::Killed,
+                }
+            }
+            *state = next;
+            *count -= 1;
+            self.procs[pid as usize].stats.touches += 1;
         }
         Progress::Done
     }

@@ -82,12 +82,14 @@ impl Guest {
         now: u64,
         env: &mut Env,
     ) -> Result<u64, Stall> {
-        let (p, spent) = self.alloc_page(pid, PageKind::Anon, pid, vpn, now, env)?;
-        let now = now + spent;
+        let (p, mut spent) = self.alloc_page(pid, PageKind::Anon, pid, vpn, now, env)?;
         self.add_to_swap_cache(p, slot);
         self.pages.set(p, PG_LOCKED);
         self.lru_add_new(p, false);
-        let mut reads = vec![(slot, p)];
+        // At most 2^SWAP_RA_ORDER_CEILING pages: kept on the stack, this is a hot path.
+        let mut buf = [(0u32, 0u32); 1 << SWAP_RA_ORDER_CEILING];
+        buf[0] = (slot, p);
+        let mut n = 1;
         let (start, end) = self.swap_ra_window(pid, vpn);
         for v in start..end {
             if v == vpn {
@@ -101,16 +103,23 @@ impl Guest {
             if self.swap.cached(s) != NONE {
                 continue;
             }
-            let Some(q) = self.alloc_page_nowait(PageKind::Anon, pid, v, env) else { break };
+            if n == buf.len() {
+                break;
+            }
+            let Some((q, ns)) = self.alloc_page_nowait(PageKind::Anon, pid, v, now + spent, env) else { break };
+            spent += ns;
             self.add_to_swap_cache(q, s);
             self.pages.set(q, PG_LOCKED | PG_READAHEAD);
             self.lru_add_new(q, false);
-            reads.push((s, q));
+            buf[n] = (s, q);
+            n += 1;
         }
+        let reads = &mut buf[..n];
+        let now = now + spent;
         self.vmstat.add(Vm::PswpIn, reads.len() as u64);
         self.vmstat.add(Vm::SwapRa, reads.len() as u64 - 1);
         reads.sort_unstable();
-        for run in runs(&reads, usize::MAX) {
+        for run in runs(reads, usize::MAX) {
             let pages: Vec<u32> = run.iter().map(|&(_, q)| q).collect();
             let has_fault = pages.contains(&p);
             let bio = Bio {

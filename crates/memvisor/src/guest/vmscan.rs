@@ -392,9 +392,8 @@ impl Guest {
         self.pages.release(p);
         self.vmstat.inc(Vm::PgStealDirect);
         if dirty {
-            let kind = if offset < self.cfg.swap_pages as u64 * PAGE_SIZE { BioKind::SwapWrite } else { BioKind::FileWrite };
-            let bio = Bio { kind, pages: Vec::new(), waiters: Vec::new(), file: NONE, kthread: false, fault: None };
-            self.submit(now, offset, 1, bio, env);
+            // Nothing waits for this write and no page depends on it: only the device sees it.
+            self.device_io(now, offset, 1, true, env);
         }
     }
 

@@ -172,6 +172,9 @@ impl Guest {
     /// After an I/O completion: account the flusher's writes, wake `fsync()` callers whose file has
     /// drained, and let background writeback continue.
     pub(super) fn flusher_io_done(&mut self, bio: &Bio, now: u64, env: &mut Env) {
+        if bio.file == NONE && self.nr_dirty == 0 {
+            return;
+        }
         if bio.kind == BioKind::FileWrite && bio.kthread {
             self.flusher.in_flight = self.flusher.in_flight.saturating_sub(bio.pages.len() as u64);
         }

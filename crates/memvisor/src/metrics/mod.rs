@@ -7,6 +7,7 @@ use crate::units::PAGE_SIZE;
 
 /// Gauge columns after the vmstat counters.
 pub const GAUGES: &[&str] = &[
+    "nr_free_pages",
     "MemTotal_KiB",
     "MemFree_KiB",
     "Active_anon_KiB",
@@ -33,6 +34,7 @@ pub fn row(g: &Guest, granted_frames: u64) -> Vec<f64> {
     let mut v: Vec<f64> = g.vmstat.values().iter().map(|&c| c as f64).collect();
     debug_assert_eq!(v.len(), NR_VM);
     v.extend([
+        g.pages.nr_free() as f64,
         kib(g.mem_total()),
         kib(g.pages.nr_free()),
         kib(g.lru_len(LruList::ActiveAnon)),

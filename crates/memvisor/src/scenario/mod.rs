@@ -7,10 +7,12 @@
 mod cases;
 mod overrides;
 mod raw;
+mod replay;
 mod resolve;
 mod resolved;
 
 pub use cases::{CASES, case_text};
+pub use replay::{guest_pages_for, replay_scenario};
 pub use resolve::{ReportSpec, Scenario, VmSpec, DatastoreSpec, HostSpec};
 
 use std::fmt;

@@ -126,6 +126,12 @@ pub struct RawWorkload {
     pub footprint: Option<Spanned<Qty>>,
     pub active: Option<Spanned<Qty>>,
     pub period: Option<Spanned<Qty>>,
+    pub file: Option<Spanned<String>>,
+    pub touches: Option<Spanned<i64>>,
+    pub seed: Option<Spanned<i64>>,
+    pub write: Option<Spanned<bool>>,
+    pub loops: Option<Spanned<i64>>,
+    pub compute: Option<Spanned<Qty>>,
 }
 
 /// `[report]`.

@@ -9,7 +9,7 @@ use crate::devices::{DeviceKind, DeviceSpec};
 use crate::guest::{Costs, GuestConfig, Replacement, Sysctl, Watermarks};
 use crate::policy::POLICY_NAMES;
 use crate::units::{self, PAGE_SIZE};
-use crate::workloads::{FileIo, Idle, Stress, WorkloadEntry, WorkloadSpec};
+use crate::workloads::{FileIo, Idle, Random, Stress, TraceReplay, WorkloadEntry, WorkloadSpec};
 
 /// Host settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -312,8 +312,8 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs) -
     let count = c.int(&v.count, &f("count"), 1, 1, 100_000)?;
     let memory = c.bytes(&v.memory, &f("memory"))?;
     let memory_pages = page_count(c, &v.memory, &f("memory"), memory)?;
-    if memory_pages < 16 {
-        return c.err(v.memory.span(), &f("memory"), "must be at least 64KiB");
+    if memory_pages == 0 {
+        return c.err(v.memory.span(), &f("memory"), "must be at least one page (4KiB)");
     }
     let memory = memory_pages as u64 * PAGE_SIZE;
     let vcpus = c.int(&v.vcpus, &f("vcpus"), 1, 1, 1024)? as u32;
@@ -353,7 +353,7 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs) -
     let replacement = Replacement::parse(c.choice(&v.replacement, &f("replacement"), "linux", Replacement::NAMES)?).expect("checked");
     let reserved = c.opt_bytes(&v.kernel_reserved, &f("kernel_reserved"), GuestConfig::linux_reserved_bytes(memory))?;
     let reserved_pages = units::pages(reserved) as u32;
-    if reserved_pages + 8 > memory_pages {
+    if reserved_pages >= memory_pages {
         let span = v.kernel_reserved.as_ref().map_or(v.memory.span(), |q| q.span());
         return c.err(span, &f("kernel_reserved"), format!("the kernel's {} leaves no memory in a {} guest", units::fmt_bytes(reserved), units::fmt_bytes(memory)));
     }
@@ -410,11 +410,13 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<Workl
         "stress" => &["instances", "pages", "passes"],
         "file-io" => &["size", "block", "fsync", "read"],
         "idle" => &["footprint", "active", "period"],
+        "trace" => &["file", "loops", "compute"],
+        "random" => &["pages", "touches", "seed", "write"],
         _ => {
             return c.err(r.kind.span(), &format!("vm.{vm}.workload.kind"), format!("'{kind}' is not one of: {}", WorkloadSpec::KINDS.join(", ")));
         }
     };
-    let present: [(&str, Option<std::ops::Range<usize>>); 10] = [
+    let present: [(&str, Option<std::ops::Range<usize>>); 16] = [
         ("instances", r.instances.as_ref().map(|x| x.span())),
         ("pages", r.pages.as_ref().map(|x| x.span())),
         ("passes", r.passes.as_ref().map(|x| x.span())),
@@ -425,6 +427,12 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<Workl
         ("footprint", r.footprint.as_ref().map(|x| x.span())),
         ("active", r.active.as_ref().map(|x| x.span())),
         ("period", r.period.as_ref().map(|x| x.span())),
+        ("file", r.file.as_ref().map(|x| x.span())),
+        ("loops", r.loops.as_ref().map(|x| x.span())),
+        ("compute", r.compute.as_ref().map(|x| x.span())),
+        ("touches", r.touches.as_ref().map(|x| x.span())),
+        ("seed", r.seed.as_ref().map(|x| x.span())),
+        ("write", r.write.as_ref().map(|x| x.span())),
     ];
     for (field, span) in present {
         if let Some(span) = span
@@ -461,6 +469,26 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<Workl
                 r.fsync.as_ref().is_none_or(|b| *b.get_ref()),
                 r.read.as_ref().is_some_and(|b| *b.get_ref()),
             ))
+        }
+        "random" => {
+            if r.pages.is_none() || r.touches.is_none() {
+                return c.err(w.span(), &f("pages"), "a random workload needs pages and touches, e.g. pages = 1000, touches = 100000");
+            }
+            WorkloadSpec::Random(Random::new(
+                c.int(&r.pages, &f("pages"), 1, 1, (1 << 30) - 1)? as u32,
+                c.int(&r.touches, &f("touches"), 0, 0, i64::MAX as u64)?,
+                c.int(&r.seed, &f("seed"), 1, 1, i64::MAX as u64)?,
+                r.write.as_ref().is_some_and(|b| *b.get_ref()),
+            ))
+        }
+        "trace" => {
+            let file = r.file.as_ref().map(|f| f.get_ref().trim().to_string()).filter(|f| !f.is_empty());
+            let file = file.ok_or_else(|| c.src.error(Some(w.span()), &f("file"), "a trace workload needs a file, e.g. file = \"run.mvtrace\""))?;
+            WorkloadSpec::Trace(TraceReplay {
+                file,
+                loops: c.int(&r.loops, &f("loops"), 1, 1, u32::MAX as u64)?,
+                compute_ns: c.opt_ns(&r.compute, &f("compute"), 0)?,
+            })
         }
         _ => {
             let fp = r.footprint.as_ref().ok_or_else(|| c.src.error(Some(w.span()), &f("footprint"), "an idle workload needs a footprint, e.g. footprint = \"256MiB\""))?;

@@ -96,6 +96,17 @@ impl Scenario {
                                 e.push(("fsync", Value::Boolean(f.fsync)));
                                 e.push(("read", Value::Boolean(f.read)));
                             }
+                            WorkloadSpec::Random(rd) => {
+                                e.push(("pages", i(rd.pages as u64)));
+                                e.push(("touches", i(rd.touches)));
+                                e.push(("seed", i(rd.seed)));
+                                e.push(("write", Value::Boolean(rd.write)));
+                            }
+                            WorkloadSpec::Trace(t) => {
+                                e.push(("file", s(&t.file)));
+                                e.push(("loops", i(t.loops)));
+                                e.push(("compute", s(fmt_duration(t.compute_ns))));
+                            }
                             WorkloadSpec::Idle(id) => {
                                 e.push(("footprint", s(fmt_bytes(id.footprint_pages as u64 * PAGE_SIZE))));
                                 e.push(("active", s(fmt_bytes(id.active_pages as u64 * PAGE_SIZE))));

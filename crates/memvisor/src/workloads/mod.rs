@@ -6,11 +6,22 @@
 
 mod fileio;
 mod idle;
+mod random;
 mod stress;
+mod trace;
 
 pub use fileio::FileIo;
 pub use idle::Idle;
+pub use random::{Random, xorshift64star};
 pub use stress::Stress;
+pub use trace::{Replayer, TraceReplay};
+
+use std::sync::Arc;
+
+use crate::trace::Trace;
+
+/// Finds the trace a `trace` workload names (loading files is the caller's business).
+pub type TraceSource<'a> = &'a dyn Fn(&str) -> Result<Arc<Trace>, String>;
 
 /// One operation of a workload. Operations carry their own progress: the simulator advances the
 /// fields in place (`first`, `count`, `ns`) as work is done, so an interrupted operation resumes.
@@ -37,6 +48,17 @@ pub enum Op {
         count: u64,
         /// Memory references per visit.
         refs: u32,
+        /// Whether the references store.
+        write: bool,
+    },
+    /// Make `count` references to pages of a region drawn uniformly by xorshift64* from `state`.
+    TouchRandom {
+        /// Region number.
+        region: u32,
+        /// Generator state.
+        state: u64,
+        /// References still to do.
+        count: u64,
         /// Whether the references store.
         write: bool,
     },
@@ -78,6 +100,20 @@ pub enum Op {
         /// Time to sleep.
         ns: u64,
     },
+    /// Replay a trace's references on a region mapped for it, `loops` times, spending
+    /// `compute_ns` of CPU between references.
+    Replay {
+        /// Region number (one page per distinct trace page).
+        region: u32,
+        /// The trace.
+        trace: Arc<Trace>,
+        /// Next reference.
+        pos: usize,
+        /// Passes left, including the current one.
+        loops: u64,
+        /// CPU time between references.
+        compute_ns: u64,
+    },
     /// Record the current time under a label (phase boundaries for the summary).
     Mark {
         /// Label.
@@ -103,6 +139,10 @@ pub enum WorkloadSpec {
     FileIo(FileIo),
     /// A quiet, booted system touching a small set now and then.
     Idle(Idle),
+    /// Replay of a recorded page-reference trace.
+    Trace(TraceReplay),
+    /// Uniformly random page references.
+    Random(Random),
 }
 
 /// A configured workload with its place in time.
@@ -118,7 +158,7 @@ pub struct WorkloadEntry {
 
 impl WorkloadSpec {
     /// Kind names as written in scenario files.
-    pub const KINDS: &'static [&'static str] = &["stress", "file-io", "idle"];
+    pub const KINDS: &'static [&'static str] = &["stress", "file-io", "idle", "trace", "random"];
 
     /// The kind name.
     pub fn kind(&self) -> &'static str {
@@ -126,23 +166,27 @@ impl WorkloadSpec {
             Self::Stress(_) => "stress",
             Self::FileIo(_) => "file-io",
             Self::Idle(_) => "idle",
+            Self::Trace(_) => "trace",
+            Self::Random(_) => "random",
         }
     }
 
     /// The processes this workload runs, each with its operation source.
-    pub fn processes(&self) -> Vec<Box<dyn Workload>> {
-        match self {
+    pub fn processes(&self, traces: TraceSource) -> Result<Vec<Box<dyn Workload>>, String> {
+        Ok(match self {
             Self::Stress(s) => (0..s.instances).map(|_| Box::new(s.clone()) as Box<dyn Workload>).collect(),
             Self::FileIo(f) => vec![Box::new(f.clone())],
             Self::Idle(i) => vec![Box::new(i.clone())],
-        }
+            Self::Trace(t) => vec![Box::new(Replayer::new(t.clone(), traces(&t.file)?))],
+            Self::Random(r) => vec![Box::new(r.clone())],
+        })
     }
 
     /// How many processes `processes` returns.
     pub fn processes_len(&self) -> usize {
         match self {
             Self::Stress(s) => s.instances as usize,
-            Self::FileIo(_) | Self::Idle(_) => 1,
+            Self::FileIo(_) | Self::Idle(_) | Self::Trace(_) | Self::Random(_) => 1,
         }
     }
 
@@ -150,7 +194,7 @@ impl WorkloadSpec {
     pub fn is_finite(&self) -> bool {
         match self {
             Self::Stress(s) => s.passes.is_some(),
-            Self::FileIo(_) => true,
+            Self::FileIo(_) | Self::Trace(_) | Self::Random(_) => true,
             Self::Idle(_) => false,
         }
     }

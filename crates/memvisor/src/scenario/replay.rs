@@ -1,0 +1,38 @@
+//! The one-guest scenario `memvisor trace replay` runs: a guest in which exactly `frames` page
+//! frames are available to the replaying process, its swap on an SSD, nothing else running. It is
+//! an ordinary scenario, so the replay goes through the same guest memory manager as any other.
+
+use crate::guest::{Replacement, Sysctl, Watermarks};
+
+/// Guest pages for `frames` usable frames: in exact-LRU mode exactly that; in Linux mode also the
+/// free memory the high watermark keeps, which itself depends on the guest's size.
+pub fn guest_pages_for(frames: u64, mode: Replacement) -> u64 {
+    if mode == Replacement::ExactLru {
+        return frames;
+    }
+    let mut managed = frames;
+    loop {
+        let next = frames + Watermarks::linux(managed, &Sysctl::default()).high;
+        if next == managed {
+            return managed;
+        }
+        managed = next;
+    }
+}
+
+/// Scenario text replaying `file` (of `distinct_pages` pages) with `frames` frames available.
+pub fn replay_scenario(file: &str, distinct_pages: u64, frames: u64, mode: Replacement, loops: u64, compute_ns: u64) -> String {
+    let pages = guest_pages_for(frames, mode);
+    format!(
+        "name = \"trace-replay\"\n\
+         description = \"replay of {file} with {frames} page frames ({mode})\"\n\
+         [host]\nmemory = \"{pages} pages\"\nsample_interval = \"1h\"\n\
+         [[datastore]]\nname = \"swap\"\ndevice = \"ssd\"\n\
+         [[vm]]\nname = \"replay\"\nmemory = \"{pages} pages\"\nkernel_reserved = \"0B\"\noverhead = \"0B\"\n\
+         datastore = \"swap\"\nswap = \"{swap} pages\"\nreplacement = \"{mode}\"\n\
+         workload = {{ kind = \"trace\", file = {file:?}, loops = {loops}, compute = \"{compute_ns}ns\" }}\n\
+         [report]\ncolumns = [\"pgfault\", \"pgmajfault\", \"runtime_s\"]\n",
+        swap = distinct_pages.max(1),
+        mode = mode.name(),
+    )
+}

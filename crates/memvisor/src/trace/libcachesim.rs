@@ -1,0 +1,159 @@
+//! libCacheSim's trace formats: `oracleGeneral` (binary, 24-byte packed records `u32 clock_time,
+//! u64 obj_id, u32 obj_size, i64 next_access_vtime`, often zstd-compressed) and csv (one request
+//! per line, the object id in a chosen column). Object ids become page numbers; these formats carry
+//! no read/write distinction, so every reference is a read.
+
+use std::collections::HashMap;
+
+use super::{Trace, TraceBuilder, TraceError, is_zstd};
+use crate::units::PAGE_SIZE;
+
+const RECORD: usize = 24;
+
+fn maybe_decompress(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, TraceError> {
+    if is_zstd(bytes) {
+        zstd::stream::decode_all(bytes)
+            .map(std::borrow::Cow::Owned)
+            .map_err(|e| TraceError::at_byte(0, format!("zstd-compressed input is corrupt or truncated: {e}")))
+    } else {
+        Ok(std::borrow::Cow::Borrowed(bytes))
+    }
+}
+
+/// Reads an oracleGeneral trace (plain or zstd-compressed).
+pub fn read_oracle_general(bytes: &[u8]) -> Result<Trace, TraceError> {
+    let data = maybe_decompress(bytes)?;
+    let whole = data.len() / RECORD * RECORD;
+    if whole != data.len() {
+        return Err(TraceError::at_byte(
+            whole as u64,
+            format!("truncated record: oracleGeneral records are {RECORD} bytes and {} are left over", data.len() - whole),
+        ));
+    }
+    let mut b = TraceBuilder::new();
+    for (i, rec) in data.chunks_exact(RECORD).enumerate() {
+        let obj = u64::from_le_bytes(rec[4..12].try_into().expect("8 bytes"));
+        b.push(obj, false).map_err(|m| TraceError::at_byte((i * RECORD) as u64, m))?;
+    }
+    Ok(b.finish())
+}
+
+/// Writes a trace as oracleGeneral: object id = original page number, size = one page, clock =
+/// request index, next access = index of the object's next request (-1 if none), as libCacheSim's
+/// Belady implementation expects.
+pub fn write_oracle_general(t: &Trace) -> Vec<u8> {
+    let refs = t.refs();
+    let mut next = vec![-1i64; refs.len()];
+    let mut seen: HashMap<u32, usize> = HashMap::new();
+    for (i, &r) in refs.iter().enumerate().rev() {
+        let id = r & super::ID_MASK;
+        if let Some(&j) = seen.get(&id) {
+            next[i] = j as i64;
+        }
+        seen.insert(id, i);
+    }
+    let mut out = Vec::with_capacity(refs.len() * RECORD);
+    for (i, &r) in refs.iter().enumerate() {
+        out.extend_from_slice(&(i as u32).to_le_bytes());
+        out.extend_from_slice(&t.original_pages()[(r & super::ID_MASK) as usize].to_le_bytes());
+        out.extend_from_slice(&(PAGE_SIZE as u32).to_le_bytes());
+        out.extend_from_slice(&next[i].to_le_bytes());
+    }
+    out
+}
+
+/// How to read a csv trace (libCacheSim's `obj-id-col`, `delimiter`, `has-header`).
+#[derive(Clone, Debug)]
+pub struct CsvOptions {
+    /// 1-based column of the object id.
+    pub obj_id_col: usize,
+    /// Field separator.
+    pub delimiter: u8,
+    /// Whether the first line is a header; `None` detects it (a non-numeric id field).
+    pub has_header: Option<bool>,
+}
+
+impl Default for CsvOptions {
+    fn default() -> Self {
+        Self { obj_id_col: 2, delimiter: b',', has_header: None }
+    }
+}
+
+fn parse_id(s: &str) -> Option<u64> {
+    let s = s.trim().trim_matches('"');
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// Reads a csv trace (plain or zstd-compressed).
+pub fn read_csv(bytes: &[u8], opt: &CsvOptions) -> Result<Trace, TraceError> {
+    if opt.obj_id_col == 0 {
+        return Err(TraceError::at_line(0, "obj_id_col is 1-based"));
+    }
+    let data = maybe_decompress(bytes)?;
+    let text = std::str::from_utf8(&data).map_err(|e| TraceError::at_byte(e.valid_up_to() as u64, "not UTF-8 text"))?;
+    let mut b = TraceBuilder::new();
+    for (i, line) in text.lines().enumerate() {
+        let n = i as u64 + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let field = line.split(opt.delimiter as char).nth(opt.obj_id_col - 1);
+        let Some(field) = field else {
+            return Err(TraceError::at_line(n, format!("has no column {} (delimiter '{}')", opt.obj_id_col, opt.delimiter as char)));
+        };
+        match parse_id(field) {
+            Some(id) => b.push(id, false).map_err(|m| TraceError::at_line(n, m))?,
+            None if n == 1 && opt.has_header != Some(false) => continue,
+            None => {
+                return Err(TraceError::at_line(n, format!("object id '{field}' in column {} is not an integer", opt.obj_id_col)));
+            }
+        }
+    }
+    Ok(b.finish())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Trace {
+        let mut b = TraceBuilder::new();
+        for p in [5u64, 9, 5, 5, 1 << 40] {
+            b.push(p, false).unwrap();
+        }
+        b.finish()
+    }
+
+    #[test]
+    fn oracle_general_round_trip_with_next_access() {
+        let t = sample();
+        let bytes = write_oracle_general(&t);
+        assert_eq!(bytes.len(), 5 * RECORD);
+        let next: Vec<i64> = bytes.chunks(RECORD).map(|r| i64::from_le_bytes(r[16..24].try_into().unwrap())).collect();
+        assert_eq!(next, vec![2, -1, 3, -1, -1]);
+        assert_eq!(read_oracle_general(&bytes).unwrap(), t);
+        let z = zstd::stream::encode_all(&bytes[..], 3).unwrap();
+        assert_eq!(read_oracle_general(&z).unwrap(), t);
+    }
+
+    #[test]
+    fn truncated_oracle_general_names_the_offset() {
+        let bytes = write_oracle_general(&sample());
+        let e = read_oracle_general(&bytes[..50]).unwrap_err();
+        assert_eq!(e.at, "byte 48");
+    }
+
+    #[test]
+    fn csv_with_header_and_errors() {
+        let t = read_csv(b"time,obj,size\n1,5,4096\n2,0x9,4096\n3,5,4096\n", &CsvOptions::default()).unwrap();
+        assert_eq!(t.original_pages(), &[5, 9]);
+        assert_eq!(t.refs().len(), 3);
+        let e = read_csv(b"1,5\n2,x\n", &CsvOptions::default()).unwrap_err();
+        assert_eq!(e.at, "line 2");
+        let e = read_csv(b"1;5\n", &CsvOptions::default()).unwrap_err();
+        assert!(e.message.contains("no column 2"), "{e}");
+    }
+}

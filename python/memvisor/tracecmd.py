@@ -1,0 +1,218 @@
+"""`memvisor trace`: record, convert, inspect and replay page-reference traces, and compare the
+exact-LRU guest with libCacheSim's LRU."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from memvisor import _core
+from memvisor.api import simulate
+from memvisor.traces import FORMATS, read_trace, write_bytes_atomically
+
+
+def _cli():
+    # Imported late: cli imports this module to register the group.
+    from memvisor import cli
+
+    return cli
+
+
+@click.group("trace")
+def trace() -> None:
+    """Record, convert, inspect and replay page-reference traces."""
+
+
+def _info_table(title: str, info: dict) -> Table:
+    t = Table("references", "reads", "writes", "distinct pages", "footprint", title=title)
+    t.add_row(
+        f"{info['references']:,}",
+        f"{info['reads']:,}",
+        f"{info['writes']:,}",
+        f"{info['distinct_pages']:,}",
+        f"{info['footprint_bytes'] / 1048576:,.1f} MiB",
+    )
+    return t
+
+
+@trace.command()
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Native trace to write (.mvtrace).")
+@click.option("--instructions", is_flag=True, help="Also record instruction fetches (as reads).")
+@click.argument("program", nargs=-1, required=True)
+def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
+    """Run PROGRAM under valgrind lackey and write its page-reference trace.
+
+    The lackey output is streamed through the converter and never stored: memvisor trace record
+    -o ls.mvtrace -- ls -l /usr
+    """
+    cli = _cli()
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        cli._fail("valgrind is not installed (Debian: apt-get install valgrind)", 2)
+    rfd, wfd = os.pipe()
+    cmd = [valgrind, "--tool=lackey", "--trace-mem=yes", f"--log-fd={wfd}", "--", *program]
+    try:
+        proc = subprocess.Popen(cmd, pass_fds=(wfd,))
+    except OSError as e:
+        cli._fail(f"cannot start valgrind: {e}", 2)
+    os.close(wfd)
+    rec = _core.LackeyRecorder(instructions)
+    t0 = time.perf_counter()
+    try:
+        with os.fdopen(rfd, "rb", buffering=0) as r:
+            while chunk := r.read(1 << 20):
+                rec.feed(chunk)
+    except _core.TraceError as e:
+        proc.kill()
+        proc.wait()
+        cli._fail(f"lackey output: {e}", 1)
+    code = proc.wait()
+    t = rec.finish()
+    write_bytes_atomically(output, bytes(t.to_native()))
+    cli.out.print(_info_table(f"{output} ({time.perf_counter() - t0:.1f} s)", dict(t.info())))
+    if code != 0:
+        cli.err.print(f"warning: {' '.join(program)} exited with status {code}; the trace covers what it did until then")
+
+
+@trace.command()
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("dest", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--from", "src_fmt", type=click.Choice(FORMATS), help="Input format (default: detected).")
+@click.option("--to", "dst_fmt", type=click.Choice(["native", "oracleGeneral"]), default="native", show_default=True)
+@click.option("--instructions", is_flag=True, help="lackey input: keep instruction fetches.")
+@click.option("--obj-id-col", default=2, show_default=True, help="csv input: 1-based object id column.")
+@click.option("--delimiter", default=",", show_default=True, help="csv input: field separator.")
+def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool, obj_id_col: int, delimiter: str) -> None:
+    """Convert a trace (lackey text, libCacheSim oracleGeneral or csv, native) to native or
+    oracleGeneral."""
+    cli = _cli()
+    try:
+        t = read_trace(source, src_fmt, instructions=instructions, obj_id_col=obj_id_col, delimiter=delimiter)
+    except (_core.TraceError, ValueError) as e:
+        cli._fail(str(e), 1)
+    data = t.to_native() if dst_fmt == "native" else t.to_oracle_general()
+    write_bytes_atomically(dest, bytes(data))
+    cli.out.print(_info_table(str(dest), dict(t.info())))
+
+
+@trace.command()
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def info(source: Path, as_json: bool) -> None:
+    """References, reads, writes, distinct pages and footprint of a trace."""
+    cli = _cli()
+    try:
+        i = dict(read_trace(source).info())
+    except _core.TraceError as e:
+        cli._fail(str(e), 1)
+    if as_json:
+        click.echo(json.dumps(i))
+    else:
+        cli.out.print(_info_table(str(source), i))
+
+
+def replay_trace(t, name: str, frames: int, mode: str, loops: int = 1, compute_ns: int = 0) -> dict:
+    """Replays a loaded trace with `frames` frames available; returns references, faults, time."""
+    text = _core.replay_scenario(name, t.n_pages, frames, mode, loops, compute_ns)
+    (s,) = _core.load(text, f"replay:{name}")
+    r = simulate(s, traces={name: t}, step_s=float("inf"))
+    vm = r.summary["vms"][0]
+    return {
+        "trace": name,
+        "frames": frames,
+        "mode": mode,
+        "references": vm["processes"][0]["touches"],
+        "faults": int(vm["counters"]["pgfault"]),
+        "major_faults": int(vm["counters"]["pgmajfault"]),
+        "sim_time_s": vm["runtime_s"],
+        "wall_s": r.wall_s,
+        "run_s": r.run_s,
+    }
+
+
+@trace.command()
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--frames", "-c", type=click.IntRange(min=1), required=True, help="Page frames available to the process.")
+@click.option("--mode", type=click.Choice(["exact-lru", "linux"]), default="exact-lru", show_default=True)
+@click.option("--loops", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--compute", "compute_ns", type=click.IntRange(min=0), default=0, help="CPU ns between references.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def replay(source: Path, frames: int, mode: str, loops: int, compute_ns: int, as_json: bool) -> None:
+    """Replay a trace in a one-guest simulated host with FRAMES page frames for the process."""
+    cli = _cli()
+    try:
+        t = read_trace(source)
+        res = replay_trace(t, source.name, frames, mode, loops, compute_ns)
+    except (_core.TraceError, _core.RunError) as e:
+        cli._fail(str(e), 1)
+    if as_json:
+        click.echo(json.dumps(res))
+        return
+    tab = Table("references", "faults", "major faults", "simulated s", "wall s", title=f"{source} — {frames} frames, {mode}")
+    tab.add_row(f"{res['references']:,}", f"{res['faults']:,}", f"{res['major_faults']:,}", f"{res['sim_time_s']:.3f}", f"{res['wall_s']:.3f}")
+    cli.out.print(tab)
+
+
+def peer_compare(t, name: str, sizes: list[int]) -> list[dict]:
+    """The same trace through memvisor's exact-LRU guest and libCacheSim's LRU at each size."""
+    import libcachesim as lcs
+
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        og = Path(d) / "trace.oracleGeneral"
+        og.write_bytes(bytes(t.to_oracle_general()))
+        reader = lcs.TraceReader(trace=str(og), trace_type=lcs.TraceType.ORACLE_GENERAL_TRACE)
+        n = dict(t.info())["references"]
+        for c in sizes:
+            mv = replay_trace(t, name, c, "exact-lru")
+            cache = lcs.LRU(cache_size=c * 4096)
+            t0 = time.perf_counter()
+            miss_ratio, _ = cache.process_trace(reader)
+            peer_s = time.perf_counter() - t0
+            rows.append({
+                "frames": c,
+                "references": n,
+                "memvisor_faults": mv["faults"],
+                "libcachesim_misses": round(miss_ratio * n),
+                "memvisor_req_per_s": n / mv["run_s"],
+                "libcachesim_req_per_s": n / peer_s,
+            })
+    return rows
+
+
+@trace.command("bench")
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--frames", "-c", "sizes", required=True, help="Comma-separated cache sizes in frames, e.g. 100,1000,10000.")
+def bench_cmd(source: Path, sizes: str) -> None:
+    """Replay a trace through memvisor's exact-LRU guest and libCacheSim's LRU; check the miss
+    counts agree and compare requests per second."""
+    cli = _cli()
+    try:
+        size_list = [int(x) for x in sizes.split(",") if x.strip()]
+        assert size_list and all(s > 0 for s in size_list)
+    except (ValueError, AssertionError):
+        cli._fail(f"--frames '{sizes}': give positive integers separated by commas", 2)
+    t = read_trace(source)
+    rows = peer_compare(t, source.name, size_list)
+    tab = Table("frames", "memvisor faults", "libCacheSim misses", "equal", "memvisor req/s", "libCacheSim req/s", "ratio", title=f"{source}: exact-LRU guest vs libCacheSim LRU")
+    bad = False
+    for r in rows:
+        eq = r["memvisor_faults"] == r["libcachesim_misses"]
+        bad |= not eq
+        tab.add_row(
+            f"{r['frames']:,}", f"{r['memvisor_faults']:,}", f"{r['libcachesim_misses']:,}", "yes" if eq else "NO",
+            f"{r['memvisor_req_per_s'] / 1e6:.1f} M", f"{r['libcachesim_req_per_s'] / 1e6:.1f} M",
+            f"{r['memvisor_req_per_s'] / r['libcachesim_req_per_s']:.2f}x",
+        )
+    cli.out.print(tab)
+    if bad:
+        cli._fail("miss counts differ", 1)

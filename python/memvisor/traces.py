@@ -1,0 +1,76 @@
+"""Trace files: reading any supported format by its name or content, writing atomically."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from memvisor import _core
+
+FORMATS = ("native", "lackey", "oracleGeneral", "csv")
+NATIVE_SUFFIX = ".mvtrace"
+
+
+def detect_format(path: Path, data: bytes) -> str:
+    """The format of a trace file: the native magic, else the file name."""
+    if data.startswith(b"MVTRACE1"):
+        return "native"
+    name = path.name.lower().removesuffix(".zst")
+    if name.endswith(".oraclegeneral") or name.endswith(".bin"):
+        return "oracleGeneral"
+    if name.endswith(".csv"):
+        return "csv"
+    return "lackey"
+
+
+def read_trace(path: str | Path, fmt: str | None = None, *, instructions: bool = False,
+               obj_id_col: int = 2, delimiter: str = ",") -> "_core.Trace":
+    """Reads a trace in any supported format (auto-detected unless `fmt` is given)."""
+    path = Path(path)
+    data = path.read_bytes()
+    fmt = fmt or detect_format(path, data)
+    try:
+        if fmt == "native":
+            return _core.Trace.from_native(data)
+        if fmt == "lackey":
+            return _core.Trace.from_lackey(data, instructions)
+        if fmt == "oracleGeneral":
+            return _core.Trace.from_oracle_general(data)
+        if fmt == "csv":
+            return _core.Trace.from_csv(data, obj_id_col, delimiter)
+    except _core.TraceError as e:
+        raise _core.TraceError(f"{path}: {e}") from None
+    raise ValueError(f"unknown trace format '{fmt}' (formats: {', '.join(FORMATS)})")
+
+
+def write_bytes_atomically(path: str | Path, data: bytes) -> None:
+    """Writes a file under a temporary name and renames it into place."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def resolve_trace_path(name: str, base_dir: Path | None) -> Path:
+    """A `trace` workload's file: absolute, else next to the scenario file, else in the working
+    directory."""
+    p = Path(name)
+    if p.is_absolute():
+        return p
+    if base_dir is not None and (base_dir / p).exists():
+        return base_dir / p
+    return p
+
+
+def load_traces(scenario, base_dir: Path | None) -> dict[str, "_core.Trace"]:
+    """Loads every trace a scenario's workloads name."""
+    out = {}
+    for name in scenario.trace_files:
+        path = resolve_trace_path(name, base_dir)
+        if not path.exists():
+            raise _core.ScenarioError(f"trace file '{name}' not found (looked in {base_dir or '.'} and the working directory)")
+        out[name] = read_trace(path)
+    return out

@@ -1,0 +1,286 @@
+"""`memvisor validate linux-paging`: the guest model against the Linux kernel on this machine.
+
+A native program (data/pagetouch.c) runs the seed 003 stress pattern and a uniformly random pattern
+inside a real memory cgroup with a real swap file, at several memory limits; the same patterns run in
+a simulated guest given the same memory. Major faults and swap traffic are compared side by side.
+
+The kernel settings that change the answer are read and stated (vm.page-cluster, swappiness,
+transparent huge pages, VMA swap readahead, multi-generational LRU); the simulator is given the same
+page-cluster and swappiness. What the command changes (a swap file, cgroups, MGLRU if it is on) is
+restored when it ends, also on error or interrupt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+
+from memvisor import _core
+from memvisor.api import simulate
+from memvisor.runfolder import RunFolder
+
+#: Exit status when the machine lacks what the validation needs (automake's "skipped").
+SKIPPED = 77
+PAGE = 4096
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+@dataclass
+class Cgroup:
+    """A memory cgroup (v1 or v2) the program runs in."""
+
+    path: Path
+    version: int
+
+    def set_limit(self, limit: int) -> None:
+        name = "memory.limit_in_bytes" if self.version == 1 else "memory.max"
+        (self.path / name).write_text(str(limit))
+        if self.version == 2:
+            # No limit on swap: the cgroup pages to the swap file like the simulated guest.
+            (self.path / "memory.swap.max").write_text("max")
+
+    def stat(self, key: str) -> int:
+        for line in (self.path / "memory.stat").read_text().splitlines():
+            k, v = line.split()
+            if k == key:
+                return int(v)
+        return 0
+
+    def oom_kills(self) -> int:
+        if self.version == 1:
+            text = _read(self.path / "memory.oom_control") or ""
+        else:
+            text = _read(self.path / "memory.events") or ""
+        for line in text.splitlines():
+            k, _, v = line.partition(" ")
+            if k == "oom_kill":
+                return int(v)
+        return 0
+
+
+def find_memory_cgroup_root(root: Path) -> tuple[Path, int] | None:
+    """Where memory cgroups can be made: v1's memory hierarchy or a v2 hierarchy with memory."""
+    v1 = root / "memory"
+    if (v1 / "memory.limit_in_bytes").exists():
+        return v1, 1
+    for v2 in (root, root / "unified"):
+        ctrl = _read(v2 / "cgroup.controllers")
+        if ctrl is not None and "memory" in ctrl.split():
+            return v2, 2
+    return None
+
+
+def missing_prerequisites(cgroup_root: Path) -> list[str]:
+    """Everything this machine lacks for the validation, in words."""
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root privileges (to create memory cgroups and a swap file; run as root)")
+    if find_memory_cgroup_root(cgroup_root) is None:
+        missing.append(f"a memory cgroup controller under {cgroup_root} (v1 'memory' hierarchy or v2 with 'memory' enabled)")
+    for tool in ("mkswap", "swapon", "swapoff"):
+        if shutil.which(tool) is None:
+            missing.append(f"the '{tool}' command (util-linux)")
+    if shutil.which("cc") is None:
+        missing.append("a C compiler ('cc') to build the page-touching program")
+    if _read(Path("/proc/swaps")) is None:
+        missing.append("swap support in the kernel (/proc/swaps)")
+    return missing
+
+
+def vmstat() -> dict[str, int]:
+    out = {}
+    for line in Path("/proc/vmstat").read_text().splitlines():
+        k, v = line.split()
+        out[k] = int(v)
+    return out
+
+
+def kernel_settings() -> dict:
+    """The settings that change the answer, as found."""
+    thp = _read(Path("/sys/kernel/mm/transparent_hugepage/enabled"))
+    return {
+        "kernel": os.uname().release,
+        "vm.page-cluster": int(_read(Path("/proc/sys/vm/page-cluster")) or 3),
+        "vm.swappiness": int(_read(Path("/proc/sys/vm/swappiness")) or 60),
+        "transparent_hugepage": thp,
+        "transparent_hugepage_note": "the program asks for no huge pages (MADV_NOHUGEPAGE) whatever this says",
+        "swap_vma_readahead": _read(Path("/sys/kernel/mm/swap/vma_ra_enabled")),
+        "lru_gen": _read(Path("/sys/kernel/mm/lru_gen/enabled")),
+    }
+
+
+@dataclass
+class Row:
+    pattern: str
+    limit_MiB: int
+    working_set_MiB: float
+    kernel_majflt: int | None
+    sim_majflt: int
+    majflt_error: float | None
+    kernel_pswpin: int | None
+    sim_pswpin: int
+    kernel_pswpout: int | None
+    sim_pswpout: int
+    kernel_oom_killed: bool
+    stable: bool
+    kernel_wall_s: float
+    sim_time_s: float
+
+
+def program_args(pattern: str, pages: int, passes: int, touches: int, seed: int) -> list[str]:
+    if pattern == "stress":
+        return ["stress", str(pages), str(passes)]
+    return ["random", str(pages), str(touches), str(seed)]
+
+
+def simulated(pattern: str, pages: int, passes: int, touches: int, seed: int, limit: int, settings: dict) -> dict:
+    """The same pattern in a simulated guest whose process has `limit` bytes, as in the cgroup."""
+    guest = _core.guest_pages_for(limit // PAGE, "linux")
+    wl = (
+        f'kind = "stress", pages = {pages}, passes = {passes}'
+        if pattern == "stress"
+        else f'kind = "random", pages = {pages}, touches = {touches}, seed = {seed}'
+    )
+    text = f"""name = "validate-linux-paging"
+[host]
+memory = "{guest + 256} pages"
+sample_interval = "1h"
+[[datastore]]
+name = "swap"
+device = "ssd"
+[[vm]]
+name = "cgroup"
+memory = "{guest} pages"
+kernel_reserved = "0B"
+overhead = "0B"
+datastore = "swap"
+swap = "{2 * pages} pages"
+sysctl = {{ "vm.page-cluster" = {settings['vm.page-cluster']}, "vm.swappiness" = {settings['vm.swappiness']} }}
+workload = {{ {wl} }}
+"""
+    (s,) = _core.load(text, "validate-linux-paging")
+    r = simulate(s, step_s=float("inf"))
+    c = r.summary["vms"][0]["counters"]
+    return {"majflt": int(c["pgmajfault"]), "pswpin": int(c["pswpin_pages"]), "pswpout": int(c["pswpout_pages"]), "time_s": r.summary["sim_time_s"]}
+
+
+def run_validation(
+    out: Path,
+    cgroup_root: Path = Path("/sys/fs/cgroup"),
+    working_set: int = 96 << 20,
+    limits_mib: tuple[int, ...] = (16, 24, 32, 48, 64, 80),
+    passes: int = 5,
+    touches: int = 200_000,
+    seed: int = 42,
+    log=print,
+) -> tuple[list[Row], dict]:
+    """Runs the comparison and writes the run folder; the caller has checked the prerequisites."""
+    cg_root, version = find_memory_cgroup_root(cgroup_root)
+    settings = kernel_settings()
+    settings["cgroup_version"] = version
+    pages = working_set // PAGE
+    work = Path(tempfile.mkdtemp(prefix="memvisor-validate-", dir="/var/tmp"))
+    swapfile = work / "swapfile"
+    lru_gen = Path("/sys/kernel/mm/lru_gen/enabled")
+    restore_lru_gen = None
+    cgroups: list[Path] = []
+    swap_on = False
+    old_sigterm = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        exe = work / "pagetouch"
+        src = resources.files("memvisor") / "data" / "pagetouch.c"
+        subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True)
+        size_mib = 2 * working_set // (1 << 20) + 64
+        subprocess.run(["dd", "if=/dev/zero", f"of={swapfile}", "bs=1M", f"count={size_mib}", "status=none"], check=True)
+        swapfile.chmod(0o600)
+        subprocess.run(["mkswap", "-q", str(swapfile)], check=True)
+        # Highest priority, so the kernel swaps to this file before any other swap device.
+        subprocess.run(["swapon", "-p", "32767", str(swapfile)], check=True)
+        swap_on = True
+        settings["swap_file_MiB"] = size_mib
+        if settings["lru_gen"] not in (None, "0x0000"):
+            restore_lru_gen = settings["lru_gen"]
+            lru_gen.write_text("n")
+            settings["lru_gen_note"] = "the multi-generational LRU was turned off for the runs (memvisor models the classic lists) and turned back on"
+        rows = []
+        for pattern in ("stress", "random"):
+            for limit_mib in limits_mib:
+                limit = limit_mib << 20
+                path = cg_root / f"memvisor-validate-{os.getpid()}-{pattern}-{limit_mib}"
+                path.mkdir()
+                cgroups.append(path)
+                cg = Cgroup(path, version)
+                if version == 1:
+                    (path / "memory.swappiness").write_text(str(settings["vm.swappiness"]))
+                cg.set_limit(limit)
+                before = vmstat()
+                t0 = time.perf_counter()
+                proc = subprocess.run(
+                    [str(exe), *program_args(pattern, pages, passes, touches, seed)],
+                    preexec_fn=lambda p=path: (p / "cgroup.procs").write_text(str(os.getpid())),
+                )
+                wall = time.perf_counter() - t0
+                after = vmstat()
+                oom = proc.returncode != 0 or cg.oom_kills() > 0
+                kmaj = cg.stat("pgmajfault")
+                path.rmdir()
+                cgroups.remove(path)
+                sim = simulated(pattern, pages, passes, touches, seed, limit, settings)
+                stable = limit * 2 <= working_set and not oom
+                err = None if oom or kmaj == 0 else (sim["majflt"] - kmaj) / kmaj
+                rows.append(Row(
+                    pattern, limit_mib, working_set / (1 << 20),
+                    None if oom else kmaj, sim["majflt"], err,
+                    None if oom else after["pswpin"] - before["pswpin"], sim["pswpin"],
+                    None if oom else after["pswpout"] - before["pswpout"], sim["pswpout"],
+                    oom, stable, wall, sim["time_s"],
+                ))
+                log(rows[-1])
+    finally:
+        for p in cgroups:
+            try:
+                p.rmdir()
+            except OSError:
+                pass
+        if swap_on:
+            subprocess.run(["swapoff", str(swapfile)], check=False)
+        if restore_lru_gen is not None:
+            lru_gen.write_text(restore_lru_gen)
+        shutil.rmtree(work, ignore_errors=True)
+        signal.signal(signal.SIGTERM, old_sigterm)
+    write_folder(out, rows, settings)
+    return rows, settings
+
+
+def write_folder(out: Path, rows: list[Row], settings: dict) -> Path:
+    folder = RunFolder(out)
+    try:
+        import pandas as pd
+
+        df = pd.DataFrame([asdict(r) for r in rows])
+        df.to_csv(folder.tmp / "comparison.csv", index=False)
+        summary = {
+            "settings": settings,
+            "criterion": "where the kernel is stable (limit <= half the working set, no OOM kill), simulated major faults within 10 % of the kernel's",
+            "stable_rows_within_10pct": all(abs(r.majflt_error) <= 0.10 for r in rows if r.stable),
+            "rows": [asdict(r) for r in rows],
+        }
+        (folder.tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return folder.commit([])
+    except BaseException:
+        folder.abandon()
+        raise

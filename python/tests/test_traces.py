@@ -1,0 +1,100 @@
+"""Traces: formats, the trace commands, and equivalence with libCacheSim's LRU."""
+
+import json
+import random
+import shutil
+import struct
+
+import pytest
+
+import memvisor
+from memvisor import _core
+from memvisor.tracecmd import peer_compare
+
+from conftest import memvisor as run_cli
+
+
+def lackey_text(n=3000, seed=7):
+    rng = random.Random(seed)
+    lines = ["==1== Lackey, an example Valgrind tool"]
+    for _ in range(n):
+        page = rng.choice([rng.randrange(40), rng.randrange(400)])
+        kind = rng.choice("LSM")
+        lines.append(f" {kind} {0x400000 + page * 4096 + rng.randrange(4000):08x},{rng.choice([1, 4, 8])}")
+        lines.append(f"I  {0x10000 + rng.randrange(10) * 4096:08x},3")
+    return "\n".join(lines) + "\n"
+
+
+def oracle_general(ids):
+    return b"".join(struct.pack("<IQIq", i, o, 4096, -1) for i, o in enumerate(ids))
+
+
+@pytest.fixture
+def traces(tmp_path):
+    rng = random.Random(3)
+    (tmp_path / "prog.lackey").write_text(lackey_text())
+    (tmp_path / "zipf.oracleGeneral").write_bytes(oracle_general([int(rng.paretovariate(0.8)) % 2000 for _ in range(20000)]))
+    (tmp_path / "loop.csv").write_text("time,obj,size\n" + "".join(f"{i},{i % 257},4096\n" for i in range(5000)))
+    return tmp_path
+
+
+@pytest.mark.parametrize("name", ["prog.lackey", "zipf.oracleGeneral", "loop.csv"])
+def test_exact_lru_faults_equal_libcachesim_lru_misses(traces, name):
+    t = memvisor.traces.read_trace(traces / name)
+    n = t.n_pages
+    rows = peer_compare(t, name, sorted({1, 5, n // 10 or 1, n // 2 or 1, n - 1 or 1, n, n + 3}))
+    for r in rows:
+        assert r["memvisor_faults"] == r["libcachesim_misses"], r
+
+
+def test_convert_info_and_replay_from_the_command_line(traces, tmp_path):
+    r = run_cli("trace", "convert", str(traces / "prog.lackey"), "prog.mvtrace", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("trace", "info", "prog.mvtrace", "--json", cwd=tmp_path)
+    info = json.loads(r.stdout)
+    assert info["references"] >= 3000 and info["reads"] + info["writes"] == info["references"]
+    assert info["footprint_bytes"] == info["distinct_pages"] * 4096
+    r = run_cli("trace", "convert", "prog.mvtrace", "prog.oracleGeneral", "--to", "oracleGeneral", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    back = memvisor.traces.read_trace(tmp_path / "prog.oracleGeneral")
+    assert back.n_pages == info["distinct_pages"]
+    r = run_cli("trace", "replay", "prog.mvtrace", "--frames", "20", "--json", cwd=tmp_path)
+    res = json.loads(r.stdout)
+    assert res["references"] == info["references"]
+    assert res["faults"] >= info["distinct_pages"]
+    r = run_cli("trace", "replay", "prog.mvtrace", "--frames", "20", "--mode", "linux", "--json", cwd=tmp_path)
+    assert json.loads(r.stdout)["references"] == info["references"]
+
+
+def test_corrupt_traces_get_a_located_error(traces, tmp_path):
+    t = memvisor.traces.read_trace(traces / "loop.csv")
+    data = bytes(t.to_native())
+    (tmp_path / "cut.mvtrace").write_bytes(data[: len(data) - 7])
+    r = run_cli("trace", "info", "cut.mvtrace", cwd=tmp_path)
+    assert r.returncode == 1 and "byte 24" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "cut.oracleGeneral").write_bytes(oracle_general([1, 2, 3])[:60])
+    r = run_cli("trace", "info", "cut.oracleGeneral", cwd=tmp_path)
+    assert r.returncode == 1 and "byte 48" in r.stderr
+    (tmp_path / "bad.lackey").write_text(" L 1000,4\n Q oops\n")
+    r = run_cli("trace", "info", "bad.lackey", cwd=tmp_path)
+    assert r.returncode == 1 and "line 2" in r.stderr
+
+
+def test_a_scenario_replays_a_trace_file_next_to_it(traces, tmp_path):
+    t = memvisor.traces.read_trace(traces / "zipf.oracleGeneral")
+    (tmp_path / "z.mvtrace").write_bytes(bytes(t.to_native()))
+    text = _core.replay_scenario("z.mvtrace", t.n_pages, 100, "linux", 2, 0)
+    (tmp_path / "s.toml").write_text(text)
+    (r,) = memvisor.run(str(tmp_path / "s.toml"))
+    assert r.summary["vms"][0]["processes"][0]["touches"] == 2 * 20000
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_record_runs_a_program_under_lackey(tmp_path):
+    r = run_cli("trace", "record", "-o", "true.mvtrace", "--", "/bin/true", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    t = memvisor.traces.read_trace(tmp_path / "true.mvtrace")
+    info = dict(t.info())
+    assert info["references"] > 1000 and info["distinct_pages"] > 10
+    rows = peer_compare(t, "true", [8, 32, info["distinct_pages"]])
+    assert all(r["memvisor_faults"] == r["libcachesim_misses"] for r in rows)
