@@ -2,6 +2,7 @@
 #   make demo   set up a fresh machine (.venv with the Rust engine built) and run a case study
 #   make test   run every test, Rust and Python
 PYTHON ?= python3
+SHELL := /bin/bash
 VENV := .venv
 BIN := $(VENV)/bin
 
@@ -19,8 +20,17 @@ test: setup
 	cargo test --release --workspace --quiet
 	$(BIN)/python -m pytest -q
 
-bench: setup
+# The peer benchmark replays a recorded `sort` (recorded once under valgrind, about a minute).
+BENCH_TRACE := runs/bench/sort30k.mvtrace
+
+bench: setup $(BENCH_TRACE)
 	$(BIN)/memvisor bench
+	$(BIN)/memvisor trace bench $(BENCH_TRACE) --frames 32,64,128,256,509 --repeats 5
+
+$(BENCH_TRACE):
+	mkdir -p runs/bench
+	seq 1 30000 | shuf --random-source=<(yes) > runs/bench/nums.txt
+	$(BIN)/memvisor trace record -o $@ -- sort -n runs/bench/nums.txt -o runs/bench/sorted.txt
 
 clean:
 	rm -rf $(VENV) target runs

@@ -162,8 +162,11 @@ def replay(source: Path, frames: int, mode: str, loops: int, compute_ns: int, as
     cli.out.print(tab)
 
 
-def peer_compare(t, name: str, sizes: list[int]) -> list[dict]:
-    """The same trace through memvisor's exact-LRU guest and libCacheSim's LRU at each size."""
+def peer_compare(t, name: str, sizes: list[int], repeats: int = 1) -> list[dict]:
+    """The same trace through memvisor's exact-LRU guest and libCacheSim's LRU at each size; the
+    speeds are medians of `repeats` runs of each, alternating."""
+    from statistics import median
+
     import libcachesim as lcs
 
     rows = []
@@ -173,18 +176,21 @@ def peer_compare(t, name: str, sizes: list[int]) -> list[dict]:
         reader = lcs.TraceReader(trace=str(og), trace_type=lcs.TraceType.ORACLE_GENERAL_TRACE)
         n = dict(t.info())["references"]
         for c in sizes:
-            mv = replay_trace(t, name, c, "exact-lru")
-            cache = lcs.LRU(cache_size=c * 4096)
-            t0 = time.perf_counter()
-            miss_ratio, _ = cache.process_trace(reader)
-            peer_s = time.perf_counter() - t0
+            mv_s, peer_s = [], []
+            for _ in range(repeats):
+                mv = replay_trace(t, name, c, "exact-lru")
+                mv_s.append(mv["run_s"])
+                cache = lcs.LRU(cache_size=c * 4096)
+                t0 = time.perf_counter()
+                miss_ratio, _ = cache.process_trace(reader)
+                peer_s.append(time.perf_counter() - t0)
             rows.append({
                 "frames": c,
                 "references": n,
                 "memvisor_faults": mv["faults"],
                 "libcachesim_misses": round(miss_ratio * n),
-                "memvisor_req_per_s": n / mv["run_s"],
-                "libcachesim_req_per_s": n / peer_s,
+                "memvisor_req_per_s": n / median(mv_s),
+                "libcachesim_req_per_s": n / median(peer_s),
             })
     return rows
 
@@ -192,7 +198,8 @@ def peer_compare(t, name: str, sizes: list[int]) -> list[dict]:
 @trace.command("bench")
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--frames", "-c", "sizes", required=True, help="Comma-separated cache sizes in frames, e.g. 100,1000,10000.")
-def bench_cmd(source: Path, sizes: str) -> None:
+@click.option("--repeats", default=3, show_default=True, help="Runs of each side per size (medians are shown).")
+def bench_cmd(source: Path, sizes: str, repeats: int) -> None:
     """Replay a trace through memvisor's exact-LRU guest and libCacheSim's LRU; check the miss
     counts agree and compare requests per second."""
     cli = _cli()
@@ -202,7 +209,7 @@ def bench_cmd(source: Path, sizes: str) -> None:
     except (ValueError, AssertionError):
         cli._fail(f"--frames '{sizes}': give positive integers separated by commas", 2)
     t = read_trace(source)
-    rows = peer_compare(t, source.name, size_list)
+    rows = peer_compare(t, source.name, size_list, repeats)
     tab = Table("frames", "memvisor faults", "libCacheSim misses", "equal", "memvisor req/s", "libCacheSim req/s", "ratio", title=f"{source}: exact-LRU guest vs libCacheSim LRU")
     bad = False
     for r in rows:

@@ -35,29 +35,19 @@ fn lru_misses(refs: &[u32], c: usize) -> u64 {
     misses
 }
 
-/// xorshift64*: a small deterministic generator for the test traces.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-}
-
 fn generated(kind: &str, n: usize) -> Trace {
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut state = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || memvisor::workloads::xorshift64star(&mut state);
     let mut b = TraceBuilder::new();
     for i in 0..n {
         let page = match kind {
             "loop" => (i % 300) as u64,
-            "uniform" => rng.next() % 400,
+            "uniform" => next() % 400,
             // Skewed: page ~ 1000 / (1 + u) for u uniform in [0, 999]: a few hot pages, a long tail.
-            "skewed" => 1000 / (1 + rng.next() % 1000),
+            "skewed" => 1000 / (1 + next() % 1000),
             _ => unreachable!(),
         };
-        b.push(0x1000 + page, rng.next() % 4 == 0).unwrap();
+        b.push(0x1000 + page, next().is_multiple_of(4)).unwrap();
     }
     b.finish()
 }

@@ -5,8 +5,7 @@
 //! Latency overlaps across slots; transfers do not. So a deep queue hides latency but never creates
 //! bandwidth, and every guest whose virtual disk lives on the device shares both.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::VecDeque;
 
 /// The kinds of device a datastore can sit on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,8 +97,9 @@ pub struct DeviceStats {
 #[derive(Clone, Debug)]
 pub struct Device {
     spec: DeviceSpec,
-    /// Times at which each queue slot becomes free.
-    slots: BinaryHeap<Reverse<u64>>,
+    /// Times at which each queue slot becomes free. Completions are non-decreasing in submission
+    /// order (transfers are serialised), so the earliest is always at the front.
+    slots: VecDeque<u64>,
     /// Time at which the shared data path becomes free.
     path_free_at: u64,
     /// Byte offset just past the previous request (for seeks).
@@ -110,7 +110,7 @@ pub struct Device {
 impl Device {
     /// A fresh, idle device.
     pub fn new(spec: DeviceSpec) -> Self {
-        let slots = (0..spec.queue_depth.max(1)).map(|_| Reverse(0)).collect();
+        let slots = (0..spec.queue_depth.max(1)).map(|_| 0).collect();
         Self { spec, slots, path_free_at: 0, head: u64::MAX, stats: DeviceStats::default() }
     }
 
@@ -127,16 +127,18 @@ impl Device {
     /// Queues a request submitted at `now` and returns when it completes. Requests are served in
     /// submission order, so the answer is known at submission and needs no event of its own.
     pub fn submit(&mut self, now: u64, offset: u64, bytes: u64, write: bool) -> u64 {
-        let Reverse(slot_free) = self.slots.pop().expect("queue_depth >= 1");
+        let slot_free = self.slots.pop_front().expect("queue_depth >= 1");
         let start = now.max(slot_free);
         let seek = if self.spec.seek_ns > 0 && offset != self.head { self.spec.seek_ns } else { 0 };
         let ready = start + self.spec.latency_ns + seek;
-        let transfer = ((bytes as f64) * 1e9 / self.spec.bandwidth).ceil() as u64;
+        // Rounded up to whole nanoseconds (f64::ceil is a library call on baseline x86-64).
+        let exact = bytes as f64 * 1e9 / self.spec.bandwidth;
+        let transfer = exact as u64 + ((exact as u64 as f64) < exact) as u64;
         let xfer_start = ready.max(self.path_free_at);
         let done = xfer_start + transfer;
         self.path_free_at = done;
         self.head = offset + bytes;
-        self.slots.push(Reverse(done));
+        self.slots.push_back(done);
         self.stats.queue_wait_ns += (start - now) + (xfer_start - ready);
         self.stats.busy_ns += transfer;
         if write {

@@ -41,7 +41,13 @@ pub struct BioTable {
     slots: Vec<Option<Bio>>,
     free: Vec<u32>,
     in_flight: u32,
+    /// Emptied page and waiter lists of completed requests, reused: requests are created and
+    /// retired on every fault, and allocating their lists each time showed in profiles.
+    spare: Vec<Vec<u32>>,
 }
+
+/// Spare lists kept at most.
+const SPARE_MAX: usize = 64;
 
 impl BioTable {
     /// The number the next `insert` will return.
@@ -74,6 +80,28 @@ impl BioTable {
         self.in_flight -= 1;
         self.free.push(i);
         self.slots[i as usize].take().expect("bio in flight")
+    }
+
+    /// An empty list for a new request's pages or waiters.
+    pub fn list(&mut self) -> Vec<u32> {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    /// A list holding `items`.
+    pub fn list_of(&mut self, items: impl IntoIterator<Item = u32>) -> Vec<u32> {
+        let mut v = self.list();
+        v.extend(items);
+        v
+    }
+
+    /// Takes back a completed request's lists for reuse.
+    pub fn recycle(&mut self, bio: Bio) {
+        for mut v in [bio.pages, bio.waiters] {
+            if self.spare.len() < SPARE_MAX && v.capacity() > 0 {
+                v.clear();
+                self.spare.push(v);
+            }
+        }
     }
 
     /// Requests in flight.

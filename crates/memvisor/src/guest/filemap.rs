@@ -35,6 +35,8 @@ pub(super) enum Progress {
     Done,
     /// It ran out of time; resume later.
     Yield,
+    /// Its next step must wait until the rest of the simulation has caught up with it.
+    Resync,
     /// The process blocked.
     Blocked,
     /// The process was killed.
@@ -190,8 +192,8 @@ impl Guest {
         for run in runs(&reads, MAX_REQUEST_PAGES) {
             let bio = Bio {
                 kind: BioKind::FileRead,
-                pages: run.iter().map(|&(_, p)| p).collect(),
-                waiters: Vec::new(),
+                pages: self.bios.list_of(run.iter().map(|&(_, p)| p)),
+                waiters: self.bios.list(),
                 file,
                 kthread: false,
                 fault: None,

@@ -414,6 +414,15 @@ impl Guest {
 
     /// Handles an event addressed to this guest.
     pub fn handle(&mut self, now: u64, limit: u64, ev: Event, env: &mut Env) {
+        self.sched.start_now = Some(NONE);
+        self.dispatch(now, limit, ev, env);
+        let started = self.sched.start_now.take();
+        if let Some(v) = started.filter(|&v| v != NONE) {
+            self.run_vcpu(v, now, limit, env);
+        }
+    }
+
+    fn dispatch(&mut self, now: u64, limit: u64, ev: Event, env: &mut Env) {
         match ev {
             Event::Vcpu { vcpu, .. } => self.run_vcpu(vcpu, now, limit, env),
             Event::IoDone { bio, .. } => self.io_done(bio, now, env),
@@ -466,6 +475,7 @@ impl Guest {
         }
         self.kswapd_io_done(now, env);
         self.flusher_io_done(&bio, now, env);
+        self.bios.recycle(bio);
     }
 
     /// Makes a blocked, sleeping or new process runnable.

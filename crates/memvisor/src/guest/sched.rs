@@ -36,6 +36,9 @@ struct Vcpu {
 pub(super) struct Sched {
     runq: VecDeque<u32>,
     vcpus: Vec<Vcpu>,
+    /// A vCPU woken while handling the current event: it runs right after the handler instead of
+    /// through the event queue (same instant, one queue round trip less per wake-up).
+    pub(super) start_now: Option<u32>,
 }
 
 /// Why `run_process` returned.
@@ -53,6 +56,7 @@ impl Sched {
         Self {
             runq: VecDeque::new(),
             vcpus: (0..vcpus).map(|_| Vcpu { current: NONE, slice_end: 0, busy: false }).collect(),
+            start_now: None,
         }
     }
 
@@ -61,7 +65,11 @@ impl Sched {
         self.runq.push_back(pid);
         if let Some(i) = self.vcpus.iter().position(|v| !v.busy) {
             self.vcpus[i].busy = true;
-            env.events.push(now, Event::Vcpu { guest, vcpu: i as u32 });
+            if self.start_now == Some(NONE) {
+                self.start_now = Some(i as u32);
+            } else {
+                env.events.push(now, Event::Vcpu { guest, vcpu: i as u32 });
+            }
         }
     }
 
@@ -148,33 +156,15 @@ impl Guest {
                 }
                 Op::Touch { region, first, count, refs, write } => {
                     let r = *region;
-                    match self.touch_range(pid, r, first, count, *refs, *write, &mut now, end, env) {
-                        Progress::Yield if now < end => {
-                            self.procs[pid as usize].op = Some(op);
-                            return (now, Ran::Resync);
-                        }
-                        p => p,
-                    }
+                    self.touch_range(pid, r, first, count, *refs, *write, &mut now, end, env)
                 }
                 Op::Replay { region, trace, pos, loops, compute_ns } => {
                     let (r, c) = (*region, *compute_ns);
-                    match self.replay(pid, r, trace, pos, loops, c, &mut now, end, env) {
-                        Progress::Yield if now < end => {
-                            self.procs[pid as usize].op = Some(op);
-                            return (now, Ran::Resync);
-                        }
-                        p => p,
-                    }
+                    self.replay(pid, r, trace, pos, loops, c, &mut now, end, env)
                 }
                 Op::TouchRandom { region, state, count, write } => {
                     let (r, w) = (*region, *write);
-                    match self.touch_random(pid, r, state, count, w, &mut now, end, env) {
-                        Progress::Yield if now < end => {
-                            self.procs[pid as usize].op = Some(op);
-                            return (now, Ran::Resync);
-                        }
-                        p => p,
-                    }
+                    self.touch_random(pid, r, state, count, w, &mut now, end, env)
                 }
                 Op::CreateFile { pages } => {
                     let n = *pages;
@@ -224,6 +214,10 @@ impl Guest {
                 Progress::Blocked => {
                     self.procs[pid as usize].op = Some(op);
                     return (now, Ran::Off);
+                }
+                Progress::Resync => {
+                    self.procs[pid as usize].op = Some(op);
+                    return (now, Ran::Resync);
                 }
                 Progress::Killed => return (now, Ran::Off),
             }
@@ -278,9 +272,9 @@ impl Guest {
             }
             let vpn = r.start + *first;
             if self.procs[pid as usize].mm.pte[vpn as usize] & PTE_PRESENT == 0 && !Self::in_order(*now, env) {
-                // A fault must see the rest of the simulation up to now: yield, and the caller
-                // resynchronises. (Re-referencing a mapped page only sets its bits, like a hit.)
-                return Progress::Yield;
+                // A fault must see the rest of the simulation up to now. (Re-referencing a mapped
+                // page only sets its bits, like a hit.)
+                return Progress::Resync;
             }
             match self.touch_slow(pid, vpn, write, refs, *now, env) {
                 Touch::Done(ns) => {
@@ -375,7 +369,7 @@ impl Guest {
             let r = refs[*pos];
             let vpn = base + (r & ID_MASK);
             if self.procs[pid as usize].mm.pte[vpn as usize] & PTE_PRESENT == 0 && !Self::in_order(*now, env) {
-                return Progress::Yield;
+                return Progress::Resync;
             }
             match self.touch_slow(pid, vpn, r & WRITE != 0, 1, *now, env) {
                 Touch::Done(ns) => {
@@ -422,7 +416,7 @@ impl Guest {
                 *now += hit;
             } else {
                 if mm.pte[vpn as usize] & PTE_PRESENT == 0 && !Self::in_order(*now, env) {
-                    return Progress::Yield;
+                    return Progress::Resync;
                 }
                 match self.touch_slow(pid, vpn, write, 1, *now, env) {
                     Touch::Done(ns) => *now += ns,

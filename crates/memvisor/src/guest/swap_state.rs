@@ -120,12 +120,16 @@ impl Guest {
         self.vmstat.add(Vm::SwapRa, reads.len() as u64 - 1);
         reads.sort_unstable();
         for run in runs(reads, usize::MAX) {
-            let pages: Vec<u32> = run.iter().map(|&(_, q)| q).collect();
+            let pages = self.bios.list_of(run.iter().map(|&(_, q)| q));
             let has_fault = pages.contains(&p);
+            let mut waiters = self.bios.list();
+            if has_fault {
+                waiters.push(pid);
+            }
             let bio = Bio {
                 kind: BioKind::SwapRead,
                 pages,
-                waiters: if has_fault { vec![pid] } else { Vec::new() },
+                waiters,
                 file: NONE,
                 kthread: false,
                 fault: if has_fault { Some((p, write)) } else { None },

@@ -314,8 +314,8 @@ impl Guest {
         for run in runs(&plug, SWAP_CLUSTER_MAX as usize) {
             let bio = Bio {
                 kind: BioKind::SwapWrite,
-                pages: run.iter().map(|&(_, p)| p).collect(),
-                waiters: Vec::new(),
+                pages: self.bios.list_of(run.iter().map(|&(_, p)| p)),
+                waiters: self.bios.list(),
                 file: NONE,
                 kthread: sc.kswapd,
                 fault: None,

@@ -116,8 +116,8 @@ impl Guest {
         for run in runs(&batch, MAX_REQUEST_PAGES) {
             let bio = Bio {
                 kind: BioKind::FileWrite,
-                pages: run.iter().map(|&(_, p)| p).collect(),
-                waiters: Vec::new(),
+                pages: self.bios.list_of(run.iter().map(|&(_, p)| p)),
+                waiters: self.bios.list(),
                 file,
                 kthread,
                 fault: None,
