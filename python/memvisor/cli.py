@@ -6,21 +6,14 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from memvisor import _core, api
+from memvisor.console import err, fail, fmt, out
+from memvisor.tracecmd import trace
 from memvisor.runfolder import RunFolder
 
-err = Console(stderr=True, soft_wrap=True)
-# Wide enough for the report tables when the output is not a terminal (CI logs, pipes).
-out = Console(width=None if sys.stdout.isatty() else 160)
-
-
-def _fail(message: str, code: int) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
-    sys.exit(code)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,14 +30,6 @@ def cases() -> None:
     out.print(t)
 
 
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:,.3f}" if abs(v) < 100 else f"{v:,.1f}"
-    return str(v)
-
-
 @main.command()
 @click.argument("spec")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Run folder (default runs/<name>).")
@@ -55,7 +40,7 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], quiet: bool) -> 
     try:
         scenarios = api.load(spec, sets)
     except _core.ScenarioError as e:
-        _fail(str(e), 2)
+        fail(str(e), 2)
     path = out_dir or Path("runs") / scenarios[0].name
     folder = RunFolder(path)
     results = []
@@ -82,7 +67,7 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], quiet: bool) -> 
         final = folder.commit(results)
     except (_core.RunError, _core.ScenarioError, _core.TraceError) as e:
         folder.abandon()
-        _fail(str(e), 1)
+        fail(str(e), 1)
     except BaseException:
         folder.abandon()
         raise
@@ -95,8 +80,8 @@ def _print_report(results) -> None:
     t = Table(*(["variant"] if results[0].variant else []), "vm", *cols, "sim s", "wall s", title=results[0].name)
     for r in results:
         for vm in r.summary["vms"]:
-            row = ([r.variant] if r.variant else []) + [vm["name"]] + [_fmt(vm["report"].get(c)) for c in cols]
-            t.add_row(*row, _fmt(r.summary["sim_time_s"]), f"{r.wall_s:.2f}")
+            row = ([r.variant] if r.variant else []) + [vm["name"]] + [fmt(vm["report"].get(c)) for c in cols]
+            t.add_row(*row, fmt(r.summary["sim_time_s"]), f"{r.wall_s:.2f}")
     out.print(t)
 
 
@@ -140,7 +125,7 @@ def linux_paging(out_dir: Path, working_set: str, limits: str, passes: int, touc
         ws = _core.parse_bytes(working_set)
         limit_list = tuple(int(x) for x in limits.split(","))
     except ValueError as e:
-        _fail(f"--working-set / --limits: {e}", 2)
+        fail(f"--working-set / --limits: {e}", 2)
     rows, settings = v.run_validation(out_dir, cgroup_root, ws, limit_list, passes, touches, log=lambda r: err.print(f"  {r.pattern} {r.limit_MiB} MiB: kernel {r.kernel_majflt}, simulated {r.sim_majflt} major faults"))
     shown = ", ".join(f"{k}={settings[k]}" for k in ("kernel", "vm.page-cluster", "vm.swappiness", "transparent_hugepage", "swap_vma_readahead", "lru_gen", "cgroup_version"))
     out.print(f"kernel settings: {shown}", markup=False)
@@ -151,14 +136,12 @@ def linux_paging(out_dir: Path, working_set: str, limits: str, passes: int, touc
         note = "OOM-killed" if r.kernel_oom_killed else ("yes" if r.stable else "no")
         if r.stable and abs(r.majflt_error) > 0.10:
             bad = True
-        t.add_row(r.pattern, str(r.limit_MiB), _fmt(r.kernel_majflt), _fmt(r.sim_majflt), e, _fmt(r.kernel_pswpin), _fmt(r.sim_pswpin), _fmt(r.kernel_pswpout), _fmt(r.sim_pswpout), note)
+        t.add_row(r.pattern, str(r.limit_MiB), fmt(r.kernel_majflt), fmt(r.sim_majflt), e, fmt(r.kernel_pswpin), fmt(r.sim_pswpin), fmt(r.kernel_pswpout), fmt(r.sim_pswpout), note)
     out.print(t)
     out.print(f"run folder: {out_dir}")
     if bad:
-        _fail("simulated major faults differ by more than 10 % where the kernel is stable", 1)
+        fail("simulated major faults differ by more than 10 % where the kernel is stable", 1)
 
-
-from memvisor.tracecmd import trace  # noqa: E402  (the group needs `main` defined first)
 
 main.add_command(trace)
 

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -17,14 +16,8 @@ from rich.table import Table
 
 from memvisor import _core
 from memvisor.api import simulate
+from memvisor.console import err, fail, out
 from memvisor.traces import FORMATS, read_trace, write_bytes_atomically
-
-
-def _cli():
-    # Imported late: cli imports this module to register the group.
-    from memvisor import cli
-
-    return cli
 
 
 @click.group("trace")
@@ -54,16 +47,15 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
     The lackey output is streamed through the converter and never stored: memvisor trace record
     -o ls.mvtrace -- ls -l /usr
     """
-    cli = _cli()
     valgrind = shutil.which("valgrind")
     if valgrind is None:
-        cli._fail("valgrind is not installed (Debian: apt-get install valgrind)", 2)
+        fail("valgrind is not installed (Debian: apt-get install valgrind)", 2)
     rfd, wfd = os.pipe()
     cmd = [valgrind, "--tool=lackey", "--trace-mem=yes", f"--log-fd={wfd}", "--", *program]
     try:
         proc = subprocess.Popen(cmd, pass_fds=(wfd,))
     except OSError as e:
-        cli._fail(f"cannot start valgrind: {e}", 2)
+        fail(f"cannot start valgrind: {e}", 2)
     os.close(wfd)
     rec = _core.LackeyRecorder(instructions)
     t0 = time.perf_counter()
@@ -74,13 +66,13 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
     except _core.TraceError as e:
         proc.kill()
         proc.wait()
-        cli._fail(f"lackey output: {e}", 1)
+        fail(f"lackey output: {e}", 1)
     code = proc.wait()
     t = rec.finish()
     write_bytes_atomically(output, bytes(t.to_native()))
-    cli.out.print(_info_table(f"{output} ({time.perf_counter() - t0:.1f} s)", dict(t.info())))
+    out.print(_info_table(f"{output} ({time.perf_counter() - t0:.1f} s)", dict(t.info())))
     if code != 0:
-        cli.err.print(f"warning: {' '.join(program)} exited with status {code}; the trace covers what it did until then")
+        err.print(f"warning: {' '.join(program)} exited with status {code}; the trace covers what it did until then")
 
 
 @trace.command()
@@ -94,14 +86,13 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
 def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool, obj_id_col: int, delimiter: str) -> None:
     """Convert a trace (lackey text, libCacheSim oracleGeneral or csv, native) to native or
     oracleGeneral."""
-    cli = _cli()
     try:
         t = read_trace(source, src_fmt, instructions=instructions, obj_id_col=obj_id_col, delimiter=delimiter)
     except (_core.TraceError, ValueError) as e:
-        cli._fail(str(e), 1)
+        fail(str(e), 1)
     data = t.to_native() if dst_fmt == "native" else t.to_oracle_general()
     write_bytes_atomically(dest, bytes(data))
-    cli.out.print(_info_table(str(dest), dict(t.info())))
+    out.print(_info_table(str(dest), dict(t.info())))
 
 
 @trace.command()
@@ -109,15 +100,14 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def info(source: Path, as_json: bool) -> None:
     """References, reads, writes, distinct pages and footprint of a trace."""
-    cli = _cli()
     try:
         i = dict(read_trace(source).info())
     except _core.TraceError as e:
-        cli._fail(str(e), 1)
+        fail(str(e), 1)
     if as_json:
         click.echo(json.dumps(i))
     else:
-        cli.out.print(_info_table(str(source), i))
+        out.print(_info_table(str(source), i))
 
 
 def replay_trace(t, name: str, frames: int, mode: str, loops: int = 1, compute_ns: int = 0) -> dict:
@@ -148,18 +138,17 @@ def replay_trace(t, name: str, frames: int, mode: str, loops: int = 1, compute_n
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def replay(source: Path, frames: int, mode: str, loops: int, compute_ns: int, as_json: bool) -> None:
     """Replay a trace in a one-guest simulated host with FRAMES page frames for the process."""
-    cli = _cli()
     try:
         t = read_trace(source)
         res = replay_trace(t, source.name, frames, mode, loops, compute_ns)
     except (_core.TraceError, _core.RunError) as e:
-        cli._fail(str(e), 1)
+        fail(str(e), 1)
     if as_json:
         click.echo(json.dumps(res))
         return
     tab = Table("references", "faults", "major faults", "simulated s", "wall s", title=f"{source} — {frames} frames, {mode}")
     tab.add_row(f"{res['references']:,}", f"{res['faults']:,}", f"{res['major_faults']:,}", f"{res['sim_time_s']:.3f}", f"{res['wall_s']:.3f}")
-    cli.out.print(tab)
+    out.print(tab)
 
 
 def peer_compare(t, name: str, sizes: list[int], repeats: int = 1) -> list[dict]:
@@ -202,12 +191,11 @@ def peer_compare(t, name: str, sizes: list[int], repeats: int = 1) -> list[dict]
 def bench_cmd(source: Path, sizes: str, repeats: int) -> None:
     """Replay a trace through memvisor's exact-LRU guest and libCacheSim's LRU; check the miss
     counts agree and compare requests per second."""
-    cli = _cli()
     try:
         size_list = [int(x) for x in sizes.split(",") if x.strip()]
         assert size_list and all(s > 0 for s in size_list)
     except (ValueError, AssertionError):
-        cli._fail(f"--frames '{sizes}': give positive integers separated by commas", 2)
+        fail(f"--frames '{sizes}': give positive integers separated by commas", 2)
     t = read_trace(source)
     rows = peer_compare(t, source.name, size_list, repeats)
     tab = Table("frames", "memvisor faults", "libCacheSim misses", "equal", "memvisor req/s", "libCacheSim req/s", "ratio", title=f"{source}: exact-LRU guest vs libCacheSim LRU")
@@ -220,6 +208,6 @@ def bench_cmd(source: Path, sizes: str, repeats: int) -> None:
             f"{r['memvisor_req_per_s'] / 1e6:.1f} M", f"{r['libcachesim_req_per_s'] / 1e6:.1f} M",
             f"{r['memvisor_req_per_s'] / r['libcachesim_req_per_s']:.2f}x",
         )
-    cli.out.print(tab)
+    out.print(tab)
     if bad:
-        cli._fail("miss counts differ", 1)
+        fail("miss counts differ", 1)

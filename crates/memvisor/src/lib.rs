@@ -16,6 +16,7 @@ pub mod clock;
 pub mod devices;
 pub mod guest;
 pub mod host;
+pub mod index;
 pub mod metrics;
 pub mod policy;
 pub mod scenario;
@@ -25,4 +26,5 @@ pub mod units;
 pub mod workloads;
 
 pub use scenario::{Scenario, ScenarioError};
+pub use index::NONE;
 pub use simulation::{RunResult, Simulation};

@@ -1,8 +1,7 @@
 //! Guest-physical page descriptors (the guest's `struct page` array), kept as dense arrays indexed
 //! by page frame number so that a lookup is an index, never a search.
 
-/// "No page / no slot / no owner".
-pub const NONE: u32 = u32::MAX;
+pub use crate::index::NONE;
 
 /// What a guest-physical page currently holds. Every page is in exactly one of these states.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! The machine frame table: for every frame, free or its one owner.
 
-use crate::guest::NONE;
+use crate::index::NONE;
 
 /// Who holds a machine frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,7 +7,7 @@ mod frames;
 pub use admission::{AdmissionVm, admit};
 pub use frames::{FrameOwner, Frames};
 
-use crate::guest::NONE;
+use crate::index::NONE;
 
 /// Per-VM resource settings (ESX terms; DESIGN.md section 4).
 #[derive(Clone, Debug, PartialEq)]
