@@ -271,27 +271,15 @@ impl Guest {
                 }
             }
             let vpn = r.start + *first;
-            if self.procs[pid as usize].mm.pte[vpn as usize] & PTE_PRESENT == 0 && !Self::in_order(*now, env) {
-                // A fault must see the rest of the simulation up to now. (Re-referencing a mapped
-                // page only sets its bits, like a hit.)
-                return Progress::Resync;
+            if let Err(p) = self.reference_slow(pid, vpn, write, refs, now, env) {
+                return p;
             }
-            match self.touch_slow(pid, vpn, write, refs, *now, env) {
-                Touch::Done(ns) => {
-                    *now += ns;
-                    self.procs[pid as usize].stats.touches += refs as u64;
-                    *first += 1;
-                    if *first == r.pages {
-                        *first = 0;
-                    }
-                    *count -= 1;
-                }
-                Touch::Blocked(ns) => {
-                    *now += ns;
-                    return Progress::Blocked;
-                }
-                Touch::Killed => return Progress::Killed,
+            self.procs[pid as usize].stats.touches += refs as u64;
+            *first += 1;
+            if *first == r.pages {
+                *first = 0;
             }
+            *count -= 1;
         }
         Progress::Done
     }
@@ -368,21 +356,12 @@ impl Guest {
             }
             let r = refs[*pos];
             let vpn = base + (r & ID_MASK);
-            if self.procs[pid as usize].mm.pte[vpn as usize] & PTE_PRESENT == 0 && !Self::in_order(*now, env) {
-                return Progress::Resync;
+            if let Err(p) = self.reference_slow(pid, vpn, r & WRITE != 0, 1, now, env) {
+                return p;
             }
-            match self.touch_slow(pid, vpn, r & WRITE != 0, 1, *now, env) {
-                Touch::Done(ns) => {
-                    *now += ns + compute;
-                    self.procs[pid as usize].stats.touches += 1;
-                    *pos += 1;
-                }
-                Touch::Blocked(ns) => {
-                    *now += ns;
-                    return Progress::Blocked;
-                }
-                Touch::Killed => return Progress::Killed,
-            }
+            *now += compute;
+            self.procs[pid as usize].stats.touches += 1;
+            *pos += 1;
         }
     }
 
@@ -415,16 +394,8 @@ impl Guest {
             if is_fast {
                 *now += hit;
             } else {
-                if mm.pte[vpn as usize] & PTE_PRESENT == 0 && !Self::in_order(*now, env) {
-                    return Progress::Resync;
-                }
-                match self.touch_slow(pid, vpn, write, 1, *now, env) {
-                    Touch::Done(ns) => *now += ns,
-                    Touch::Blocked(ns) => {
-                        *now += ns;
-                        return Progress::Blocked;
-                    }
-                    Touch::Killed => return Progress::Killed,
+                if let Err(p) = self.reference_slow(pid, vpn, write, 1, now, env) {
+                    return p;
                 }
             }
             *state = next;
@@ -432,6 +403,27 @@ impl Guest {
             self.procs[pid as usize].stats.touches += 1;
         }
         Progress::Done
+    }
+
+    /// A reference the fast path could not account, shared by the sweeps, the trace replay and
+    /// the random references. A fault must see the rest of the simulation up to `now`, so one that
+    /// would come early yields (`Resync`); re-referencing a mapped page only sets its bits, like a
+    /// hit, and needs no such wait. On success `now` has advanced by the reference's cost.
+    fn reference_slow(&mut self, pid: u32, vpn: u32, write: bool, refs: u32, now: &mut u64, env: &mut Env) -> Result<(), Progress> {
+        if self.procs[pid as usize].mm.pte[vpn as usize] & PTE_PRESENT == 0 && !Self::in_order(*now, env) {
+            return Err(Progress::Resync);
+        }
+        match self.touch_slow(pid, vpn, write, refs, *now, env) {
+            Touch::Done(ns) => {
+                *now += ns;
+                Ok(())
+            }
+            Touch::Blocked(ns) => {
+                *now += ns;
+                Err(Progress::Blocked)
+            }
+            Touch::Killed => Err(Progress::Killed),
+        }
     }
 
     /// Ends a process: releases its memory and updates the counts of live work.
