@@ -15,6 +15,12 @@ fn main() {
         sim.run().expect("run");
         let r = sim.results();
         let vm = &r.summary["vms"][0];
-        println!("{:<14} wall {:>6.2}s sim {:>7.1}s report {}", s.variant.unwrap_or_default(), t0.elapsed().as_secs_f64(), sim.now() as f64 / 1e9, vm["report"]);
+        println!(
+            "{:<14} wall {:>6.2}s sim {:>7.1}s report {}",
+            s.variant.unwrap_or_default(),
+            t0.elapsed().as_secs_f64(),
+            sim.now() as f64 / 1e9,
+            vm["report"]
+        );
     }
 }

@@ -25,6 +25,6 @@ pub mod trace;
 pub mod units;
 pub mod workloads;
 
-pub use scenario::{Scenario, ScenarioError};
 pub use index::NONE;
+pub use scenario::{Scenario, ScenarioError};
 pub use simulation::{RunResult, Simulation};

@@ -64,11 +64,8 @@ impl Simulation {
 
     /// Like `new`, with a source for the traces that `trace` workloads name.
     pub fn with_traces(s: &Scenario, traces: TraceSource) -> Result<Self, String> {
-        let adm: Vec<AdmissionVm> = s
-            .vms
-            .iter()
-            .map(|v| AdmissionVm { name: v.guest.name.clone(), reservation: v.reservation, overhead: v.overhead })
-            .collect();
+        let adm: Vec<AdmissionVm> =
+            s.vms.iter().map(|v| AdmissionVm { name: v.guest.name.clone(), reservation: v.reservation, overhead: v.overhead }).collect();
         admit(s.host.memory, &adm)?;
         let frames = s.host.memory / PAGE_SIZE;
         if frames > (u32::MAX - 2) as u64 {

@@ -22,15 +22,7 @@ const SIZE_UNITS: &[(&str, f64)] = &[
     ("pages", PAGE_SIZE as f64),
 ];
 
-const TIME_UNITS: &[(&str, f64)] = &[
-    ("ns", 1.0),
-    ("us", 1e3),
-    ("µs", 1e3),
-    ("ms", 1e6),
-    ("s", 1e9),
-    ("min", 60e9),
-    ("h", 3600e9),
-];
+const TIME_UNITS: &[(&str, f64)] = &[("ns", 1.0), ("us", 1e3), ("µs", 1e3), ("ms", 1e6), ("s", 1e9), ("min", 60e9), ("h", 3600e9)];
 
 /// Bandwidth units, in bytes per second.
 const RATE_UNITS: &[(&str, f64)] = &[
@@ -60,8 +52,7 @@ fn split(s: &str) -> Result<(f64, &str), String> {
             !(c.is_ascii_digit()
                 || c == '.'
                 || c == '_'
-                || ((c == 'e' || c == 'E')
-                    && t[i + 1..].starts_with(|d: char| d.is_ascii_digit() || d == '-' || d == '+'))
+                || ((c == 'e' || c == 'E') && t[i + 1..].starts_with(|d: char| d.is_ascii_digit() || d == '-' || d == '+'))
                 || ((c == '-' || c == '+') && (i == 0 || t[..i].ends_with(['e', 'E']))))
         })
         .map(|(i, _)| i)
@@ -70,10 +61,7 @@ fn split(s: &str) -> Result<(f64, &str), String> {
     if num.is_empty() {
         return Err(format!("'{s}' does not start with a number"));
     }
-    let v: f64 = num
-        .replace('_', "")
-        .parse()
-        .map_err(|_| format!("'{s}': '{num}' is not a number"))?;
+    let v: f64 = num.replace('_', "").parse().map_err(|_| format!("'{s}': '{num}' is not a number"))?;
     if !v.is_finite() {
         return Err(format!("'{s}' is not a finite number"));
     }
@@ -86,18 +74,13 @@ fn split(s: &str) -> Result<(f64, &str), String> {
 fn parse_with(s: &str, units: &[(&str, f64)], what: &str, example: &str) -> Result<f64, String> {
     let (v, unit) = split(s)?;
     if unit.is_empty() {
-        return Err(format!(
-            "'{s}' has no unit; a {what} needs one, e.g. '{example}' (allowed units: {})",
-            allowed(units)
-        ));
+        return Err(format!("'{s}' has no unit; a {what} needs one, e.g. '{example}' (allowed units: {})", allowed(units)));
     }
     units
         .iter()
         .find(|(u, _)| *u == unit)
         .map(|(_, m)| v * m)
-        .ok_or_else(|| {
-            format!("'{s}': unknown {what} unit '{unit}' (allowed units: {})", allowed(units))
-        })
+        .ok_or_else(|| format!("'{s}': unknown {what} unit '{unit}' (allowed units: {})", allowed(units)))
 }
 
 /// Parses a size into bytes ("2GiB", "512 MiB", "1e6 B", "61036 pages").

@@ -4,8 +4,8 @@
 mod common;
 
 use common::{one_guest, run_checked, scenario};
-use memvisor::guest::Vm;
 use memvisor::Simulation;
+use memvisor::guest::Vm;
 
 /// kswapd is woken only when free memory falls below the low watermark, and goes back to sleep
 /// only once free memory reaches the high watermark.
@@ -13,9 +13,7 @@ use memvisor::Simulation;
 fn kswapd_wakes_below_low_and_stops_at_high() {
     // A 128 MiB guest (57.5 MiB MemTotal) where three processes allocate 40, 12 and 12 MiB one
     // second apart and then sit idle: the third crosses the low watermark.
-    let idle = |mib: u32, start: u32| {
-        format!("[[vm.workload]]\nkind = \"idle\"\nfootprint = \"{mib}MiB\"\nstart = \"{start}s\"\n")
-    };
+    let idle = |mib: u32, start: u32| format!("[[vm.workload]]\nkind = \"idle\"\nfootprint = \"{mib}MiB\"\nstart = \"{start}s\"\n");
     let vm = format!("name = \"g\"\nmemory = \"128MiB\"\n{}{}{}", idle(40, 0), idle(12, 1), idle(12, 2));
     let s = scenario(&one_guest("1GiB", &vm, "duration = \"3s\""));
     let mut sim = Simulation::new(&s).unwrap();

@@ -39,12 +39,7 @@ impl Backend for SimulatedHost {
                 committed: g.committed_as() * PAGE_SIZE,
             })
             .collect();
-        HostView {
-            time_ns: now,
-            host_memory: self.host.total_frames() * PAGE_SIZE,
-            host_free: self.host.free_frames() * PAGE_SIZE,
-            vms,
-        }
+        HostView { time_ns: now, host_memory: self.host.total_frames() * PAGE_SIZE, host_free: self.host.free_frames() * PAGE_SIZE, vms }
     }
 
     fn apply(&mut self, d: &Decision) -> Result<(), String> {

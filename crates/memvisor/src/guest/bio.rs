@@ -1,7 +1,6 @@
 //! Block requests in flight (the guest's `struct bio`s): what each carries, who waits for it, and
 //! how contiguous pages merge into one request as the block layer's plugging does.
 
-
 /// What a request does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BioKind {
@@ -120,7 +119,6 @@ impl BioTable {
 pub fn runs(items: &[(u32, u32)], max: usize) -> impl Iterator<Item = &[(u32, u32)]> {
     items.chunk_by(|a, b| b.0 == a.0 + 1).flat_map(move |run| run.chunks(max))
 }
-
 
 #[cfg(test)]
 mod tests {

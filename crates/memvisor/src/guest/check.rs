@@ -173,7 +173,11 @@ impl Guest {
         let written = self.vmstat.get(Vm::PswpOut);
         let left = self.swap.nr_written() + self.vmstat.get(Vm::SwapDiscard);
         if written != left {
-            return err(format!("pswpout {written} != slots holding data {} + discarded {}", self.swap.nr_written(), self.vmstat.get(Vm::SwapDiscard)));
+            return err(format!(
+                "pswpout {written} != slots holding data {} + discarded {}",
+                self.swap.nr_written(),
+                self.vmstat.get(Vm::SwapDiscard)
+            ));
         }
         Ok(())
     }

@@ -157,15 +157,7 @@ impl Guest {
     /// allocated like any page; the others only if memory is free without reclaim. The page in the
     /// middle of the window is marked so that reaching it starts the next window asynchronously
     /// (on-demand readahead's `PG_readahead`). Returns the request holding `start`, if any.
-    fn page_cache_ra(
-        &mut self,
-        pid: u32,
-        file: u32,
-        start: u32,
-        sync: bool,
-        now: u64,
-        env: &mut Env,
-    ) -> Result<Option<u32>, Stall> {
+    fn page_cache_ra(&mut self, pid: u32, file: u32, start: u32, sync: bool, now: u64, env: &mut Env) -> Result<Option<u32>, Stall> {
         let size = self.files[file as usize].pages.len() as u32;
         let n = self.ra_pages().min(size - start);
         let mut reads = Vec::new();

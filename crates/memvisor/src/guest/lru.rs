@@ -28,8 +28,7 @@ pub const NO_LIST: u8 = u8::MAX;
 
 impl LruList {
     /// All lists, indexed by their number.
-    pub const ALL: [LruList; NR_LISTS] =
-        [Self::InactiveAnon, Self::ActiveAnon, Self::InactiveFile, Self::ActiveFile, Self::Exact];
+    pub const ALL: [LruList; NR_LISTS] = [Self::InactiveAnon, Self::ActiveAnon, Self::InactiveFile, Self::ActiveFile, Self::Exact];
 
     /// The inactive list of the same type.
     pub fn inactive(file: bool) -> Self {

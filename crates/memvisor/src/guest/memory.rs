@@ -62,9 +62,7 @@ impl Guest {
     /// Recomputes a mapped page's fast bits from its state. Exact-LRU mode has no fast path: every
     /// reference must move the page in the recency list.
     pub(super) fn update_fast(&mut self, pid: u32, vpn: u32, p: u32) {
-        let read = self.cfg.replacement == Replacement::Linux
-            && self.pages.has(p, PG_YOUNG)
-            && self.pages.has(p, PG_MAPPED);
+        let read = self.cfg.replacement == Replacement::Linux && self.pages.has(p, PG_YOUNG) && self.pages.has(p, PG_MAPPED);
         let write = read && self.pages.has(p, PG_DIRTY) && self.pages.swap[p as usize] == NONE;
         self.procs[pid as usize].mm.set_fast(vpn, read, write);
     }
@@ -145,10 +143,7 @@ impl Guest {
     /// Drops a swapped-in page's slot when swap is more than half full (`vm_swap_full`), so a
     /// crowded swap area frees space as pages come back.
     fn free_swap_if_full(&mut self, p: u32) {
-        if self.pages.swap[p as usize] != NONE
-            && self.pages.io[p as usize] == NONE
-            && self.swap.nr_used() * 2 > self.swap.size()
-        {
+        if self.pages.swap[p as usize] != NONE && self.pages.io[p as usize] == NONE && self.swap.nr_used() * 2 > self.swap.size() {
             self.pages.set(p, PG_DIRTY);
             self.delete_from_swap_cache(p, true);
         }

@@ -99,14 +99,7 @@ impl Guest {
     /// (the kernel allocates readahead pages with the faulting allocation's flags), but it never
     /// waits or kills: without a page the readahead just stops. Returns the page and the time
     /// spent reclaiming.
-    pub(super) fn alloc_page_nowait(
-        &mut self,
-        kind: PageKind,
-        owner: u32,
-        index: u32,
-        now: u64,
-        env: &mut Env,
-    ) -> Option<(u32, u64)> {
+    pub(super) fn alloc_page_nowait(&mut self, kind: PageKind, owner: u32, index: u32, now: u64, env: &mut Env) -> Option<(u32, u64)> {
         let mut spent = 0;
         let floor = if self.cfg.replacement == Replacement::Linux {
             if self.pages.nr_free() <= self.wmark.low {

@@ -10,9 +10,9 @@
 use std::collections::VecDeque;
 
 use super::filemap::Progress;
+use super::lru::LruList;
 use super::memory::Touch;
 use super::page::NONE;
-use super::lru::LruList;
 use super::page::PG_DIRTY;
 use super::process::{PTE_MASK, PTE_PRESENT, ProcState};
 use super::{Env, Guest, Replacement};

@@ -73,15 +73,7 @@ impl Guest {
     /// Reads the faulting page and its readahead neighbours; the process waits for the faulting
     /// page's request. The faulting page is allocated like any fault; neighbours only if memory is
     /// free without reclaim. Returns the time allocation took (the reads start after it).
-    pub(super) fn swapin_readahead(
-        &mut self,
-        pid: u32,
-        vpn: u32,
-        slot: u32,
-        write: bool,
-        now: u64,
-        env: &mut Env,
-    ) -> Result<u64, Stall> {
+    pub(super) fn swapin_readahead(&mut self, pid: u32, vpn: u32, slot: u32, write: bool, now: u64, env: &mut Env) -> Result<u64, Stall> {
         let (p, mut spent) = self.alloc_page(pid, PageKind::Anon, pid, vpn, now, env)?;
         self.add_to_swap_cache(p, slot);
         self.pages.set(p, PG_LOCKED);

@@ -10,9 +10,7 @@
 
 use super::bio::{Bio, BioKind, runs};
 use super::lru::LruList;
-use super::page::{
-    NONE, PG_DIRTY, PG_LOCKED, PG_MAPPED, PG_RECLAIM, PG_REFERENCED, PG_WRITEBACK, PG_YOUNG, PageKind,
-};
+use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_MAPPED, PG_RECLAIM, PG_REFERENCED, PG_WRITEBACK, PG_YOUNG, PageKind};
 use super::page_alloc::SWAP_CLUSTER_MAX;
 use super::{Env, Guest, Vm};
 use crate::units::PAGE_SIZE;
@@ -130,8 +128,20 @@ impl Guest {
             let file_list = l >= 2;
             let scan = lens[l] >> priority;
             nr[l] = match balance {
-                Balance::File => if file_list { scan } else { 0 },
-                Balance::Anon => if file_list { 0 } else { scan },
+                Balance::File => {
+                    if file_list {
+                        scan
+                    } else {
+                        0
+                    }
+                }
+                Balance::Anon => {
+                    if file_list {
+                        0
+                    } else {
+                        scan
+                    }
+                }
                 Balance::Equal => scan,
                 Balance::Fract(ap, fp) => {
                     let frac = if file_list { fp } else { ap };
@@ -217,8 +227,7 @@ impl Guest {
     fn shrink_inactive_list(&mut self, l: LruList, n: u64, sc: &mut ScanControl) {
         let file = l.is_file();
         let t = file as usize;
-        let (scan_ev, steal_ev) =
-            if sc.kswapd { (Vm::PgScanKswapd, Vm::PgStealKswapd) } else { (Vm::PgScanDirect, Vm::PgStealDirect) };
+        let (scan_ev, steal_ev) = if sc.kswapd { (Vm::PgScanKswapd, Vm::PgStealKswapd) } else { (Vm::PgScanDirect, Vm::PgStealDirect) };
         for _ in 0..n.min(self.lru.len(l)) {
             let Some(p) = self.lru.tail(l) else { break };
             sc.nr_scanned += 1;

@@ -135,12 +135,7 @@ impl Guest {
             self.flusher.timer = None;
         }
         let expire = self.cfg.sysctl.dirty_expire_centisecs as u64 * 10_000_000;
-        let mut order: Vec<(u64, u32)> = self
-            .files
-            .iter()
-            .enumerate()
-            .filter_map(|(i, f)| f.dirtied_when.map(|t| (t, i as u32)))
-            .collect();
+        let mut order: Vec<(u64, u32)> = self.files.iter().enumerate().filter_map(|(i, f)| f.dirtied_when.map(|t| (t, i as u32))).collect();
         order.sort_unstable();
         for (dirtied, file) in order {
             let (bg, _) = self.dirty_limits();

@@ -21,10 +21,7 @@ pub fn admit(host_memory: u64, vms: &[AdmissionVm]) -> Result<(), String> {
         let need = vm.reservation + vm.overhead;
         let unreserved = host_memory.saturating_sub(reserved);
         if need > unreserved {
-            let earlier: Vec<String> = vms[..i]
-                .iter()
-                .map(|v| format!("'{}' {}", v.name, fmt_bytes(v.reservation + v.overhead)))
-                .collect();
+            let earlier: Vec<String> = vms[..i].iter().map(|v| format!("'{}' {}", v.name, fmt_bytes(v.reservation + v.overhead))).collect();
             return Err(format!(
                 "admission control refuses to power on VM '{}': its reservation {} plus overhead {} needs {}, \
                  but only {} of the host's {} is unreserved{}",

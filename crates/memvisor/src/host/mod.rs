@@ -61,14 +61,7 @@ impl Host {
         for _ in 0..overhead_frames {
             self.frames.take(FrameOwner::Overhead(id));
         }
-        self.vms.push(HostVm {
-            name,
-            p2m: vec![NONE; memory_pages as usize],
-            granted: 0,
-            overhead_frames,
-            grant_limit: u64::MAX,
-            res,
-        });
+        self.vms.push(HostVm { name, p2m: vec![NONE; memory_pages as usize], granted: 0, overhead_frames, grant_limit: u64::MAX, res });
         id
     }
 

@@ -60,7 +60,12 @@ mod tests {
             memory_stall_ns: 0,
             committed: 0,
         };
-        let view = HostView { time_ns: 0, host_memory: 8 << 30, host_free: 8 << 30, vms: vec![vm("a", 2 << 30, 2 << 30), vm("b", 4 << 30, 1 << 30)] };
+        let view = HostView {
+            time_ns: 0,
+            host_memory: 8 << 30,
+            host_free: 8 << 30,
+            vms: vec![vm("a", 2 << 30, 2 << 30), vm("b", 4 << 30, 1 << 30)],
+        };
         let d = Static.decide(&view);
         assert_eq!(d[0].action, Action::SetGrantLimit { bytes: 2 << 30 });
         assert_eq!(d[1].action, Action::SetGrantLimit { bytes: 1 << 30 });

@@ -13,7 +13,7 @@ mod resolved;
 
 pub use cases::{CASES, case_text};
 pub use replay::{guest_pages_for, replay_scenario};
-pub use resolve::{ReportSpec, Scenario, VmSpec, DatastoreSpec, HostSpec};
+pub use resolve::{DatastoreSpec, HostSpec, ReportSpec, Scenario, VmSpec};
 
 use std::fmt;
 

@@ -87,12 +87,13 @@ fn normalize_workloads(root: &mut DeTable) {
     for vm in vms.as_mut() {
         let DeValue::Table(t) = vm.get_mut() else { continue };
         if let Some(w) = t.get_mut("workload")
-            && matches!(w.get_ref(), DeValue::Table(_)) {
-                let span = w.span();
-                let mut arr = DeArray::new();
-                arr.push(w.clone());
-                *w = Spanned::new(span, DeValue::Array(arr));
-            }
+            && matches!(w.get_ref(), DeValue::Table(_))
+        {
+            let span = w.span();
+            let mut arr = DeArray::new();
+            arr.push(w.clone());
+            *w = Spanned::new(span, DeValue::Array(arr));
+        }
     }
 }
 
@@ -112,7 +113,11 @@ impl<'a, 's> Overrides<'a, 's> {
                 };
                 for (k, v) in t.iter() {
                     if !matches!(k.get_ref().as_ref(), "name" | "set") {
-                        return Err(src.error(Some(v.span()), "variant", format!("unknown field '{}', expected 'name' or 'set'", k.get_ref())));
+                        return Err(src.error(
+                            Some(v.span()),
+                            "variant",
+                            format!("unknown field '{}', expected 'name' or 'set'", k.get_ref()),
+                        ));
                     }
                 }
                 let name = str_field(t, "name")
@@ -132,9 +137,9 @@ impl<'a, 's> Overrides<'a, 's> {
         let mut sets = Vec::new();
         for (i, s) in src.sets.iter().enumerate() {
             let span = src.text.len() + 1 + i..src.text.len() + 2 + i;
-            let (path, value) = s.split_once('=').ok_or_else(|| {
-                src.error(Some(span.clone()), "", "an override must look like key=value (e.g. host.memory=4GiB)")
-            })?;
+            let (path, value) = s
+                .split_once('=')
+                .ok_or_else(|| src.error(Some(span.clone()), "", "an override must look like key=value (e.g. host.memory=4GiB)"))?;
             let value = value.trim();
             let parsed = match DeValue::parse(value) {
                 Ok(v) => v.into_inner(),
@@ -191,7 +196,10 @@ impl<'a, 's> Overrides<'a, 's> {
                     i += 1;
                     continue;
                 }
-                table.insert(Spanned::new(span.clone(), Cow::Owned(seg.to_string())), Spanned::new(span.clone(), DeValue::Table(DeTable::new())));
+                table.insert(
+                    Spanned::new(span.clone(), Cow::Owned(seg.to_string())),
+                    Spanned::new(span.clone(), DeValue::Table(DeTable::new())),
+                );
             }
             let next = table.get_mut(seg).expect("present");
             table = match next.get_mut() {

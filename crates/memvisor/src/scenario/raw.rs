@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
 use toml::Spanned;
 
 /// A quantity written with a unit ("2GiB") or, wrongly, without one (2048): kept as text so the

@@ -145,7 +145,13 @@ impl Ctx<'_, '_> {
         Ok(x as u64)
     }
 
-    fn choice<'v>(&self, v: &'v Option<Spanned<String>>, field: &str, default: &'v str, allowed: &[&str]) -> Result<&'v str, ScenarioError> {
+    fn choice<'v>(
+        &self,
+        v: &'v Option<Spanned<String>>,
+        field: &str,
+        default: &'v str,
+        allowed: &[&str],
+    ) -> Result<&'v str, ScenarioError> {
         let Some(v) = v else { return Ok(default) };
         let s = v.get_ref().as_str();
         if !allowed.contains(&s) {
@@ -208,7 +214,11 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
             return c.err(d.name.span(), "datastore.name", format!("two datastores are named '{dname}'"));
         }
         let kind = DeviceKind::parse(d.device.get_ref()).ok_or_else(|| {
-            src.error(Some(d.device.span()), "datastore.device", format!("'{}' is not one of: {}", d.device.get_ref(), DeviceKind::NAMES.join(", ")))
+            src.error(
+                Some(d.device.span()),
+                "datastore.device",
+                format!("'{}' is not one of: {}", d.device.get_ref(), DeviceKind::NAMES.join(", ")),
+            )
         })?;
         let mut dev = kind.defaults();
         dev.latency_ns = c.opt_ns(&d.latency, "datastore.latency", dev.latency_ns)?;
@@ -322,7 +332,11 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs) -
         return c.err(
             v.reservation.as_ref().unwrap().span(),
             &f("reservation"),
-            format!("{} is above the VM's memory {}; a reservation can be at most the memory", units::fmt_bytes(reservation), units::fmt_bytes(memory)),
+            format!(
+                "{} is above the VM's memory {}; a reservation can be at most the memory",
+                units::fmt_bytes(reservation),
+                units::fmt_bytes(memory)
+            ),
         );
     }
     let limit = c.opt_bytes(&v.limit, &f("limit"), memory)?;
@@ -355,7 +369,11 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs) -
     let reserved_pages = units::pages(reserved) as u32;
     if reserved_pages >= memory_pages {
         let span = v.kernel_reserved.as_ref().map_or(v.memory.span(), |q| q.span());
-        return c.err(span, &f("kernel_reserved"), format!("the kernel's {} leaves no memory in a {} guest", units::fmt_bytes(reserved), units::fmt_bytes(memory)));
+        return c.err(
+            span,
+            &f("kernel_reserved"),
+            format!("the kernel's {} leaves no memory in a {} guest", units::fmt_bytes(reserved), units::fmt_bytes(memory)),
+        );
     }
     let mut sysctl = Sysctl::default();
     if let Some(map) = &v.sysctl {
@@ -413,7 +431,11 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<Workl
         "trace" => &["file", "loops", "compute"],
         "random" => &["pages", "touches", "seed", "write"],
         _ => {
-            return c.err(r.kind.span(), &format!("vm.{vm}.workload.kind"), format!("'{kind}' is not one of: {}", WorkloadSpec::KINDS.join(", ")));
+            return c.err(
+                r.kind.span(),
+                &format!("vm.{vm}.workload.kind"),
+                format!("'{kind}' is not one of: {}", WorkloadSpec::KINDS.join(", ")),
+            );
         }
     };
     let present: [(&str, Option<std::ops::Range<usize>>); 16] = [
@@ -436,9 +458,14 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<Workl
     ];
     for (field, span) in present {
         if let Some(span) = span
-            && !allowed.contains(&field) {
-                return c.err(span, &f(field), format!("a '{kind}' workload has no field '{field}' (its fields: name, start, {})", allowed.join(", ")));
-            }
+            && !allowed.contains(&field)
+        {
+            return c.err(
+                span,
+                &f(field),
+                format!("a '{kind}' workload has no field '{field}' (its fields: name, start, {})", allowed.join(", ")),
+            );
+        }
     }
     let pages_of = |q: &Spanned<Qty>, field: &str| -> Result<u32, ScenarioError> {
         let b = c.bytes(q, &f(field))?;
@@ -454,7 +481,10 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<Workl
             ))
         }
         "file-io" => {
-            let size = r.size.as_ref().ok_or_else(|| c.src.error(Some(w.span()), &f("size"), "a file-io workload needs a size, e.g. size = \"1GiB\""))?;
+            let size = r
+                .size
+                .as_ref()
+                .ok_or_else(|| c.src.error(Some(w.span()), &f("size"), "a file-io workload needs a size, e.g. size = \"1GiB\""))?;
             let pages = pages_of(size, "size")?;
             let block = match &r.block {
                 Some(b) => pages_of(b, "block")?,
@@ -483,7 +513,8 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<Workl
         }
         "trace" => {
             let file = r.file.as_ref().map(|f| f.get_ref().trim().to_string()).filter(|f| !f.is_empty());
-            let file = file.ok_or_else(|| c.src.error(Some(w.span()), &f("file"), "a trace workload needs a file, e.g. file = \"run.mvtrace\""))?;
+            let file =
+                file.ok_or_else(|| c.src.error(Some(w.span()), &f("file"), "a trace workload needs a file, e.g. file = \"run.mvtrace\""))?;
             WorkloadSpec::Trace(TraceReplay {
                 file,
                 loops: c.int(&r.loops, &f("loops"), 1, 1, u32::MAX as u64)?,
@@ -491,7 +522,9 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<Workl
             })
         }
         _ => {
-            let fp = r.footprint.as_ref().ok_or_else(|| c.src.error(Some(w.span()), &f("footprint"), "an idle workload needs a footprint, e.g. footprint = \"256MiB\""))?;
+            let fp = r.footprint.as_ref().ok_or_else(|| {
+                c.src.error(Some(w.span()), &f("footprint"), "an idle workload needs a footprint, e.g. footprint = \"256MiB\"")
+            })?;
             let footprint = pages_of(fp, "footprint")?;
             let active = match &r.active {
                 Some(a) => pages_of(a, "active")?,

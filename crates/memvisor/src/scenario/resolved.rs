@@ -71,12 +71,7 @@ impl Scenario {
             .iter()
             .map(|v| {
                 let g = &v.guest;
-                let sysctl: Table = g
-                    .sysctl
-                    .entries()
-                    .into_iter()
-                    .map(|(k, x)| (k.to_string(), i(x)))
-                    .collect();
+                let sysctl: Table = g.sysctl.entries().into_iter().map(|(k, x)| (k.to_string(), i(x))).collect();
                 let workloads = g
                     .workloads
                     .iter()

@@ -118,7 +118,8 @@ mod tests {
     use super::*;
     use crate::trace::WRITE;
 
-    const SAMPLE: &str = "==42== Lackey, an example Valgrind tool\nI  04016cb0,3\n S 7ff000ff8,8\n L 04228da8,8\n M 04228db0,4\n L 00000ffe,4\n==42== \n";
+    const SAMPLE: &str =
+        "==42== Lackey, an example Valgrind tool\nI  04016cb0,3\n S 7ff000ff8,8\n L 04228da8,8\n M 04228db0,4\n L 00000ffe,4\n==42== \n";
 
     #[test]
     fn parses_records_and_page_crossings() {

@@ -66,10 +66,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace, TraceError> {
     let pages: Vec<u64> = pb.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8"))).collect();
     let refs: Vec<u32> = rb.chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().expect("4"))).collect();
     if let Some(i) = refs.iter().position(|&r| (r & ID_MASK) as u64 >= n_pages) {
-        return Err(TraceError::at_byte(
-            HEADER as u64,
-            format!("reference {i} names page {} of {n_pages}", refs[i] & ID_MASK),
-        ));
+        return Err(TraceError::at_byte(HEADER as u64, format!("reference {i} names page {} of {n_pages}", refs[i] & ID_MASK)));
     }
     Ok(Trace { refs, pages })
 }

@@ -39,9 +39,7 @@ impl Workload for Random {
         match self.step {
             1 => Op::Map { pages: self.pages },
             2 => Op::Touch { region: 0, first: 0, count: self.pages as u64, refs: 1, write: true },
-            3 if self.touches > 0 => {
-                Op::TouchRandom { region: 0, state: self.seed, count: self.touches, write: self.write }
-            }
+            3 if self.touches > 0 => Op::TouchRandom { region: 0, state: self.seed, count: self.touches, write: self.write },
             _ => Op::Exit,
         }
     }

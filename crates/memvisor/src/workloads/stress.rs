@@ -31,13 +31,7 @@ impl Workload for Stress {
         self.step += 1;
         match self.step {
             1 => Op::Map { pages: self.pages },
-            2 => Op::Touch {
-                region: 0,
-                first: 0,
-                count: self.passes.map_or(u64::MAX, |p| p * self.pages as u64),
-                refs: 1,
-                write: true,
-            },
+            2 => Op::Touch { region: 0, first: 0, count: self.passes.map_or(u64::MAX, |p| p * self.pages as u64), refs: 1, write: true },
             _ => Op::Exit,
         }
     }

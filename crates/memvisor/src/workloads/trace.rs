@@ -38,13 +38,9 @@ impl Workload for Replayer {
         self.step += 1;
         match self.step {
             1 => Op::Map { pages: self.trace.n_pages() },
-            2 if !self.trace.refs().is_empty() => Op::Replay {
-                region: 0,
-                trace: self.trace.clone(),
-                pos: 0,
-                loops: self.spec.loops,
-                compute_ns: self.spec.compute_ns,
-            },
+            2 if !self.trace.refs().is_empty() => {
+                Op::Replay { region: 0, trace: self.trace.clone(), pos: 0, loops: self.spec.loops, compute_ns: self.spec.compute_ns }
+            }
             _ => Op::Exit,
         }
     }
