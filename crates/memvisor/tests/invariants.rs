@@ -46,3 +46,24 @@ fn oom_kill_frees_the_biggest_process_and_keeps_every_invariant() {
     let small = g.procs.iter().find(|p| p.name == "small").unwrap();
     assert_eq!(small.state, memvisor::guest::ProcState::Exited);
 }
+
+/// The OOM killer in exact-LRU mode: with swap full, eviction kills the biggest process, and the
+/// killed process must not receive the page it was faulting for (it owns nothing once it ended).
+#[test]
+fn exact_lru_oom_kill_leaves_the_killed_process_nothing() {
+    // 80 pages of memory, 16 of swap, a sweep over 200 pages: the sweep cannot fit and is killed.
+    let s = scenario(&one_guest(
+        "1GiB",
+        "name = \"g\"\nmemory = \"80 pages\"\nkernel_reserved = \"0B\"\nswap = \"16 pages\"\nreplacement = \"exact-lru\"\n\
+         workload = { kind = \"stress\", pages = 200, passes = 3 }",
+        "",
+    ));
+    let sim = run_checked(&s, 100_000);
+    let g = &sim.world().guests[0];
+    assert_eq!(g.vmstat.get(Vm::OomKill), 1, "{:?}", g.log);
+    let p = &g.procs[0];
+    assert_eq!(p.state, memvisor::guest::ProcState::Killed);
+    assert_eq!((p.mm.rss, p.mm.swapents), (0, 0), "the killed process still holds memory");
+    assert_eq!(g.pages.nr_free(), 80, "every page must be free once the only process is gone");
+    assert_eq!(g.swap_used(), 0);
+}

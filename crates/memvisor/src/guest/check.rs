@@ -156,6 +156,9 @@ impl Guest {
                     return err(format!("page {}:{vpn} write-fast but not read-fast", proc.pid));
                 }
             }
+            if proc.ended() && (rss > 0 || swapents > 0) {
+                return err(format!("process {} has ended but still maps {rss} pages and {swapents} swap entries", proc.pid));
+            }
             if rss != mm.rss || swapents != mm.swapents {
                 return err(format!("process {} counts rss {} swap {} but maps {rss}/{swapents}", proc.pid, mm.rss, mm.swapents));
             }

@@ -65,8 +65,8 @@ impl Guest {
         loop {
             let free = self.pages.nr_free();
             if self.cfg.replacement == Replacement::ExactLru {
-                if free == 0 {
-                    self.evict_exact(now, env);
+                if free == 0 && self.evict_exact(now, env) == Some(pid) {
+                    return Err(Stall::Killed);
                 }
             } else if free <= self.wmark.low {
                 self.wakeup_kswapd(now, env);

@@ -352,8 +352,10 @@ impl Guest {
     }
 
     /// Exact-LRU eviction: the least recently used page goes, now. Its write (if dirty) is issued to
-    /// the device but the frame is reused at once, as a textbook LRU cache reuses a slot.
-    pub(super) fn evict_exact(&mut self, now: u64, env: &mut Env) {
+    /// the device but the frame is reused at once, as a textbook LRU cache reuses a slot. With swap
+    /// full the OOM killer runs instead; its victim is returned (the caller must not hand a page to
+    /// a process that has just been killed).
+    pub(super) fn evict_exact(&mut self, now: u64, env: &mut Env) -> Option<u32> {
         // Pages with a read or write in flight cannot go; they rotate past (only possible when
         // several processes fault at once).
         let mut victim = None;
@@ -365,15 +367,14 @@ impl Guest {
             }
             self.lru.move_head(LruList::Exact, p);
         }
-        let Some(p) = victim else { return };
+        let Some(p) = victim else { return None };
         let dirty = self.pages.test_and_clear(p, PG_DIRTY);
         let offset = match self.pages.kind[p as usize] {
             PageKind::Anon => {
                 let mut slot = self.pages.swap[p as usize];
                 if slot == NONE {
                     let Some(s) = self.swap.alloc() else {
-                        self.oom_kill(now, env);
-                        return;
+                        return self.oom_kill(now, env);
                     };
                     slot = s;
                     self.add_to_swap_cache(p, slot);
@@ -404,6 +405,7 @@ impl Guest {
             // Nothing waits for this write and no page depends on it: only the device sees it.
             self.device_io(now, offset, 1, true, env);
         }
+        None
     }
 
     /// A write completed: the pages are clean; those reclaim was waiting for are freed now (the
