@@ -19,6 +19,7 @@ pub mod host;
 pub mod index;
 pub mod metrics;
 pub mod policy;
+pub mod rng;
 pub mod scenario;
 pub mod simulation;
 pub mod trace;

@@ -223,6 +223,8 @@ pub struct GuestConfig {
     pub sched_slice_ns: u64,
     /// Workloads to run.
     pub workloads: Vec<WorkloadEntry>,
+    /// Seed of the guest's random streams, derived from the scenario's seed and the VM's place.
+    pub seed: u64,
 }
 
 impl GuestConfig {
@@ -334,7 +336,7 @@ impl Guest {
             cfg,
         };
         for (wi, w) in g.cfg.workloads.clone().iter().enumerate() {
-            for (k, workload) in w.spec.processes(traces)?.into_iter().enumerate() {
+            for (k, workload) in w.spec.processes(traces, crate::rng::derive(g.cfg.seed, &[wi as u64]))?.into_iter().enumerate() {
                 let pid = g.procs.len() as u32;
                 let name = if w.spec.processes_len() > 1 { format!("{}.{}", w.name, k + 1) } else { w.name.clone() };
                 g.procs.push(Process::new(pid, name, workload, wi));

@@ -232,7 +232,8 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
 
     let mut vms: Vec<VmSpec> = Vec::new();
     for v in &raw.vm {
-        for spec in resolve_vm(&c, v.get_ref(), &datastores, &costs)? {
+        for mut spec in resolve_vm(&c, v.get_ref(), &datastores, &costs)? {
+            spec.guest.seed = crate::rng::derive(seed, &[vms.len() as u64]);
             if vms.iter().any(|x| x.guest.name == spec.guest.name) {
                 return c.err(v.get_ref().name.span(), "vm.name", format!("two VMs are named '{}'", spec.guest.name));
             }
@@ -409,6 +410,7 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs) -
                 costs: costs.clone(),
                 sched_slice_ns: GuestConfig::default_sched_slice_ns(vcpus),
                 workloads: workloads.clone(),
+                seed: 0,
             },
             reservation,
             limit,
@@ -507,7 +509,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<Workl
             WorkloadSpec::Random(Random::new(
                 c.int(&r.pages, &f("pages"), 1, 1, (1 << 30) - 1)? as u32,
                 c.int(&r.touches, &f("touches"), 0, 0, i64::MAX as u64)?,
-                c.int(&r.seed, &f("seed"), 1, 1, i64::MAX as u64)?,
+                r.seed.as_ref().map(|_| c.int(&r.seed, &f("seed"), 1, 1, i64::MAX as u64)).transpose()?,
                 r.write.as_ref().is_some_and(|b| *b.get_ref()),
             ))
         }

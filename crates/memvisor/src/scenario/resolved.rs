@@ -94,7 +94,9 @@ impl Scenario {
                             WorkloadSpec::Random(rd) => {
                                 e.push(("pages", i(rd.pages as u64)));
                                 e.push(("touches", i(rd.touches)));
-                                e.push(("seed", i(rd.seed)));
+                                if let Some(seed) = rd.seed {
+                                    e.push(("seed", i(seed)));
+                                }
                                 e.push(("write", Value::Boolean(rd.write)));
                             }
                             WorkloadSpec::Trace(t) => {

@@ -171,14 +171,15 @@ impl WorkloadSpec {
         }
     }
 
-    /// The processes this workload runs, each with its operation source.
-    pub fn processes(&self, traces: TraceSource) -> Result<Vec<Box<dyn Workload>>, String> {
+    /// The processes this workload runs, each with its operation source; `seed` is this workload's
+    /// stream seed (derived from the scenario's).
+    pub fn processes(&self, traces: TraceSource, seed: u64) -> Result<Vec<Box<dyn Workload>>, String> {
         Ok(match self {
             Self::Stress(s) => (0..s.instances).map(|_| Box::new(s.clone()) as Box<dyn Workload>).collect(),
             Self::FileIo(f) => vec![Box::new(f.clone())],
             Self::Idle(i) => vec![Box::new(i.clone())],
             Self::Trace(t) => vec![Box::new(Replayer::new(t.clone(), traces(&t.file)?))],
-            Self::Random(r) => vec![Box::new(r.clone())],
+            Self::Random(r) => vec![Box::new(r.seeded(seed))],
         })
     }
 

@@ -1,6 +1,7 @@
 //! Uniformly random page references: write every page once in order (allocating them), then make
 //! `touches` references to pages drawn by xorshift64*, the generator `validate linux-paging`'s
-//! native program uses too, so both see the same sequence.
+//! native program uses too, so both see the same sequence. The generator's seed derives from the
+//! scenario's seed unless the workload pins it (as the validation does, to match the native run).
 
 use super::{Op, Workload};
 
@@ -11,8 +12,10 @@ pub struct Random {
     pub pages: u32,
     /// References after the first pass.
     pub touches: u64,
-    /// Generator seed (nonzero).
-    pub seed: u64,
+    /// Generator seed (nonzero) if pinned by the scenario; otherwise derived from the scenario seed.
+    pub seed: Option<u64>,
+    /// The seed in use: the pinned one or the derived one (set when the process is created).
+    state: u64,
     /// Whether the references store (else they load).
     pub write: bool,
     step: u8,
@@ -20,8 +23,14 @@ pub struct Random {
 
 impl Random {
     /// A random workload.
-    pub fn new(pages: u32, touches: u64, seed: u64, write: bool) -> Self {
-        Self { pages, touches, seed, write, step: 0 }
+    pub fn new(pages: u32, touches: u64, seed: Option<u64>, write: bool) -> Self {
+        Self { pages, touches, seed, write, state: 0, step: 0 }
+    }
+
+    /// The process for a run whose stream seed for this workload is `derived`.
+    pub fn seeded(&self, derived: u64) -> Self {
+        // xorshift64* must not start from zero.
+        Self { state: self.seed.unwrap_or(derived).max(1), ..self.clone() }
     }
 }
 
@@ -39,7 +48,7 @@ impl Workload for Random {
         match self.step {
             1 => Op::Map { pages: self.pages },
             2 => Op::Touch { region: 0, first: 0, count: self.pages as u64, refs: 1, write: true },
-            3 if self.touches > 0 => Op::TouchRandom { region: 0, state: self.seed, count: self.touches, write: self.write },
+            3 if self.touches > 0 => Op::TouchRandom { region: 0, state: self.state, count: self.touches, write: self.write },
             _ => Op::Exit,
         }
     }
@@ -50,18 +59,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn matches_the_reference_sequence() {
-        // First outputs of xorshift64* from seed 42, as the C program computes them.
+    fn matches_the_native_program() {
+        // Outputs of pagetouch.c's `next()` (python/memvisor/data/pagetouch.c), compiled with cc and
+        // printed: the first three from state 42, and the 1,001st from state 1.
         let mut s = 42;
-        let a = xorshift64star(&mut s);
-        let b = xorshift64star(&mut s);
-        assert_eq!(a, {
-            let mut x: u64 = 42;
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            x.wrapping_mul(0x2545F4914F6CDD1D)
-        });
-        assert_ne!(a, b);
+        let first: Vec<u64> = (0..3).map(|_| xorshift64star(&mut s)).collect();
+        assert_eq!(first, [0x56ce_4ab7_719b_a3a0, 0xc841_eb53_ebbb_2dda, 0xca46_6be0_c998_0276]);
+        let mut s = 1;
+        let last = (0..1001).map(|_| xorshift64star(&mut s)).last();
+        assert_eq!(last, Some(0x3027_8c3e_fbe9_3744));
     }
 }
