@@ -367,7 +367,7 @@ impl Guest {
             }
             self.lru.move_head(LruList::Exact, p);
         }
-        let Some(p) = victim else { return None };
+        let p = victim?;
         let dirty = self.pages.test_and_clear(p, PG_DIRTY);
         let offset = match self.pages.kind[p as usize] {
             PageKind::Anon => {
