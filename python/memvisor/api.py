@@ -29,10 +29,14 @@ class RunResult:
     def full_name(self) -> str:
         return self.name if self.variant is None else f"{self.name}/{self.variant}"
 
+    def report_rows(self) -> list[dict]:
+        """The report rows, one per VM: `vm` and the scenario's report columns. The one place they
+        are built, for the DataFrame, the run folder's summary and the printed table alike."""
+        return [{"vm": vm["name"], **vm["report"]} for vm in self.summary["vms"]]
+
     def report(self) -> pd.DataFrame:
         """The report table: one row per VM with the scenario's report columns."""
-        rows = [{"vm": vm["name"], **vm["report"]} for vm in self.summary["vms"]]
-        return pd.DataFrame(rows)
+        return pd.DataFrame(self.report_rows())
 
 
 def cases() -> list[tuple[str, str]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import click
@@ -10,13 +9,27 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from memvisor import _core, api
-from memvisor.console import err, fail, fmt, out
-from memvisor.tracecmd import trace
+from memvisor.console import USAGE, MemvisorError, Terminated, err, fmt, out, sigterm_as_interrupt
+from memvisor.params import ByteSize, IntList
 from memvisor.runfolder import RunFolder
+from memvisor.tracecmd import trace
 
 
+class _Main(click.Group):
+    """The top-level group: Ctrl-C and SIGTERM end any command with one error line and the
+    shell's status for the signal (130, 143), after the cleanup on the way out has run."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+    def invoke(self, ctx: click.Context):
+        try:
+            with sigterm_as_interrupt():
+                return super().invoke(ctx)
+        except Terminated:
+            raise MemvisorError("terminated", 143) from None
+        except KeyboardInterrupt:
+            raise MemvisorError("interrupted", 130) from None
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
 def main() -> None:
     """memvisor: memory manager and simulator for overcommitted virtual-machine hosts."""
 
@@ -40,13 +53,12 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], quiet: bool) -> 
     try:
         scenarios = api.load(spec, sets)
     except _core.ScenarioError as e:
-        fail(str(e), 2)
+        raise MemvisorError(str(e), USAGE) from None
     path = out_dir or Path("runs") / scenarios[0].name
-    folder = RunFolder(path)
     results = []
     try:
-        with Progress(
-            TextColumn("{task.description}"),
+        with RunFolder(path) as folder, Progress(
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             TextColumn("sim {task.fields[sim]:>8.1f}s"),
             TimeElapsedColumn(),
@@ -64,24 +76,20 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], quiet: bool) -> 
                 bar.update(task, completed=s.duration_s or 1, total=s.duration_s or 1)
                 folder.add(r, variant_dir=len(scenarios) > 1 or r.variant is not None)
                 results.append(r)
-        final = folder.commit(results)
+            final = folder.commit(results)
     except (_core.RunError, _core.ScenarioError, _core.TraceError) as e:
-        folder.abandon()
-        fail(str(e), 1)
-    except BaseException:
-        folder.abandon()
-        raise
+        raise MemvisorError(str(e), 1) from None
     _print_report(results)
     out.print(f"run folder: {final}")
 
 
-def _print_report(results) -> None:
+def _print_report(results: list[api.RunResult]) -> None:
     cols = results[0].summary["report_columns"]
     t = Table(*(["variant"] if results[0].variant else []), "vm", *cols, "sim s", "wall s", title=results[0].name)
     for r in results:
-        for vm in r.summary["vms"]:
-            row = ([r.variant] if r.variant else []) + [vm["name"]] + [fmt(vm["report"].get(c)) for c in cols]
-            t.add_row(*row, fmt(r.summary["sim_time_s"]), f"{r.wall_s:.2f}")
+        for row in r.report_rows():
+            cells = ([r.variant] if r.variant else []) + [row["vm"]] + [fmt(row.get(c)) for c in cols]
+            t.add_row(*cells, fmt(r.summary["sim_time_s"]), f"{r.wall_s:.2f}")
     out.print(t)
 
 
@@ -104,12 +112,12 @@ def validate() -> None:
 
 @validate.command("linux-paging")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-linux-paging"), show_default=True)
-@click.option("--working-set", default="96MiB", show_default=True, help="Pages each pattern touches.")
-@click.option("--limits", default="16,24,32,48,64,80", show_default=True, help="Memory limits in MiB.")
-@click.option("--passes", default=5, show_default=True, help="stress: passes over the pages.")
-@click.option("--touches", default=200_000, show_default=True, help="random: references after the first pass.")
+@click.option("--working-set", type=ByteSize(), default="96MiB", show_default=True, help="Pages each pattern touches.")
+@click.option("--limits", "limit_list", type=IntList(min=1), default="16,24,32,48,64,80", show_default=True, help="Memory limits in MiB, comma-separated.")
+@click.option("--passes", type=click.IntRange(min=1), default=5, show_default=True, help="stress: passes over the pages.")
+@click.option("--touches", type=click.IntRange(min=0), default=200_000, show_default=True, help="random: references after the first pass.")
 @click.option("--cgroup-root", type=click.Path(path_type=Path), default=Path("/sys/fs/cgroup"), hidden=True)
-def linux_paging(out_dir: Path, working_set: str, limits: str, passes: int, touches: int, cgroup_root: Path) -> None:
+def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...], passes: int, touches: int, cgroup_root: Path) -> None:
     """Run page-touching patterns in real memory cgroups with swap and in the simulated guest;
     compare major faults and swap traffic. Needs root, a memory cgroup controller and swap-file
     support; without them it says what is missing and exits with status 77."""
@@ -117,30 +125,25 @@ def linux_paging(out_dir: Path, working_set: str, limits: str, passes: int, touc
 
     missing = v.missing_prerequisites(cgroup_root)
     if missing:
-        err.print("validate linux-paging cannot run on this machine; it needs:")
-        for m in missing:
-            err.print(f"  - {m}")
-        sys.exit(v.SKIPPED)
+        raise MemvisorError("validate linux-paging cannot run on this machine; it needs:", v.SKIPPED, details=missing)
     try:
-        ws = _core.parse_bytes(working_set)
-        limit_list = tuple(int(x) for x in limits.split(","))
-    except ValueError as e:
-        fail(f"--working-set / --limits: {e}", 2)
-    rows, settings = v.run_validation(out_dir, cgroup_root, ws, limit_list, passes, touches, log=lambda r: err.print(f"  {r.pattern} {r.limit_MiB} MiB: kernel {r.kernel_majflt}, simulated {r.sim_majflt} major faults"))
+        rows, settings = v.run_validation(out_dir, cgroup_root, working_set, limit_list, passes, touches, log=lambda r: err.print(f"  {r.pattern} {r.limit_MiB} MiB: kernel {r.kernel_majflt}, simulated {r.sim_majflt} major faults"))
+    except v.ValidationError as e:
+        raise MemvisorError(str(e), 1) from None
     shown = ", ".join(f"{k}={settings[k]}" for k in ("kernel", "vm.page-cluster", "vm.swappiness", "transparent_hugepage", "swap_vma_readahead", "lru_gen", "cgroup_version"))
-    out.print(f"kernel settings: {shown}", markup=False)
-    t = Table("pattern", "limit MiB", "kernel majflt", "sim majflt", "error", "kernel pswpin", "sim pswpin", "kernel pswpout", "sim pswpout", "stable", title=f"linux-paging: {ws >> 20} MiB working set")
+    out.print(f"kernel settings: {shown}")
+    t = Table("pattern", "limit MiB", "kernel majflt", "sim majflt", "error", "kernel pswpin", "sim pswpin", "kernel pswpout", "sim pswpout", "stable", title=f"linux-paging: {working_set >> 20} MiB working set")
     bad = False
     for r in rows:
         e = "-" if r.majflt_error is None else f"{r.majflt_error:+.1%}"
         note = "OOM-killed" if r.kernel_oom_killed else ("yes" if r.stable else "no")
-        if r.stable and abs(r.majflt_error) > 0.10:
+        if r.stable and r.majflt_error is not None and abs(r.majflt_error) > 0.10:
             bad = True
         t.add_row(r.pattern, str(r.limit_MiB), fmt(r.kernel_majflt), fmt(r.sim_majflt), e, fmt(r.kernel_pswpin), fmt(r.sim_pswpin), fmt(r.kernel_pswpout), fmt(r.sim_pswpout), note)
     out.print(t)
     out.print(f"run folder: {out_dir}")
     if bad:
-        fail("simulated major faults differ by more than 10 % where the kernel is stable", 1)
+        raise MemvisorError("simulated major faults differ by more than 10 % where the kernel is stable", 1)
 
 
 main.add_command(trace)

@@ -2,19 +2,68 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
+from contextlib import contextmanager
+from typing import IO, Iterator, Sequence
 
+import click
 from rich.console import Console
+from rich.text import Text
 
-err = Console(stderr=True, soft_wrap=True)
+# Markup and emoji codes are off: what is printed includes user text (scenario, VM and file names,
+# error messages quoting the scenario such as "no [[vm]]"), and rich would eat its brackets and
+# colons. Styles are given as `Text` where wanted.
+err = Console(stderr=True, soft_wrap=True, markup=False, emoji=False)
 # Wide enough for the report tables when the output is not a terminal (CI logs, pipes).
-out = Console(width=None if sys.stdout.isatty() else 160)
+out = Console(width=None if sys.stdout.isatty() else 160, markup=False, emoji=False)
+
+#: Exit status of usage and scenario errors (as click's own usage errors).
+USAGE = 2
 
 
-def fail(message: str, code: int) -> None:
-    """Prints one error line and exits with `code`."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, markup=True)
-    sys.exit(code)
+class MemvisorError(click.ClickException):
+    """A failure the user should see as one line `error: <message>` (plus `details`, one a line)
+    and exit status `exit_code`. Raised, never `sys.exit`, so that every cleanup on the way out
+    runs and helpers stay callable from Python."""
+
+    def __init__(self, message: str, exit_code: int = 1, details: Sequence[str] = ()):
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.details = list(details)
+
+    def show(self, file: IO | None = None) -> None:
+        console = err if file is None else Console(file=file, soft_wrap=True, markup=False, emoji=False)
+        console.print(Text.assemble(("error:", "bold red"), " ", self.message), highlight=False)
+        for d in self.details:
+            console.print(Text(f"  - {d}"), highlight=False)
+
+
+def warn(message: str) -> None:
+    """One warning line; the message is printed as it is, brackets included."""
+    err.print(Text.assemble(("warning:", "bold yellow"), " ", message), highlight=False)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that the same cleanup runs (run folders, swap files)."""
+
+
+def _raise_terminated(signum: int, frame) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises `Terminated` (a KeyboardInterrupt)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def fmt(v) -> str:

@@ -29,33 +29,56 @@ def top_summary(results: Sequence[RunResult]) -> dict:
     """The summary of a case with variants: each variant's report rows."""
     return {
         "scenario": results[0].name,
-        "variants": [
-            {"variant": r.variant, "folder": r.variant, "vms": [{"vm": vm["name"], **vm["report"]} for vm in r.summary["vms"]]}
-            for r in results
-        ],
+        "variants": [{"variant": r.variant, "folder": r.variant, "vms": r.report_rows()} for r in results],
     }
 
 
 class RunFolder:
-    """A run folder being written: `path` appears only when `commit` is called."""
+    """A run folder being written, as a context manager: `path` appears only when `commit` is
+    called inside the block; leaving the block any other way (an error, Ctrl-C, SIGTERM, or simply
+    without committing) removes what was written, so nothing that looks complete is left.
+
+        with RunFolder(path) as folder:
+            folder.add(result, variant_dir=False)
+            folder.commit([result])
+    """
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self.tmp = self.path.parent / f".{self.path.name}.partial-{os.getpid()}"
+        self.committed = False
+
+    def __enter__(self) -> RunFolder:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.tmp, ignore_errors=True)
-        self.tmp.mkdir()
+        try:
+            self.tmp.mkdir()
+            return self
+        except BaseException:
+            self.abandon()
+            raise
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if not self.committed:
+            self.abandon()
 
     def add(self, r: RunResult, variant_dir: bool) -> None:
         _write_one(r, self.tmp / r.variant if variant_dir and r.variant else self.tmp)
 
     def commit(self, results: Sequence[RunResult]) -> Path:
+        """Renames the folder into place, replacing an earlier run's."""
         if any(r.variant for r in results):
             (self.tmp / "summary.json").write_text(json.dumps(top_summary(results), indent=2) + "\n", encoding="utf-8")
         old = self.path.parent / f".{self.path.name}.old-{os.getpid()}"
         if self.path.exists():
             self.path.rename(old)
-        self.tmp.rename(self.path)
+        try:
+            self.tmp.rename(self.path)
+        except BaseException:
+            if old.exists() and not self.path.exists():
+                old.rename(self.path)  # the earlier run stays as it was
+            raise
+        self.committed = True
         shutil.rmtree(old, ignore_errors=True)
         return self.path
 
@@ -65,11 +88,7 @@ class RunFolder:
 
 def write_run_folder(results: Sequence[RunResult], path: Path) -> Path:
     """Writes finished results as a run folder."""
-    folder = RunFolder(path)
-    try:
+    with RunFolder(path) as folder:
         for r in results:
             folder.add(r, variant_dir=len(results) > 1 or r.variant is not None)
         return folder.commit(results)
-    except BaseException:
-        folder.abandon()
-        raise

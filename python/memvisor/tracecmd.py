@@ -16,7 +16,8 @@ from rich.table import Table
 
 from memvisor import _core
 from memvisor.api import simulate
-from memvisor.console import err, fail, out
+from memvisor.console import USAGE, MemvisorError, out, warn
+from memvisor.params import IntList
 from memvisor.traces import FORMATS, read_trace, write_bytes_atomically
 
 
@@ -49,13 +50,13 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
     """
     valgrind = shutil.which("valgrind")
     if valgrind is None:
-        fail("valgrind is not installed (Debian: apt-get install valgrind)", 2)
+        raise MemvisorError("valgrind is not installed (Debian: apt-get install valgrind)", USAGE)
     rfd, wfd = os.pipe()
     cmd = [valgrind, "--tool=lackey", "--trace-mem=yes", f"--log-fd={wfd}", "--", *program]
     try:
         proc = subprocess.Popen(cmd, pass_fds=(wfd,))
     except OSError as e:
-        fail(f"cannot start valgrind: {e}", 2)
+        raise MemvisorError(f"cannot start valgrind: {e}", USAGE) from None
     os.close(wfd)
     rec = _core.LackeyRecorder(instructions)
     t0 = time.perf_counter()
@@ -66,13 +67,13 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
     except _core.TraceError as e:
         proc.kill()
         proc.wait()
-        fail(f"lackey output: {e}", 1)
+        raise MemvisorError(f"lackey output: {e}", 1) from None
     code = proc.wait()
     t = rec.finish()
     write_bytes_atomically(output, bytes(t.to_native()))
     out.print(_info_table(f"{output} ({time.perf_counter() - t0:.1f} s)", dict(t.info())))
     if code != 0:
-        err.print(f"warning: {' '.join(program)} exited with status {code}; the trace covers what it did until then")
+        warn(f"{' '.join(program)} exited with status {code}; the trace covers what it did until then")
 
 
 @trace.command()
@@ -89,7 +90,7 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
     try:
         t = read_trace(source, src_fmt, instructions=instructions, obj_id_col=obj_id_col, delimiter=delimiter)
     except (_core.TraceError, ValueError) as e:
-        fail(str(e), 1)
+        raise MemvisorError(str(e), 1) from None
     data = t.to_native() if dst_fmt == "native" else t.to_oracle_general()
     write_bytes_atomically(dest, bytes(data))
     out.print(_info_table(str(dest), dict(t.info())))
@@ -103,7 +104,7 @@ def info(source: Path, as_json: bool) -> None:
     try:
         i = dict(read_trace(source).info())
     except _core.TraceError as e:
-        fail(str(e), 1)
+        raise MemvisorError(str(e), 1) from None
     if as_json:
         click.echo(json.dumps(i))
     else:
@@ -142,7 +143,7 @@ def replay(source: Path, frames: int, mode: str, loops: int, compute_ns: int, as
         t = read_trace(source)
         res = replay_trace(t, source.name, frames, mode, loops, compute_ns)
     except (_core.TraceError, _core.RunError) as e:
-        fail(str(e), 1)
+        raise MemvisorError(str(e), 1) from None
     if as_json:
         click.echo(json.dumps(res))
         return
@@ -186,18 +187,20 @@ def peer_compare(t, name: str, sizes: list[int], repeats: int = 1) -> list[dict]
 
 @trace.command("bench")
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--frames", "-c", "sizes", required=True, help="Comma-separated cache sizes in frames, e.g. 100,1000,10000.")
-@click.option("--repeats", default=3, show_default=True, help="Runs of each side per size (medians are shown).")
-def bench_cmd(source: Path, sizes: str, repeats: int) -> None:
+@click.option("--frames", "-c", "sizes", type=IntList(min=1), required=True, help="Comma-separated cache sizes in frames, e.g. 100,1000,10000.")
+@click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Runs of each side per size (medians are shown).")
+def bench_cmd(source: Path, sizes: tuple[int, ...], repeats: int) -> None:
     """Replay a trace through memvisor's exact-LRU guest and libCacheSim's LRU; check the miss
     counts agree and compare requests per second."""
     try:
-        size_list = [int(x) for x in sizes.split(",") if x.strip()]
-        assert size_list and all(s > 0 for s in size_list)
-    except (ValueError, AssertionError):
-        fail(f"--frames '{sizes}': give positive integers separated by commas", 2)
-    t = read_trace(source)
-    rows = peer_compare(t, source.name, size_list, repeats)
+        import libcachesim  # noqa: F401  (the peer; an optional dependency)
+    except ImportError:
+        raise MemvisorError("trace bench needs libCacheSim: pip install libcachesim", USAGE) from None
+    try:
+        t = read_trace(source)
+    except _core.TraceError as e:
+        raise MemvisorError(str(e), 1) from None
+    rows = peer_compare(t, source.name, list(sizes), repeats)
     tab = Table("frames", "memvisor faults", "libCacheSim misses", "equal", "memvisor req/s", "libCacheSim req/s", "ratio", title=f"{source}: exact-LRU guest vs libCacheSim LRU")
     bad = False
     for r in rows:
@@ -210,4 +213,4 @@ def bench_cmd(source: Path, sizes: str, repeats: int) -> None:
         )
     out.print(tab)
     if bad:
-        fail("miss counts differ", 1)
+        raise MemvisorError("miss counts differ", 1)

@@ -7,7 +7,11 @@ a simulated guest given the same memory. Major faults and swap traffic are compa
 The kernel settings that change the answer are read and stated (vm.page-cluster, swappiness,
 transparent huge pages, VMA swap readahead, multi-generational LRU); the simulator is given the same
 page-cluster and swappiness. What the command changes (a swap file, cgroups, MGLRU if it is on) is
-restored when it ends, also on error or interrupt.
+restored when it ends, also on error or interrupt (the command line turns SIGTERM into an interrupt
+too: `memvisor.console.sigterm_as_interrupt`).
+
+The program is counted as OOM-killed only when it died of SIGKILL and its cgroup's own OOM-kill counter
+rose; any other failure is an error of the run, never a data point (`classify_exit`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,10 @@ from memvisor.runfolder import RunFolder
 #: Exit status when the machine lacks what the validation needs (automake's "skipped").
 SKIPPED = 77
 PAGE = 4096
+
+
+class ValidationError(RuntimeError):
+    """The validation could not be carried out (a setup command or the program failed)."""
 
 
 def _read(path: Path) -> str | None:
@@ -61,6 +69,7 @@ class Cgroup:
         return 0
 
     def oom_kills(self) -> int:
+        """The cgroup's OOM-kill counter (v1 `memory.oom_control`, v2 `memory.events`: `oom_kill`)."""
         if self.version == 1:
             text = _read(self.path / "memory.oom_control") or ""
         else:
@@ -141,6 +150,38 @@ class Row:
     sim_time_s: float
 
 
+def classify_exit(returncode: int, oom_kills_delta: int) -> str:
+    """What became of one run of the program: "ok" (it finished), "oom-killed" (it died of SIGKILL
+    while its cgroup's OOM-kill counter rose) or "error" (anything else, e.g. a non-zero status or a
+    kill by someone else: a failure, never to be counted as the kernel's OOM kill)."""
+    if returncode == 0:
+        return "ok"
+    if returncode == -signal.SIGKILL and oom_kills_delta > 0:
+        return "oom-killed"
+    return "error"
+
+
+def describe_status(returncode: int) -> str:
+    """A subprocess return code in words."""
+    if returncode < 0:
+        try:
+            return f"signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"status {returncode}"
+
+
+def _check(cmd: list[str]) -> None:
+    """Runs a setup command; its failure is a ValidationError carrying its message."""
+    try:
+        p = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    except OSError as e:
+        raise ValidationError(f"cannot run {cmd[0]}: {e}") from None
+    if p.returncode != 0:
+        msg = " ".join(p.stderr.split()) or "no message"
+        raise ValidationError(f"{' '.join(cmd)} failed with {describe_status(p.returncode)}: {msg}")
+
+
 def program_args(pattern: str, pages: int, passes: int, touches: int, seed: int) -> list[str]:
     if pattern == "stress":
         return ["stress", str(pages), str(passes)]
@@ -167,6 +208,7 @@ name = "cgroup"
 memory = "{guest} pages"
 kernel_reserved = "0B"
 overhead = "0B"
+transparent_hugepage = "never"
 datastore = "swap"
 swap = "{2 * pages} pages"
 sysctl = {{ "vm.page-cluster" = {settings['vm.page-cluster']}, "vm.swappiness" = {settings['vm.swappiness']} }}
@@ -199,17 +241,16 @@ def run_validation(
     restore_lru_gen = None
     cgroups: list[Path] = []
     swap_on = False
-    old_sigterm = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         exe = work / "pagetouch"
         src = resources.files("memvisor") / "data" / "pagetouch.c"
-        subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True)
+        _check(["cc", "-O2", "-o", str(exe), str(src)])
         size_mib = 2 * working_set // (1 << 20) + 64
-        subprocess.run(["dd", "if=/dev/zero", f"of={swapfile}", "bs=1M", f"count={size_mib}", "status=none"], check=True)
+        _check(["dd", "if=/dev/zero", f"of={swapfile}", "bs=1M", f"count={size_mib}", "status=none"])
         swapfile.chmod(0o600)
-        subprocess.run(["mkswap", "-q", str(swapfile)], check=True)
+        _check(["mkswap", "-q", str(swapfile)])
         # Highest priority, so the kernel swaps to this file before any other swap device.
-        subprocess.run(["swapon", "-p", "32767", str(swapfile)], check=True)
+        _check(["swapon", "-p", "32767", str(swapfile)])
         swap_on = True
         settings["swap_file_MiB"] = size_mib
         if settings["lru_gen"] not in (None, "0x0000"):
@@ -227,15 +268,24 @@ def run_validation(
                 if version == 1:
                     (path / "memory.swappiness").write_text(str(settings["vm.swappiness"]))
                 cg.set_limit(limit)
+                args = program_args(pattern, pages, passes, touches, seed)
+                ooms_before = cg.oom_kills()
                 before = vmstat()
                 t0 = time.perf_counter()
                 proc = subprocess.run(
-                    [str(exe), *program_args(pattern, pages, passes, touches, seed)],
+                    [str(exe), *args],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    text=True,
                     preexec_fn=lambda p=path: (p / "cgroup.procs").write_text(str(os.getpid())),
                 )
                 wall = time.perf_counter() - t0
                 after = vmstat()
-                oom = proc.returncode != 0 or cg.oom_kills() > 0
+                outcome = classify_exit(proc.returncode, cg.oom_kills() - ooms_before)
+                if outcome == "error":
+                    msg = " ".join(proc.stderr.split()) or "no message"
+                    raise ValidationError(f"pagetouch {' '.join(args)} in a {limit_mib} MiB cgroup failed with {describe_status(proc.returncode)}: {msg}")
+                oom = outcome == "oom-killed"
                 kmaj = cg.stat("pgmajfault")
                 path.rmdir()
                 cgroups.remove(path)
@@ -261,26 +311,22 @@ def run_validation(
         if restore_lru_gen is not None:
             lru_gen.write_text(restore_lru_gen)
         shutil.rmtree(work, ignore_errors=True)
-        signal.signal(signal.SIGTERM, old_sigterm)
     write_folder(out, rows, settings)
     return rows, settings
 
 
 def write_folder(out: Path, rows: list[Row], settings: dict) -> Path:
-    folder = RunFolder(out)
-    try:
-        import pandas as pd
+    """The comparison as a run folder: comparison.csv and summary.json."""
+    import pandas as pd
 
+    with RunFolder(out) as folder:
         df = pd.DataFrame([asdict(r) for r in rows])
         df.to_csv(folder.tmp / "comparison.csv", index=False)
         summary = {
             "settings": settings,
             "criterion": "where the kernel is stable (limit <= half the working set, no OOM kill), simulated major faults within 10 % of the kernel's",
-            "stable_rows_within_10pct": all(abs(r.majflt_error) <= 0.10 for r in rows if r.stable),
+            "stable_rows_within_10pct": all(r.majflt_error is not None and abs(r.majflt_error) <= 0.10 for r in rows if r.stable),
             "rows": [asdict(r) for r in rows],
         }
         (folder.tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return folder.commit([])
-    except BaseException:
-        folder.abandon()
-        raise

@@ -3,6 +3,7 @@
 import pandas as pd
 
 import memvisor
+from memvisor.runfolder import top_summary
 
 
 def test_run_returns_dataframes(small_scenario):
@@ -23,3 +24,13 @@ def test_invariants_hold_when_checked_from_python(small_scenario):
     (s,) = memvisor.load(str(small_scenario))
     r = memvisor.simulate(s, step_s=0.05, check_invariants=True)
     assert r.summary["end_reason"] == "every finite workload finished"
+
+
+def test_report_rows_are_the_one_source_of_report_rows(small_scenario):
+    (r,) = memvisor.run(str(small_scenario))
+    rows = r.report_rows()
+    assert [row["vm"] for row in rows] == ["g"]
+    assert set(r.summary["report_columns"]) <= set(rows[0])
+    assert r.report().to_dict(orient="records") == rows
+    r.variant = "v1"
+    assert top_summary([r])["variants"][0]["vms"] == rows

@@ -7,10 +7,14 @@ import sys
 import time
 from pathlib import Path
 
+import click
 import pyarrow.parquet as pq
 import pytest
 
 from conftest import SMALL, memvisor
+from memvisor.console import MemvisorError, warn
+from memvisor.params import IntList
+from memvisor.runfolder import RunFolder
 
 
 def test_cases_lists_paging_stress(tmp_path):
@@ -45,6 +49,9 @@ BAD = {
         SMALL.replace('name = "g"', 'name = "g"\ncount = 3\nreservation = "128MiB"').replace('memory = "1GiB"', 'memory = "512MiB"'),
         "admission control refuses",
     ),
+    # Error messages quoting TOML keep their brackets (rich markup would eat them).
+    "no vm": (SMALL.split("[[vm]]")[0], "the scenario has no [[vm]]"),
+    "report window without an end": (SMALL + '[report]\nwindow = ["0s"]\n', 'must be [start, end], e.g. ["0s", "150s"]'),
 }
 
 
@@ -66,11 +73,104 @@ def test_unknown_case_names_the_cases(tmp_path):
     assert "paging-stress" in r.stderr
 
 
-def test_interrupted_run_leaves_no_folder(tmp_path):
+def test_names_with_brackets_print_as_they_are(tmp_path):
+    text = SMALL.replace('name = "small"', 'name = "s[1]"').replace('name = "g"', 'name = "[g]"')
+    (tmp_path / "s.toml").write_text(text)
+    r = memvisor("run", "s.toml", "--out", "out", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "s[1]" in r.stdout and "[g]" in r.stdout, r.stdout
+
+
+def test_error_and_warning_lines_print_brackets_and_colons_as_they_are(capsys):
+    MemvisorError("no [[vm]] in [bold]x[/bold] :ok:", 2, details=["[a]", "b"]).show()
+    warn("prog [x] exited")
+    assert capsys.readouterr().err.splitlines() == [
+        "error: no [[vm]] in [bold]x[/bold] :ok:",
+        "  - [a]",
+        "  - b",
+        "warning: prog [x] exited",
+    ]
+
+
+@pytest.mark.parametrize("args, option", [
+    # (--cgroup-root: were the option accepted, the validation would refuse to run, not run.)
+    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "16,x"], "'--limits'"),
+    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "16,0"], "'--limits'"),
+    (["trace", "bench", "t.csv", "--frames", "1,,2"], "'--frames'"),
+    (["trace", "bench", "t.csv", "--frames", ","], "'--frames'"),
+])
+def test_bad_lists_get_a_usage_error_naming_the_option(tmp_path, args, option):
+    (tmp_path / "t.csv").write_text("time,obj,size\n0,1,4096\n")
+    r = memvisor(*args, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert f"Invalid value for {option}" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+
+
+def test_int_list_accepts_lists_and_rejects_the_rest():
+    t = IntList(min=1)
+    assert t.convert("16, 24,32", None, None) == (16, 24, 32)
+    assert t.convert((8, 16), None, None) == (8, 16)
+    for bad in ["", "1,,2", "a", "0", "3,-1", "1.5"]:
+        with pytest.raises(click.BadParameter):
+            t.convert(bad, None, None)
+
+
+LONG = SMALL.replace('name = "small"', 'name = "long"\nduration = "100000000s"').replace(
+    'sample_interval = "100ms"', 'sample_interval = "1h"'
+).replace('{ kind = "file-io", size = "64MiB", read = true }', '{ kind = "stress", pages = 1000 }')
+
+
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_interrupted_run_leaves_no_folder(tmp_path, sig, code, word):
+    """The run cannot finish (three simulated years), and the signal is sent only once its
+    temporary run folder exists, so the test always interrupts a run that is writing a folder."""
+    (tmp_path / "long.toml").write_text(LONG)
     exe = Path(sys.executable).parent / "memvisor"
-    p = subprocess.Popen([str(exe), "run", "paging-stress", "--out", "out"], cwd=tmp_path, stderr=subprocess.PIPE)
-    time.sleep(3)
-    p.send_signal(signal.SIGINT)
-    p.wait(timeout=60)
-    assert p.returncode != 0
-    assert list(tmp_path.iterdir()) == []
+    p = subprocess.Popen([str(exe), "run", "long.toml", "--out", "out", "--quiet"], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    try:
+        partial = tmp_path / f".out.partial-{p.pid}"
+        deadline = time.monotonic() + 60
+        while not partial.is_dir():
+            assert p.poll() is None, f"the run ended before it was interrupted: {p.stderr.read()}"
+            assert time.monotonic() < deadline, "no temporary run folder after 60 s"
+            time.sleep(0.02)
+        p.send_signal(sig)
+        _, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == code, stderr
+    assert stderr.splitlines() == [f"error: {word}"], stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["long.toml"]
+
+
+def test_run_folder_appears_only_on_commit(tmp_path):
+    with RunFolder(tmp_path / "out") as folder:
+        (folder.tmp / "summary.json").write_text("{}")
+        assert not (tmp_path / "out").exists()
+        folder.commit([])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert (tmp_path / "out" / "summary.json").read_text() == "{}"
+    # A second run replaces the first.
+    with RunFolder(tmp_path / "out") as folder:
+        folder.commit([])
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt, None])
+def test_run_folder_left_without_commit_leaves_nothing(tmp_path, exc):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "old").write_text("an earlier run")
+    try:
+        with RunFolder(tmp_path / "out") as folder:
+            (folder.tmp / "summary.json").write_text("{}")
+            assert folder.tmp.is_dir()
+            if exc is not None:
+                raise exc()
+    except BaseException as e:
+        assert exc is not None and isinstance(e, exc)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["old"], "the earlier run is untouched"

@@ -1,0 +1,53 @@
+"""Click parameter types for the command line's structured options, so that bad values get click's
+usage error naming the option (exit status 2) before the command runs."""
+
+from __future__ import annotations
+
+import click
+
+from memvisor import _core
+
+
+class IntList(click.ParamType):
+    """Comma-separated integers, each at least `min`, e.g. `16,24,32`."""
+
+    name = "integers"
+
+    def __init__(self, min: int | None = None):
+        self.min = min
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "N,N,..."
+
+    def convert(self, value, param: click.Parameter | None, ctx: click.Context | None) -> tuple[int, ...]:
+        if isinstance(value, (tuple, list)):
+            items = list(value)
+        else:
+            items = str(value).split(",")
+        what = "integers" if self.min is None else ("positive integers" if self.min == 1 else f"integers of at least {self.min}")
+        out = []
+        for item in items:
+            try:
+                n = item if isinstance(item, int) else int(str(item).strip())
+            except ValueError:
+                self.fail(f"{value!r}: {item.strip()!r} is not an integer; give {what} separated by commas", param, ctx)
+            if self.min is not None and n < self.min:
+                self.fail(f"{value!r}: {n} is below {self.min}; give {what} separated by commas", param, ctx)
+            out.append(n)
+        if not out:
+            self.fail(f"give {what} separated by commas", param, ctx)
+        return tuple(out)
+
+
+class ByteSize(click.ParamType):
+    """A size with a unit, as in scenarios: `96MiB`, `4 GiB`, `1000 pages`."""
+
+    name = "size"
+
+    def convert(self, value, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return _core.parse_bytes(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
