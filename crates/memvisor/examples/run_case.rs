@@ -1,13 +1,15 @@
 //! Runs a shipped case from the command line without Python: `cargo run --release --example
-//! run_case -- paging-stress [variant]` prints each variant's report row and wall time.
+//! run_case -- paging-stress [variant] [key=value ...]` prints each variant's report row and wall
+//! time; arguments with `=` are `--set` overrides.
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let name = args.next().unwrap_or_else(|| "paging-stress".into());
-    let only = args.next();
+    let (sets, rest): (Vec<String>, Vec<String>) = args.partition(|a| a.contains('='));
+    let only = rest.first();
     let text = memvisor::scenario::case_text(&name).expect("unknown case");
-    for s in memvisor::scenario::load(text, &name, &[]).expect("valid case") {
-        if only.as_ref().is_some_and(|v| s.variant.as_deref() != Some(v)) {
+    for s in memvisor::scenario::load(text, &name, &sets).unwrap_or_else(|e| panic!("{e}")) {
+        if only.is_some_and(|v| s.variant.as_deref() != Some(v)) {
             continue;
         }
         let t0 = std::time::Instant::now();

@@ -154,3 +154,75 @@ fn exact_lru_misses_every_time_on_a_loop_one_page_too_big() {
     assert_eq!(exact_lru_faults(c, c + 1, 3), (3 * (c as u64 + 1), 2 * (c as u64 + 1)));
     assert_eq!(exact_lru_faults(c, c, 3), (c as u64, 0));
 }
+
+/// Runs a one-guest scenario with every invariant checked and returns the guest's counters.
+fn counters(vm: &str, extra: &str) -> memvisor::guest::VmStat {
+    let s = scenario(&one_guest("1GiB", vm, extra));
+    run_checked(&s, 20_000_000).world().guests[0].vmstat.clone()
+}
+
+/// A sweep twice the size of memory, with `page-cluster` as given: every page faults in every pass.
+fn sweep_counters(page_cluster: u32) -> memvisor::guest::VmStat {
+    counters(
+        &format!(
+            "name = \"g\"\nmemory = \"160MiB\"\nswap = \"256MiB\"\ntransparent_hugepage = \"never\"\n\
+             sysctl = {{ \"vm.page-cluster\" = {page_cluster} }}\n\
+             workload = {{ kind = \"stress\", pages = 40000, passes = 4 }}"
+        ),
+        "",
+    )
+}
+
+/// Swap readahead on a sequential sweep: the VMA-based window grows to 2^page-cluster pages and
+/// moves with the faults (a swap-cache hit moves it too), so each major fault reads a full window
+/// of 8 pages with page-cluster 3, and a window of one page without readahead.
+#[test]
+fn swap_readahead_reads_a_window_of_two_to_the_page_cluster() {
+    let c = sweep_counters(3);
+    let (majflt, pswpin) = (c.get(Vm::PgMajFault), c.get(Vm::PswpIn));
+    assert!(majflt > 10_000, "the sweep must page ({majflt} major faults)");
+    let per_fault = pswpin as f64 / majflt as f64;
+    // The window is exactly 8 except at a region's edges and when it is rebuilt after a
+    // readahead miss; 7.5 allows one short window in sixteen. Without the window moving on
+    // swap-cache hits it is rebuilt around each fault and reads about 3 pages.
+    assert!((7.5..=8.0).contains(&per_fault), "{per_fault:.2} pages read per major fault, expected about 8");
+    assert!(c.get(Vm::SwapRaHit) as f64 > 0.8 * c.get(Vm::SwapRa) as f64, "readahead pages of a sweep are used");
+    let c0 = sweep_counters(0);
+    assert_eq!(c0.get(Vm::PswpIn), c0.get(Vm::PgMajFault), "page-cluster 0 reads one page per fault");
+}
+
+/// Dirty throttling (`balance_dirty_pages`): a writer that pushes dirty and writeback pages past
+/// `vm.dirty_ratio` of dirtyable memory waits for the device, so the dirty count never exceeds the
+/// limit and a write much larger than it proceeds at device speed, not memory speed.
+#[test]
+fn a_writer_blocks_at_dirty_ratio() {
+    let s = scenario(
+        &one_guest(
+            "2GiB",
+            "name = \"g\"\nmemory = \"1GiB\"\ntransparent_hugepage = \"never\"\n\
+         sysctl = { \"vm.dirty_ratio\" = 10, \"vm.dirty_background_ratio\" = 5 }\n\
+         workload = { kind = \"file-io\", size = \"600MiB\", fsync = false }",
+            "",
+        )
+        .replace("device = \"ssd\"", "device = \"hdd\""),
+    );
+    let mut sim = Simulation::new(&s).unwrap();
+    let (mut t, mut peak) = (0, 0);
+    while !sim.run_until(t).unwrap() {
+        t += 1_000_000;
+        let g = &sim.world().guests[0];
+        peak = peak.max(g.nr_dirty() + g.nr_writeback());
+    }
+    sim.check_invariants().unwrap();
+    let g = &sim.world().guests[0];
+    // Nothing but the file is in the guest, so dirtyable memory is MemTotal less the high watermark.
+    let limit = (g.mem_total() - g.wmark.high) / 10;
+    // The writer checks before each page it dirties; one request of in-flight writeback (256
+    // pages) may complete between checks.
+    assert!(peak <= limit + 256, "dirty + writeback reached {peak} pages, the limit is {limit}");
+    assert!(peak >= limit * 9 / 10, "the writer should reach the limit ({peak} of {limit} pages)");
+    let write = sim.results().summary["vms"][0]["phases_s"]["write"].as_f64().unwrap();
+    // 600 MiB less what may stay dirty, at the disk's 150 MB/s.
+    let device_bound = (600.0 * 1048576.0 - (limit * 4096) as f64) / 150e6;
+    assert!(write > 0.9 * device_bound, "write() returned after {write:.2} s; the device needs {device_bound:.2} s");
+}

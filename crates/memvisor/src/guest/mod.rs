@@ -75,6 +75,38 @@ impl Replacement {
     }
 }
 
+/// `/sys/kernel/mm/transparent_hugepage/enabled`. Only its effect on the watermarks is modelled
+/// (khugepaged raises `min_free_kbytes` at boot unless THP is off); pages stay 4 KiB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Thp {
+    /// THP off: `min_free_kbytes` keeps the formula's value.
+    Never,
+    /// THP only for `madvise(MADV_HUGEPAGE)` regions (Ubuntu's default); khugepaged runs.
+    Madvise,
+    /// THP for every anonymous region: the kernel's Kconfig default, and Debian's (so Kali's).
+    Always,
+}
+
+impl Thp {
+    /// Names as written in scenario files (and in sysfs).
+    pub const NAMES: &'static [&'static str] = &["never", "madvise", "always"];
+
+    /// Parses a scenario name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "never" => Self::Never,
+            "madvise" => Self::Madvise,
+            "always" => Self::Always,
+            _ => return None,
+        })
+    }
+
+    /// The scenario name.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
 /// The guest kernel's tunables, by their sysctl names. Defaults are the kernel's.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sysctl {
@@ -82,7 +114,8 @@ pub struct Sysctl {
     pub swappiness: u32,
     /// `vm.page-cluster`: log2 of the swap readahead window (default 3: 8 pages).
     pub page_cluster: u32,
-    /// `vm.min_free_kbytes`; `None` computes the kernel's default, sqrt(16 x lowmem KiB).
+    /// `vm.min_free_kbytes`; `None` computes the formula's default, sqrt(16 x lowmem KiB) (resolved
+    /// scenarios always state it: see `Watermarks::boot_min_free_kbytes`).
     pub min_free_kbytes: Option<u64>,
     /// `vm.watermark_scale_factor`, in 1/10,000 of memory (default 10).
     pub watermark_scale_factor: u32,
@@ -217,6 +250,8 @@ pub struct GuestConfig {
     pub replacement: Replacement,
     /// Kernel tunables.
     pub sysctl: Sysctl,
+    /// Transparent huge pages (for their effect on `min_free_kbytes`).
+    pub transparent_hugepage: Thp,
     /// CPU costs.
     pub costs: Costs,
     /// Scheduler time slice.

@@ -105,6 +105,7 @@ pub struct RawVm {
     pub swap: Option<Spanned<Qty>>,
     pub replacement: Option<Spanned<String>>,
     pub kernel_reserved: Option<Spanned<Qty>>,
+    pub transparent_hugepage: Option<Spanned<String>>,
     pub sysctl: Option<BTreeMap<Spanned<String>, Spanned<i64>>>,
     pub workload: Option<Vec<Spanned<RawWorkload>>>,
 }

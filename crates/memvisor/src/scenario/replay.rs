@@ -20,7 +20,8 @@ pub fn guest_pages_for(frames: u64, mode: Replacement) -> u64 {
     }
 }
 
-/// Scenario text replaying `file` (of `distinct_pages` pages) with `frames` frames available.
+/// Scenario text replaying `file` (of `distinct_pages` pages) with `frames` frames available. THP is
+/// off so that `min_free_kbytes` is the formula's, as `guest_pages_for` assumes.
 pub fn replay_scenario(file: &str, distinct_pages: u64, frames: u64, mode: Replacement, loops: u64, compute_ns: u64) -> String {
     let pages = guest_pages_for(frames, mode);
     format!(
@@ -28,7 +29,7 @@ pub fn replay_scenario(file: &str, distinct_pages: u64, frames: u64, mode: Repla
          description = \"replay of {file} with {frames} page frames ({mode})\"\n\
          [host]\nmemory = \"{pages} pages\"\nsample_interval = \"1h\"\n\
          [[datastore]]\nname = \"swap\"\ndevice = \"ssd\"\n\
-         [[vm]]\nname = \"replay\"\nmemory = \"{pages} pages\"\nkernel_reserved = \"0B\"\noverhead = \"0B\"\n\
+         [[vm]]\nname = \"replay\"\nmemory = \"{pages} pages\"\nkernel_reserved = \"0B\"\noverhead = \"0B\"\ntransparent_hugepage = \"never\"\n\
          datastore = \"swap\"\nswap = \"{swap} pages\"\nreplacement = \"{mode}\"\n\
          workload = {{ kind = \"trace\", file = {file:?}, loops = {loops}, compute = \"{compute_ns}ns\" }}\n\
          [report]\ncolumns = [\"pgfault\", \"pgmajfault\", \"runtime_s\"]\n",

@@ -6,7 +6,7 @@ use toml::Spanned;
 use super::raw::{Qty, RawScenario, RawVm, RawWorkload};
 use super::{ScenarioError, Source};
 use crate::devices::{DeviceKind, DeviceSpec};
-use crate::guest::{Costs, GuestConfig, Replacement, Sysctl, Watermarks};
+use crate::guest::{Costs, GuestConfig, Replacement, Sysctl, Thp, Watermarks};
 use crate::policy::POLICY_NAMES;
 use crate::units::{self, PAGE_SIZE};
 use crate::workloads::{FileIo, Idle, Random, Stress, TraceReplay, WorkloadEntry, WorkloadSpec};
@@ -386,9 +386,12 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs) -
             sysctl.set(k.get_ref(), x as u64).map_err(|m| c.src.error(Some(k.span()), &f("sysctl"), m))?;
         }
     }
-    // Resolved scenarios state the kernel's computed default.
+    // The kernel's Kconfig default, and Debian's (Kali's): THP always. Only the watermarks feel it.
+    let thp = Thp::parse(c.choice(&v.transparent_hugepage, &f("transparent_hugepage"), "always", Thp::NAMES)?).expect("checked");
+    // Resolved scenarios state the kernel's value after boot.
     let managed = (memory_pages - reserved_pages) as u64;
-    sysctl.min_free_kbytes.get_or_insert_with(|| Watermarks::default_min_free_kbytes(managed));
+    let zones = Watermarks::linux_zones(memory);
+    sysctl.min_free_kbytes.get_or_insert_with(|| Watermarks::boot_min_free_kbytes(managed, zones, thp, sysctl.watermark_scale_factor));
     let mut workloads = Vec::new();
     if let Some(ws) = &v.workload {
         for w in ws {
@@ -407,6 +410,7 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs) -
                 vcpus,
                 replacement,
                 sysctl: sysctl.clone(),
+                transparent_hugepage: thp,
                 costs: costs.clone(),
                 sched_slice_ns: GuestConfig::default_sched_slice_ns(vcpus),
                 workloads: workloads.clone(),

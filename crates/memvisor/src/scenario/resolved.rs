@@ -126,6 +126,7 @@ impl Scenario {
                     ("swap", s(fmt_bytes(g.swap_pages as u64 * PAGE_SIZE))),
                     ("replacement", s(g.replacement.name())),
                     ("kernel_reserved", s(fmt_bytes(g.reserved_pages as u64 * PAGE_SIZE))),
+                    ("transparent_hugepage", s(g.transparent_hugepage.name())),
                     ("sysctl", Value::Table(sysctl)),
                     ("workload", Value::Array(workloads)),
                 ])
