@@ -226,3 +226,72 @@ fn a_writer_blocks_at_dirty_ratio() {
     let device_bound = (600.0 * 1048576.0 - (limit * 4096) as f64) / 150e6;
     assert!(write > 0.9 * device_bound, "write() returned after {write:.2} s; the device needs {device_bound:.2} s");
 }
+
+/// `vm_swap_full`: a page read back from swap keeps its slot (so a clean page can be dropped
+/// again without a write) unless swap is more than half full, when the slot is freed at once. A
+/// read-only workload frees no slot otherwise, so the slots freed while it runs count the swap-ins
+/// that found swap crowded.
+#[test]
+fn swap_slots_are_freed_on_swap_in_only_when_swap_is_more_than_half_full() {
+    // Returns pages swapped in and slots freed while the process runs, and the fullest swap got.
+    let run = |swap: &str| {
+        let s = scenario(&one_guest(
+            "1GiB",
+            &format!(
+                "name = \"g\"\nmemory = \"160MiB\"\nswap = \"{swap}\"\ntransparent_hugepage = \"never\"\n\
+                 workload = {{ kind = \"random\", pages = 30000, touches = 300000 }}"
+            ),
+            "",
+        ));
+        let mut sim = Simulation::new(&s).unwrap();
+        let (mut t, mut last, mut fullest) = ((0, 0), (0, 0), 0.0f64);
+        while !sim.run_until(t.0).unwrap() {
+            t.0 += 10_000_000;
+            let g = &sim.world().guests[0];
+            if !g.procs[0].ended() {
+                last = (g.vmstat.get(Vm::PswpIn), g.vmstat.get(Vm::SwapDiscard));
+            }
+            fullest = fullest.max(g.swap_used() as f64 / g.swap_total() as f64);
+        }
+        sim.check_invariants().unwrap();
+        (last.0, last.1, fullest)
+    };
+    let (pswpin, freed, fullest) = run("64MiB");
+    assert!(fullest > 0.5 && pswpin > 50_000, "the crowded case must page with swap over half full ({fullest:.2}, {pswpin} pages in)");
+    // The swap-ins before swap first passes half full keep their slots: allow a tenth.
+    assert!(freed as f64 > 0.9 * pswpin as f64, "{freed} slots freed for {pswpin} pages swapped in");
+    let (pswpin, freed, fullest) = run("1GiB");
+    assert!(fullest < 0.5 && pswpin > 50_000, "{fullest:.2}, {pswpin} pages in");
+    assert_eq!(freed, 0, "roomy swap: no slot is freed while the reader runs");
+}
+
+/// File readahead (`read_ahead_kb`): a sequential read of an uncached file is served by requests of
+/// the readahead window, started ahead of the reader, not one per page.
+#[test]
+fn sequential_file_reads_come_in_readahead_windows() {
+    // The file is twice the guest's memory, so reading it back finds its start evicted.
+    let run = |ra_kb: u32| {
+        let s = scenario(&one_guest(
+            "1GiB",
+            &format!(
+                "name = \"g\"\nmemory = \"256MiB\"\nsysctl = {{ read_ahead_kb = {ra_kb} }}\n\
+                 workload = {{ kind = \"file-io\", size = \"400MiB\", read = true }}"
+            ),
+            "",
+        ));
+        let sim = run_checked(&s, 50_000_000);
+        let st = sim.world().datastores[0].device.stats().clone();
+        (st.reads, st.bytes_read / 4096)
+    };
+    for (ra_kb, window) in [(128, 32), (512, 128), (4, 1)] {
+        let (reads, pages) = run(ra_kb);
+        assert!(pages > 20_000, "the read must miss the cache ({pages} pages read)");
+        let per_request = pages as f64 / reads as f64;
+        // Whole windows, except where a window meets pages still cached (at most one short
+        // request each time the reader crosses from evicted into cached pages).
+        assert!(
+            per_request > 0.95 * window as f64 && per_request <= window as f64,
+            "read_ahead_kb {ra_kb}: {per_request:.1} pages per request"
+        );
+    }
+}

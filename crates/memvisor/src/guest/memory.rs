@@ -141,8 +141,9 @@ impl Guest {
     }
 
     /// Drops a swapped-in page's slot when swap is more than half full (`vm_swap_full`), so a
-    /// crowded swap area frees space as pages come back.
-    fn free_swap_if_full(&mut self, p: u32) {
+    /// crowded swap area frees space as pages come back (`should_try_to_free_swap` in
+    /// `do_swap_page`, after a swap-cache hit or a read alike).
+    pub(super) fn free_swap_if_full(&mut self, p: u32) {
         if self.pages.swap[p as usize] != NONE && self.pages.io[p as usize] == NONE && self.swap.nr_used() * 2 > self.swap.size() {
             self.pages.set(p, PG_DIRTY);
             self.delete_from_swap_cache(p, true);

@@ -151,6 +151,8 @@ impl Guest {
             if self.procs[pid as usize].mm.pte[vpn as usize] == PTE_SWAP | slot {
                 self.procs[pid as usize].mm.swapents -= 1;
                 self.map_page(pid, vpn, p, write);
+                // do_swap_page's should_try_to_free_swap, as on a swap-cache hit.
+                self.free_swap_if_full(p);
             }
         }
     }
