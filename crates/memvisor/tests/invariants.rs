@@ -4,7 +4,7 @@
 mod common;
 
 use common::{one_guest, run_checked, scenario};
-use memvisor::guest::Vm;
+use memvisor::guest::Counter;
 
 #[test]
 fn paging_stress_thrashing_keeps_every_invariant() {
@@ -13,7 +13,7 @@ fn paging_stress_thrashing_keeps_every_invariant() {
     let s = memvisor::scenario::load(text, "x", &sets).unwrap().remove(0);
     let sim = run_checked(&s, 20_000_000);
     let g = &sim.world().guests[0];
-    assert!(g.vmstat.get(Vm::PswpIn) > 1_000 && g.vmstat.get(Vm::PswpOut) > 1_000, "the run must page");
+    assert!(g.vmstat.get(Counter::PswpIn) > 1_000 && g.vmstat.get(Counter::PswpOut) > 1_000, "the run must page");
 }
 
 #[test]
@@ -41,7 +41,7 @@ fn oom_kill_frees_the_biggest_process_and_keeps_every_invariant() {
     ));
     let sim = run_checked(&s, 10_000_000);
     let g = &sim.world().guests[0];
-    assert_eq!(g.vmstat.get(Vm::OomKill), 1, "{:?}", g.log);
+    assert_eq!(g.vmstat.get(Counter::OomKill), 1, "{:?}", g.log);
     assert!(g.log[0].1.contains("(big)"), "{}", g.log[0].1);
     let small = g.procs.iter().find(|p| p.name == "small").unwrap();
     assert_eq!(small.state, memvisor::guest::ProcState::Exited);
@@ -60,7 +60,7 @@ fn exact_lru_oom_kill_leaves_the_killed_process_nothing() {
     ));
     let sim = run_checked(&s, 100_000);
     let g = &sim.world().guests[0];
-    assert_eq!(g.vmstat.get(Vm::OomKill), 1, "{:?}", g.log);
+    assert_eq!(g.vmstat.get(Counter::OomKill), 1, "{:?}", g.log);
     let p = &g.procs[0];
     assert_eq!(p.state, memvisor::guest::ProcState::Killed);
     assert_eq!((p.mm.rss, p.mm.swapents), (0, 0), "the killed process still holds memory");

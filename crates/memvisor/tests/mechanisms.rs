@@ -5,7 +5,7 @@ mod common;
 
 use common::{one_guest, run_checked, scenario};
 use memvisor::Simulation;
-use memvisor::guest::Vm;
+use memvisor::guest::Counter;
 
 /// kswapd is woken only when free memory falls below the low watermark, and goes back to sleep
 /// only once free memory reaches the high watermark.
@@ -30,7 +30,7 @@ fn kswapd_wakes_below_low_and_stops_at_high() {
         let free = g.pages.nr_free();
         let w = g.wmark;
         let awake = g.kswapd_awake();
-        if g.vmstat.get(Vm::KswapdWake) == 0 {
+        if g.vmstat.get(Counter::KswapdWake) == 0 {
             assert!(!awake);
         } else if !woken_ever {
             woken_ever = true;
@@ -66,7 +66,7 @@ fn swappiness_run(swappiness: u32) -> (u64, u64) {
     let sim = run_checked(&s, 50_000_000);
     let g = &sim.world().guests[0];
     let file = g.lru_len(memvisor::guest::LruList::ActiveFile) + g.lru_len(memvisor::guest::LruList::InactiveFile);
-    (g.vmstat.get(Vm::PswpOut), file)
+    (g.vmstat.get(Counter::PswpOut), file)
 }
 
 /// With swappiness 0 clean page cache goes before anonymous memory; with 200 anonymous memory is
@@ -93,11 +93,11 @@ fn dirty_pages_are_written_before_they_are_dropped() {
     ));
     let sim = run_checked(&s, 20_000_000);
     let g = &sim.world().guests[0];
-    let written = g.vmstat.get(Vm::NrWritten);
-    let dropped = g.vmstat.get(Vm::PgStealKswapd) + g.vmstat.get(Vm::PgStealDirect);
+    let written = g.vmstat.get(Counter::NrWritten);
+    let dropped = g.vmstat.get(Counter::PgStealKswapd) + g.vmstat.get(Counter::PgStealDirect);
     assert!(dropped > 10_000, "reclaim must have dropped file pages ({dropped})");
     assert!(written >= dropped, "{dropped} pages dropped but only {written} written back");
-    assert!(g.vmstat.get(Vm::PgpgOut) >= 4 * written, "writes must reach the device");
+    assert!(g.vmstat.get(Counter::PgpgOut) >= 4 * written, "writes must reach the device");
 }
 
 fn write_time(layout: &str) -> f64 {
@@ -143,7 +143,7 @@ fn exact_lru_faults(frames: u32, pages: u32, passes: u32) -> (u64, u64) {
     ));
     let sim = run_checked(&s, 1_000_000);
     let g = &sim.world().guests[0];
-    (g.vmstat.get(Vm::PgFault), g.vmstat.get(Vm::PgMajFault))
+    (g.vmstat.get(Counter::PgFault), g.vmstat.get(Counter::PgMajFault))
 }
 
 /// Exact-LRU mode on a cyclic pattern over C+1 pages with C frames misses on every reference;
@@ -179,16 +179,16 @@ fn sweep_counters(page_cluster: u32) -> memvisor::guest::VmStat {
 #[test]
 fn swap_readahead_reads_a_window_of_two_to_the_page_cluster() {
     let c = sweep_counters(3);
-    let (majflt, pswpin) = (c.get(Vm::PgMajFault), c.get(Vm::PswpIn));
+    let (majflt, pswpin) = (c.get(Counter::PgMajFault), c.get(Counter::PswpIn));
     assert!(majflt > 10_000, "the sweep must page ({majflt} major faults)");
     let per_fault = pswpin as f64 / majflt as f64;
     // The window is exactly 8 except at a region's edges and when it is rebuilt after a
     // readahead miss; 7.5 allows one short window in sixteen. Without the window moving on
     // swap-cache hits it is rebuilt around each fault and reads about 3 pages.
     assert!((7.5..=8.0).contains(&per_fault), "{per_fault:.2} pages read per major fault, expected about 8");
-    assert!(c.get(Vm::SwapRaHit) as f64 > 0.8 * c.get(Vm::SwapRa) as f64, "readahead pages of a sweep are used");
+    assert!(c.get(Counter::SwapRaHit) as f64 > 0.8 * c.get(Counter::SwapRa) as f64, "readahead pages of a sweep are used");
     let c0 = sweep_counters(0);
-    assert_eq!(c0.get(Vm::PswpIn), c0.get(Vm::PgMajFault), "page-cluster 0 reads one page per fault");
+    assert_eq!(c0.get(Counter::PswpIn), c0.get(Counter::PgMajFault), "page-cluster 0 reads one page per fault");
 }
 
 /// Dirty throttling (`balance_dirty_pages`): a writer that pushes dirty and writeback pages past
@@ -249,7 +249,7 @@ fn swap_slots_are_freed_on_swap_in_only_when_swap_is_more_than_half_full() {
             t.0 += 10_000_000;
             let g = &sim.world().guests[0];
             if !g.procs[0].ended() {
-                last = (g.vmstat.get(Vm::PswpIn), g.vmstat.get(Vm::SwapDiscard));
+                last = (g.vmstat.get(Counter::PswpIn), g.vmstat.get(Counter::SwapDiscard));
             }
             fullest = fullest.max(g.swap_used() as f64 / g.swap_total() as f64);
         }

@@ -6,7 +6,7 @@ mod common;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use memvisor::guest::{Replacement, Vm};
+use memvisor::guest::{Counter, Replacement};
 use memvisor::trace::{Trace, TraceBuilder};
 use memvisor::{Simulation, scenario};
 
@@ -60,7 +60,7 @@ fn replay_faults(t: &Arc<Trace>, frames: u64, mode: Replacement) -> (u64, u64) {
     sim.run().unwrap();
     sim.check_invariants().unwrap();
     let g = &sim.world().guests[0];
-    (g.vmstat.get(Vm::PgFault), g.procs[0].stats.touches)
+    (g.vmstat.get(Counter::PgFault), g.procs[0].stats.touches)
 }
 
 #[test]

@@ -2,7 +2,7 @@
 
 use super::Backend;
 use crate::devices::Datastore;
-use crate::guest::{Guest, Vm};
+use crate::guest::{Counter, Guest};
 use crate::host::Host;
 use crate::policy::{Action, Decision, HostView, VmView};
 use crate::units::{PAGE_SIZE, pages};
@@ -32,9 +32,9 @@ impl Backend for SimulatedHost {
                 granted: h.granted * PAGE_SIZE,
                 guest_total: g.mem_total() * PAGE_SIZE,
                 guest_free: g.pages.nr_free() * PAGE_SIZE,
-                swap_in: g.vmstat.get(Vm::PswpIn),
-                swap_out: g.vmstat.get(Vm::PswpOut),
-                major_faults: g.vmstat.get(Vm::PgMajFault),
+                swap_in: g.vmstat.get(Counter::PswpIn),
+                swap_out: g.vmstat.get(Counter::PswpOut),
+                major_faults: g.vmstat.get(Counter::PgMajFault),
                 memory_stall_ns: g.memory_stall_ns(),
                 committed: g.committed_as() * PAGE_SIZE,
             })

@@ -34,6 +34,30 @@ pub struct Bio {
     pub fault: Option<(u32, bool)>,
 }
 
+/// What the requests of one submission share.
+pub(super) struct Submission {
+    /// What they do.
+    pub kind: BioKind,
+    /// File the pages belong to, or `NONE`.
+    pub file: u32,
+    /// Issued by a kernel thread (see `Bio::kthread`).
+    pub kthread: bool,
+    /// Byte offset on the virtual disk of block 0.
+    pub base: u64,
+    /// Largest request, in pages.
+    pub max: usize,
+}
+
+/// The page a submitter waits for, and what its request carries for it.
+pub(super) struct Waited {
+    /// The page.
+    pub page: u32,
+    /// The process waiting for it, or `NONE`.
+    pub waiter: u32,
+    /// A swap read's faulting page and write flag (see `Bio::fault`).
+    pub fault: Option<(u32, bool)>,
+}
+
 /// The table of requests in flight; a request's number is its slot.
 #[derive(Clone, Debug, Default)]
 pub struct BioTable {

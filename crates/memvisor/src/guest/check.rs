@@ -5,7 +5,7 @@
 use super::lru::{LruList, NR_LISTS};
 use super::page::{NONE, PG_DIRTY, PG_MAPPED, PG_RECLAIM, PG_WRITEBACK, PageKind};
 use super::process::{PTE_MASK, PTE_PRESENT, PTE_SWAP};
-use super::{Env, Guest, Replacement, Vm};
+use super::{Counter, Env, Guest, Replacement};
 
 impl Guest {
     /// Checks every invariant; the error names the first violation.
@@ -117,7 +117,7 @@ impl Guest {
         }
         // A dirty page is written before it is dropped: every page ever dirtied was written back
         // or is still dirty in the cache.
-        let (dirtied, written) = (self.vmstat.get(Vm::NrDirtied), self.vmstat.get(Vm::NrWritten));
+        let (dirtied, written) = (self.vmstat.get(Counter::NrDirtied), self.vmstat.get(Counter::NrWritten));
         if dirtied != written + self.nr_dirty {
             return err(format!("{dirtied} pages dirtied but {written} written and {} still dirty", self.nr_dirty));
         }
@@ -173,13 +173,13 @@ impl Guest {
             return err(format!("{} swap slots used but {used} referenced", self.swap.nr_used()));
         }
         // Swap counters: every page written to swap is still there or was discarded.
-        let written = self.vmstat.get(Vm::PswpOut);
-        let left = self.swap.nr_written() + self.vmstat.get(Vm::SwapDiscard);
+        let written = self.vmstat.get(Counter::PswpOut);
+        let left = self.swap.nr_written() + self.vmstat.get(Counter::SwapDiscard);
         if written != left {
             return err(format!(
                 "pswpout {written} != slots holding data {} + discarded {}",
                 self.swap.nr_written(),
-                self.vmstat.get(Vm::SwapDiscard)
+                self.vmstat.get(Counter::SwapDiscard)
             ));
         }
         Ok(())

@@ -1,11 +1,11 @@
 //! The page cache (`mm/filemap.c`, `mm/readahead.c`): files on the guest's virtual disk, `read()`
 //! and `write()` through cached pages, `mark_page_accessed`, and on-demand readahead.
 
-use super::bio::{Bio, BioKind, runs};
+use super::bio::{BioKind, Submission, Waited};
 use super::lru::LruList;
 use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_READAHEAD, PG_REFERENCED, PageKind};
 use super::page_alloc::Stall;
-use super::{Env, Guest, Replacement, Vm};
+use super::{Counter, Env, Guest, Replacement};
 use crate::units::PAGE_SIZE;
 
 /// Largest request the block layer builds (max_sectors_kb 1024 on common virtual disks).
@@ -81,7 +81,7 @@ impl Guest {
                 } else if self.lru.list_of(p) == Some(LruList::InactiveFile) {
                     self.lru.move_head(LruList::ActiveFile, p);
                     self.pages.clear(p, PG_REFERENCED);
-                    self.vmstat.inc(Vm::PgActivate);
+                    self.vmstat.inc(Counter::PgActivate);
                 }
             }
         }
@@ -131,7 +131,7 @@ impl Guest {
             if !self.pages.has(p, PG_DIRTY) {
                 self.pages.set(p, PG_DIRTY);
                 self.nr_dirty += 1;
-                self.vmstat.inc(Vm::NrDirtied);
+                self.vmstat.inc(Counter::NrDirtied);
                 let f = &mut self.files[file as usize];
                 f.nr_dirty += 1;
                 f.dirtied_when.get_or_insert(*now);
@@ -179,23 +179,10 @@ impl Guest {
             }
             reads.push((i, p));
         }
-        let disk_off = self.files[file as usize].disk_off;
-        let mut holder = None;
-        for run in runs(&reads, MAX_REQUEST_PAGES) {
-            let bio = Bio {
-                kind: BioKind::FileRead,
-                pages: self.bios.list_of(run.iter().map(|&(_, p)| p)),
-                waiters: self.bios.list(),
-                file,
-                kthread: false,
-                fault: None,
-            };
-            let id = self.submit(now, disk_off + run[0].0 as u64 * PAGE_SIZE, run.len(), bio, env);
-            if run[0].0 == start {
-                holder = Some(id);
-            }
-        }
-        Ok(holder)
+        let sub =
+            Submission { kind: BioKind::FileRead, file, kthread: false, base: self.files[file as usize].disk_off, max: MAX_REQUEST_PAGES };
+        let key = reads.first().filter(|&&(i, _)| i == start).map(|&(_, p)| Waited { page: p, waiter: NONE, fault: None });
+        Ok(self.submit_runs(&sub, &reads, key, now, env))
     }
 
     /// `read()` of whole pages through the page cache.

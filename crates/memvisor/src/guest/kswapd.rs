@@ -9,7 +9,7 @@
 
 use super::page_alloc::SWAP_CLUSTER_MAX;
 use super::vmscan::{DEF_PRIORITY, ScanControl};
-use super::{Env, Guest, Vm};
+use super::{Counter, Env, Guest};
 use crate::clock::Event;
 
 /// MAX_RECLAIM_RETRIES: fruitless passes over all priorities before kswapd gives up (mm/internal.h).
@@ -59,7 +59,7 @@ impl Guest {
     pub(super) fn wakeup_kswapd(&mut self, now: u64, env: &mut Env) {
         if self.kswapd.state == KswapdState::Sleeping {
             self.kswapd = Kswapd { state: KswapdState::Scheduled, busy_until: now, ..Kswapd::default() };
-            self.vmstat.inc(Vm::KswapdWake);
+            self.vmstat.inc(Counter::KswapdWake);
             env.events.push(now, Event::Kswapd { guest: self.id });
         }
     }

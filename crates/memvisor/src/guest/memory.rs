@@ -6,7 +6,7 @@ use super::lru::LruList;
 use super::page::{NONE, PG_DIRTY, PG_MAPPED, PG_READAHEAD, PG_YOUNG, PageKind};
 use super::page_alloc::Stall;
 use super::process::{PTE_MASK, PTE_PRESENT, PTE_SWAP};
-use super::{Env, Guest, Replacement, Vm};
+use super::{Counter, Env, Guest, Replacement};
 
 /// Largest readahead hit count the kernel keeps (`SWAP_RA_HITS_MAX`, 8 bits).
 const SWAP_RA_HITS_MAX: u32 = 0xff;
@@ -73,7 +73,7 @@ impl Guest {
         mm.pte[vpn as usize] = PTE_PRESENT | p;
         mm.rss += 1;
         self.pages.set(p, PG_MAPPED | PG_YOUNG);
-        self.vmstat.inc(Vm::PgFault);
+        self.vmstat.inc(Counter::PgFault);
         self.reference(pid, vpn, p, write);
     }
 
@@ -118,7 +118,7 @@ impl Guest {
             let ra = &mut self.procs[pid as usize].swap_ra;
             ra.prev_vpn = vpn;
             if self.pages.test_and_clear(p, PG_READAHEAD) {
-                self.vmstat.inc(Vm::SwapRaHit);
+                self.vmstat.inc(Counter::SwapRaHit);
                 ra.hits = (ra.hits + 1).min(SWAP_RA_HITS_MAX);
             }
             self.procs[pid as usize].mm.swapents -= 1;
@@ -129,7 +129,7 @@ impl Guest {
         }
         match self.swapin_readahead(pid, vpn, slot, write, now, env) {
             Ok(spent) => {
-                self.vmstat.inc(Vm::PgMajFault);
+                self.vmstat.inc(Counter::PgMajFault);
                 self.procs[pid as usize].stats.majflt += 1;
                 let cpu = spent + self.cfg.costs.minor_fault_ns;
                 self.block(pid, now + cpu, true);
@@ -184,7 +184,7 @@ impl Guest {
                 if p != NONE {
                     self.free_anon_page(p);
                 } else if self.swap.free(slot) {
-                    self.vmstat.inc(Vm::SwapDiscard);
+                    self.vmstat.inc(Counter::SwapDiscard);
                 }
             }
         }

@@ -23,11 +23,12 @@ mod vmstat;
 mod writeback;
 
 pub use bio::{Bio, BioKind};
+use bio::{Submission, Waited, runs};
 pub use lru::LruList;
 pub use page::{NONE, PageKind};
 pub use page_alloc::Watermarks;
 pub use process::{ProcState, ProcStats, Process};
-pub use vmstat::{NR_VM, Vm, VmStat};
+pub use vmstat::{Counter, NR_COUNTERS, VmStat};
 
 use crate::clock::{Event, EventQueue};
 use crate::devices::{Datastore, VirtualDisk};
@@ -474,22 +475,40 @@ impl Guest {
     /// transfer completes.
     fn device_io(&mut self, now: u64, offset: u64, npages: usize, write: bool, env: &mut Env) -> u64 {
         let bytes = npages as u64 * PAGE_SIZE;
-        self.vmstat.add(if write { Vm::PgpgOut } else { Vm::PgpgIn }, bytes / 1024);
+        self.vmstat.add(if write { Counter::PgpgOut } else { Counter::PgpgIn }, bytes / 1024);
         env.datastores[self.disk.datastore as usize].device.submit(now, self.disk.base + offset, bytes, write)
     }
 
-    /// Submits a request for pages at consecutive blocks of the virtual disk starting at byte
-    /// `offset`, and schedules its completion.
-    fn submit(&mut self, now: u64, offset: u64, npages: usize, bio: Bio, env: &mut Env) -> u32 {
-        let write = matches!(bio.kind, BioKind::SwapWrite | BioKind::FileWrite);
-        let done = self.device_io(now, offset, npages, write, env);
-        let id = self.bios.next_id();
-        for &p in &bio.pages {
-            self.pages.io[p as usize] = id;
+    /// Submits `items`, (block, page) pairs sorted by block, as one request per run of consecutive
+    /// blocks (the block layer's merging), each of at most `sub.max` pages, and schedules their
+    /// completions. The request holding `key.page`, if any, carries `key`'s waiter and fault; its
+    /// number is returned.
+    fn submit_runs(&mut self, sub: &Submission, items: &[(u32, u32)], key: Option<Waited>, now: u64, env: &mut Env) -> Option<u32> {
+        let write = matches!(sub.kind, BioKind::SwapWrite | BioKind::FileWrite);
+        let mut holder = None;
+        for run in runs(items, sub.max) {
+            let pages = self.bios.list_of(run.iter().map(|&(_, p)| p));
+            let mut waiters = self.bios.list();
+            let mut fault = None;
+            let is_key = key.as_ref().filter(|k| pages.contains(&k.page));
+            if let Some(k) = is_key {
+                if k.waiter != NONE {
+                    waiters.push(k.waiter);
+                }
+                fault = k.fault;
+            }
+            let done = self.device_io(now, sub.base + run[0].0 as u64 * PAGE_SIZE, run.len(), write, env);
+            let id = self.bios.next_id();
+            for &p in &pages {
+                self.pages.io[p as usize] = id;
+            }
+            if is_key.is_some() {
+                holder = Some(id);
+            }
+            self.bios.insert(Bio { kind: sub.kind, pages, waiters, file: sub.file, kthread: sub.kthread, fault });
+            env.events.push(done, Event::IoDone { guest: self.id, bio: id });
         }
-        self.bios.insert(bio);
-        env.events.push(done, Event::IoDone { guest: self.id, bio: id });
-        id
+        holder
     }
 
     /// A request completed: finish each page's state and wake whoever waited.

@@ -1,7 +1,7 @@
 //! The OOM killer (`mm/oom_kill.c`): when reclaim can free nothing and nothing is in flight, kill
 //! the process with the most memory (resident plus swapped, `oom_badness`).
 
-use super::{Env, Guest, Vm};
+use super::{Counter, Env, Guest};
 
 impl Guest {
     /// Kills the biggest live process; returns its pid, or `None` if there is none.
@@ -22,7 +22,7 @@ impl Guest {
             p.mm.swapents * 4
         );
         self.log.push((now, msg));
-        self.vmstat.inc(Vm::OomKill);
+        self.vmstat.inc(Counter::OomKill);
         self.throttled.retain(|&q| q != victim);
         self.exit_process(victim, now, true);
         Some(victim)

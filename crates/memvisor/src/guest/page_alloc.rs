@@ -4,7 +4,7 @@
 //! waits for writeback to complete; with nothing left to reclaim the OOM killer picks a victim.
 
 use super::page::{NONE, PageKind};
-use super::{Env, Guest, Replacement, Sysctl, Thp, Vm};
+use super::{Counter, Env, Guest, Replacement, Sysctl, Thp};
 
 /// Pages per pageblock on x86-64 (2 MiB of 4 KiB pages), khugepaged's unit.
 const PAGEBLOCK_NR_PAGES: u64 = 512;
@@ -110,7 +110,7 @@ impl Guest {
             } else if free <= self.wmark.low {
                 self.wakeup_kswapd(now, env);
                 if free <= self.wmark.min {
-                    self.vmstat.inc(Vm::AllocStall);
+                    self.vmstat.inc(Counter::AllocStall);
                     spent += self.try_to_free_pages(now, env) * self.cfg.costs.reclaim_scan_ns;
                 }
             }

@@ -2,12 +2,11 @@
 //! its swapped neighbours in the faulting region (VMA-based readahead), whose window adapts to how
 //! many earlier readahead pages were used.
 
-use super::bio::{Bio, BioKind, runs};
+use super::bio::{Bio, BioKind, Submission, Waited};
 use super::page::{NONE, PG_LOCKED, PG_READAHEAD, PageKind};
 use super::page_alloc::Stall;
 use super::process::{PTE_MASK, PTE_SWAP};
-use super::{Env, Guest, Replacement, Vm};
-use crate::units::PAGE_SIZE;
+use super::{Counter, Env, Guest, Replacement};
 
 /// Swap readahead never reads more than 2^5 pages (`SWAP_RA_ORDER_CEILING`).
 const SWAP_RA_ORDER_CEILING: u32 = 5;
@@ -27,7 +26,7 @@ impl Guest {
         self.swap.set_cached(slot, NONE);
         self.pages.swap[p as usize] = NONE;
         if free_slot && self.swap.free(slot) {
-            self.vmstat.inc(Vm::SwapDiscard);
+            self.vmstat.inc(Counter::SwapDiscard);
         }
     }
 
@@ -108,26 +107,11 @@ impl Guest {
         }
         let reads = &mut buf[..n];
         let now = now + spent;
-        self.vmstat.add(Vm::PswpIn, reads.len() as u64);
-        self.vmstat.add(Vm::SwapRa, reads.len() as u64 - 1);
+        self.vmstat.add(Counter::PswpIn, reads.len() as u64);
+        self.vmstat.add(Counter::SwapRa, reads.len() as u64 - 1);
         reads.sort_unstable();
-        for run in runs(reads, usize::MAX) {
-            let pages = self.bios.list_of(run.iter().map(|&(_, q)| q));
-            let has_fault = pages.contains(&p);
-            let mut waiters = self.bios.list();
-            if has_fault {
-                waiters.push(pid);
-            }
-            let bio = Bio {
-                kind: BioKind::SwapRead,
-                pages,
-                waiters,
-                file: NONE,
-                kthread: false,
-                fault: if has_fault { Some((p, write)) } else { None },
-            };
-            self.submit(now, run[0].0 as u64 * PAGE_SIZE, run.len(), bio, env);
-        }
+        let sub = Submission { kind: BioKind::SwapRead, file: NONE, kthread: false, base: 0, max: usize::MAX };
+        self.submit_runs(&sub, reads, Some(Waited { page: p, waiter: pid, fault: Some((p, write)) }), now, env);
         Ok(spent)
     }
 

@@ -8,11 +8,11 @@
 //! 4.x-5.8 `recent_scanned / recent_rotated` ratio for balancing anonymous against file scanning.
 //! Refault (workingset) detection is not modelled.
 
-use super::bio::{Bio, BioKind, runs};
+use super::bio::{Bio, BioKind, Submission};
 use super::lru::LruList;
 use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_MAPPED, PG_RECLAIM, PG_REFERENCED, PG_WRITEBACK, PG_YOUNG, PageKind};
 use super::page_alloc::SWAP_CLUSTER_MAX;
-use super::{Env, Guest, Vm};
+use super::{Counter, Env, Guest};
 use crate::units::PAGE_SIZE;
 
 /// DEF_PRIORITY: reclaim starts by scanning 1/4096 of each list.
@@ -199,13 +199,13 @@ impl Guest {
         let t = l.is_file() as usize;
         for _ in 0..n.min(self.lru.len(l)) {
             let Some(p) = self.lru.tail(l) else { break };
-            self.vmstat.inc(Vm::PgRefill);
+            self.vmstat.inc(Counter::PgRefill);
             self.reclaim_stat.scanned[t] += 1;
             if self.test_clear_young(p) {
                 self.reclaim_stat.rotated[t] += 1;
             }
             self.lru.move_head(LruList::inactive(l.is_file()), p);
-            self.vmstat.inc(Vm::PgDeactivate);
+            self.vmstat.inc(Counter::PgDeactivate);
         }
     }
 
@@ -227,7 +227,8 @@ impl Guest {
     fn shrink_inactive_list(&mut self, l: LruList, n: u64, sc: &mut ScanControl) {
         let file = l.is_file();
         let t = file as usize;
-        let (scan_ev, steal_ev) = if sc.kswapd { (Vm::PgScanKswapd, Vm::PgStealKswapd) } else { (Vm::PgScanDirect, Vm::PgStealDirect) };
+        let (scan_ev, steal_ev) =
+            if sc.kswapd { (Counter::PgScanKswapd, Counter::PgStealKswapd) } else { (Counter::PgScanDirect, Counter::PgStealDirect) };
         for _ in 0..n.min(self.lru.len(l)) {
             let Some(p) = self.lru.tail(l) else { break };
             sc.nr_scanned += 1;
@@ -241,7 +242,7 @@ impl Guest {
             match self.check_references(p, file) {
                 Verdict::Activate => {
                     self.lru.move_head(LruList::active(file), p);
-                    self.vmstat.inc(Vm::PgActivate);
+                    self.vmstat.inc(Counter::PgActivate);
                     self.reclaim_stat.rotated[t] += 1;
                 }
                 Verdict::Keep => self.lru.move_head(l, p),
@@ -265,7 +266,7 @@ impl Guest {
             let Some(s) = self.swap.alloc() else {
                 // Swap full: the page stays (`activate_locked`).
                 self.lru.move_head(LruList::ActiveAnon, p);
-                self.vmstat.inc(Vm::PgActivate);
+                self.vmstat.inc(Counter::PgActivate);
                 return false;
             };
             slot = s;
@@ -309,10 +310,10 @@ impl Guest {
     /// Accounts a page written to `slot`; an older copy there is discarded.
     fn write_slot(&mut self, slot: u32) {
         if self.swap.is_written(slot) {
-            self.vmstat.inc(Vm::SwapDiscard);
+            self.vmstat.inc(Counter::SwapDiscard);
         }
         self.swap.mark_written(slot);
-        self.vmstat.inc(Vm::PswpOut);
+        self.vmstat.inc(Counter::PswpOut);
     }
 
     /// Submits the swap writes gathered during a reclaim pass, merged into one request per run of
@@ -320,17 +321,8 @@ impl Guest {
     pub(super) fn finish_reclaim(&mut self, sc: &mut ScanControl, now: u64, env: &mut Env) {
         let mut plug = std::mem::take(&mut sc.plug);
         plug.sort_unstable();
-        for run in runs(&plug, SWAP_CLUSTER_MAX as usize) {
-            let bio = Bio {
-                kind: BioKind::SwapWrite,
-                pages: self.bios.list_of(run.iter().map(|&(_, p)| p)),
-                waiters: self.bios.list(),
-                file: NONE,
-                kthread: sc.kswapd,
-                fault: None,
-            };
-            self.submit(now, run[0].0 as u64 * PAGE_SIZE, run.len(), bio, env);
-        }
+        let sub = Submission { kind: BioKind::SwapWrite, file: NONE, kthread: sc.kswapd, base: 0, max: SWAP_CLUSTER_MAX as usize };
+        self.submit_runs(&sub, &plug, None, now, env);
         if sc.nr_dirty_file > 0 {
             self.flusher_write_all(now, env);
         }
@@ -392,7 +384,7 @@ impl Guest {
                 let off = self.file_block_offset(p);
                 if dirty {
                     self.account_clean(p);
-                    self.vmstat.inc(Vm::NrWritten);
+                    self.vmstat.inc(Counter::NrWritten);
                 }
                 self.remove_from_page_cache(p);
                 off
@@ -400,7 +392,7 @@ impl Guest {
         };
         self.lru.remove(p);
         self.pages.release(p);
-        self.vmstat.inc(Vm::PgStealDirect);
+        self.vmstat.inc(Counter::PgStealDirect);
         if dirty {
             // Nothing waits for this write and no page depends on it: only the device sees it.
             self.device_io(now, offset, 1, true, env);
@@ -439,7 +431,7 @@ impl Guest {
                 }
                 self.lru.remove(p);
                 self.pages.release(p);
-                self.vmstat.inc(if bio.kthread { Vm::PgStealKswapd } else { Vm::PgStealDirect });
+                self.vmstat.inc(if bio.kthread { Counter::PgStealKswapd } else { Counter::PgStealDirect });
             } else if on_inactive {
                 self.lru.move_tail(LruList::inactive(file), p);
             }

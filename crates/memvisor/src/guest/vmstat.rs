@@ -5,7 +5,7 @@
 /// A cumulative counter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
-pub enum Vm {
+pub enum Counter {
     /// KiB read from block devices (swap and files).
     PgpgIn,
     /// KiB written to block devices.
@@ -51,11 +51,11 @@ pub enum Vm {
 }
 
 /// Number of counters.
-pub const NR_VM: usize = 21;
+pub const NR_COUNTERS: usize = 21;
 
-impl Vm {
+impl Counter {
     /// Column names with units, in counter order.
-    pub const COLUMNS: [&'static str; NR_VM] = [
+    pub const COLUMNS: [&'static str; NR_COUNTERS] = [
         "pgpgin_KiB",
         "pgpgout_KiB",
         "pswpin_pages",
@@ -83,30 +83,30 @@ impl Vm {
 /// The counters.
 #[derive(Clone, Debug, Default)]
 pub struct VmStat {
-    c: [u64; NR_VM],
+    c: [u64; NR_COUNTERS],
 }
 
 impl VmStat {
     /// Adds to a counter.
     #[inline]
-    pub fn add(&mut self, v: Vm, n: u64) {
+    pub fn add(&mut self, v: Counter, n: u64) {
         self.c[v as usize] += n;
     }
 
     /// Increments a counter.
     #[inline]
-    pub fn inc(&mut self, v: Vm) {
+    pub fn inc(&mut self, v: Counter) {
         self.c[v as usize] += 1;
     }
 
     /// Reads a counter.
     #[inline]
-    pub fn get(&self, v: Vm) -> u64 {
+    pub fn get(&self, v: Counter) -> u64 {
         self.c[v as usize]
     }
 
-    /// All counters in `Vm::COLUMNS` order.
-    pub fn values(&self) -> &[u64; NR_VM] {
+    /// All counters in `Counter::COLUMNS` order.
+    pub fn values(&self) -> &[u64; NR_COUNTERS] {
         &self.c
     }
 }

@@ -7,13 +7,12 @@
 //! Simplification: a writer below the dirty limit is never paused (the kernel starts pausing
 //! proportionally halfway between the background and the hard limit).
 
-use super::bio::{Bio, BioKind, runs};
+use super::bio::{Bio, BioKind, Submission};
 use super::filemap::MAX_REQUEST_PAGES;
 use super::lru::LruList;
 use super::page::{NONE, PG_DIRTY, PG_WRITEBACK};
-use super::{Env, Guest, Vm};
+use super::{Counter, Env, Guest};
 use crate::clock::Event;
-use crate::units::PAGE_SIZE;
 
 /// MAX_WRITEBACK_PAGES: the flusher writes at most this much per round (fs/fs-writeback.c).
 const MAX_WRITEBACK_PAGES: u64 = 1024;
@@ -111,19 +110,9 @@ impl Guest {
         let n = batch.len() as u64;
         self.files[file as usize].nr_writeback += n;
         self.nr_writeback_file += n;
-        self.vmstat.add(Vm::NrWritten, n);
-        let disk_off = self.files[file as usize].disk_off;
-        for run in runs(&batch, MAX_REQUEST_PAGES) {
-            let bio = Bio {
-                kind: BioKind::FileWrite,
-                pages: self.bios.list_of(run.iter().map(|&(_, p)| p)),
-                waiters: self.bios.list(),
-                file,
-                kthread,
-                fault: None,
-            };
-            self.submit(now, disk_off + run[0].0 as u64 * PAGE_SIZE, run.len(), bio, env);
-        }
+        self.vmstat.add(Counter::NrWritten, n);
+        let sub = Submission { kind: BioKind::FileWrite, file, kthread, base: self.files[file as usize].disk_off, max: MAX_REQUEST_PAGES };
+        self.submit_runs(&sub, &batch, None, now, env);
         n
     }
 

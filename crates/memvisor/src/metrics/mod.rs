@@ -2,7 +2,7 @@
 //! them (/proc/vmstat, /proc/meminfo, esxtop) with their unit in the name.
 
 use crate::backend::SimulatedHost;
-use crate::guest::{Guest, LruList, NR_VM, Vm};
+use crate::guest::{Counter, Guest, LruList, NR_COUNTERS};
 use crate::units::PAGE_SIZE;
 
 /// Gauge columns after the vmstat counters.
@@ -25,14 +25,14 @@ pub const GAUGES: &[&str] = &[
 
 /// All numeric columns, in row order.
 pub fn columns() -> Vec<&'static str> {
-    Vm::COLUMNS.iter().chain(GAUGES).copied().collect()
+    Counter::COLUMNS.iter().chain(GAUGES).copied().collect()
 }
 
 /// Numeric values of one VM's row, in `columns()` order.
 pub fn row(g: &Guest, granted_frames: u64) -> Vec<f64> {
     let kib = |pages: u64| (pages * PAGE_SIZE / 1024) as f64;
     let mut v: Vec<f64> = g.vmstat.values().iter().map(|&c| c as f64).collect();
-    debug_assert_eq!(v.len(), NR_VM);
+    debug_assert_eq!(v.len(), NR_COUNTERS);
     v.extend([
         g.pages.nr_free() as f64,
         kib(g.mem_total()),
