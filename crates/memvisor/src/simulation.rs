@@ -221,6 +221,14 @@ impl Simulation {
         Ok(())
     }
 
+    /// Runs `f` on guest `i` with the world it acts on, for unit tests of guest internals.
+    #[cfg(test)]
+    pub(crate) fn with_guest<R>(&mut self, i: usize, f: impl FnOnce(&mut Guest, &mut Env) -> R) -> R {
+        let w = &mut self.world;
+        let mut env = Env { events: &mut self.events, datastores: &mut w.datastores, host: &mut w.host };
+        f(&mut w.guests[i], &mut env)
+    }
+
     /// Checks every guest's and the host's invariants.
     pub fn check_invariants(&mut self) -> Result<(), String> {
         let w = &mut self.world;

@@ -438,3 +438,40 @@ impl Guest {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Simulation;
+
+    /// `folio_check_references` since 5.9: a mapped page carries the reference of the fault that
+    /// created it, so the first scan that finds it young only marks it referenced; it is activated
+    /// only if a second scan finds it young again, and reclaimed if not.
+    #[test]
+    fn a_mapped_page_is_activated_only_when_seen_referenced_twice() {
+        let text = "name = \"t\"\nduration = \"1s\"\n[host]\nmemory = \"1GiB\"\n[[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
+                    [[vm]]\nname = \"g\"\nmemory = \"128MiB\"\ndatastore = \"d\"\n\
+                    workload = { kind = \"idle\", footprint = \"100 pages\" }\n";
+        let s = crate::scenario::load(text, "t", &[]).unwrap().remove(0);
+        let mut sim = Simulation::new(&s).unwrap();
+        sim.run_until(10_000_000).unwrap();
+        sim.with_guest(0, |g, env| {
+            let pages: Vec<u32> = g.lru.iter(LruList::InactiveAnon).collect();
+            assert_eq!(pages.len(), 100, "the idle footprint starts on the inactive list");
+            let mut sc = ScanControl::new(1_000, true);
+            g.shrink_inactive_list(LruList::InactiveAnon, 100, &mut sc);
+            assert_eq!(g.lru.len(LruList::ActiveAnon), 0, "one reference (the fault's) must not activate");
+            assert!(pages.iter().all(|&p| g.pages.has(p, PG_REFERENCED) && g.lru.list_of(p) == Some(LruList::InactiveAnon)));
+            // The MMU sets the accessed bit of half of them again; the second scan activates those
+            // and reclaims the rest (their swap writes start).
+            for &p in &pages[..50] {
+                g.pages.set(p, PG_YOUNG);
+            }
+            g.shrink_inactive_list(LruList::InactiveAnon, 100, &mut sc);
+            assert!(pages[..50].iter().all(|&p| g.lru.list_of(p) == Some(LruList::ActiveAnon)));
+            assert!(pages[50..].iter().all(|&p| g.pages.has(p, PG_WRITEBACK) && !g.pages.has(p, PG_MAPPED)));
+            g.finish_reclaim(&mut sc, 10_000_000, env);
+        });
+        sim.check_invariants().unwrap();
+    }
+}
