@@ -100,7 +100,7 @@ def simulate(
             break
     r = sim.results()
     ts = pd.DataFrame(r["timeseries"])
-    decisions = pd.DataFrame(r["decisions"], columns=["time_s", "policy", "vm", "action", "reason"])
+    decisions = pd.DataFrame(r["decisions"], columns=["time_s", "policy", "vm_id", "vm", "action", "reason"])
     return RunResult(
         name=scenario.name,
         variant=scenario.variant,

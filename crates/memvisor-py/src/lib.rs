@@ -273,7 +273,7 @@ impl Simulation {
         let r = self.inner.results();
         let out = PyDict::new(py);
         out.set_item("scenario_toml", r.scenario_toml)?;
-        out.set_item("summary_json", serde_json::to_string_pretty(&r.summary).expect("JSON"))?;
+        out.set_item("summary_json", r.summary.to_json())?;
         let ts = PyDict::new(py);
         ts.set_item("time_s", PyList::new(py, &r.series.time_s)?)?;
         ts.set_item("vm", PyList::new(py, &r.series.vm)?)?;
@@ -287,6 +287,7 @@ impl Simulation {
             e.set_item("time_s", d.time_ns as f64 / 1e9)?;
             e.set_item("policy", d.policy)?;
             e.set_item("vm", d.vm)?;
+            e.set_item("vm_id", d.vm_id.0)?;
             e.set_item("action", d.action)?;
             e.set_item("reason", d.reason)?;
             decisions.append(e)?;

@@ -16,13 +16,13 @@ fn main() {
         let mut sim = memvisor::Simulation::new(&s).expect("admitted");
         sim.run().expect("run");
         let r = sim.results();
-        let vm = &r.summary["vms"][0];
+        let vm = &r.summary.vms[0];
         println!(
             "{:<14} wall {:>6.2}s sim {:>7.1}s report {}",
             s.variant.unwrap_or_default(),
             t0.elapsed().as_secs_f64(),
             sim.now() as f64 / 1e9,
-            vm["report"]
+            serde_json::to_string(&vm.report).expect("JSON")
         );
     }
 }

@@ -13,6 +13,7 @@
 pub mod backend;
 pub mod bitmap;
 pub mod clock;
+pub mod controller;
 pub mod devices;
 pub mod guest;
 pub mod host;
@@ -22,6 +23,7 @@ pub mod policy;
 pub mod rng;
 pub mod scenario;
 pub mod simulation;
+pub mod summary;
 pub mod trace;
 pub mod units;
 pub mod workloads;

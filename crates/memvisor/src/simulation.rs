@@ -1,34 +1,21 @@
 //! The simulation engine: builds the simulated host from a scenario, then pops events in time order
-//! and hands each to its actor (a guest's vCPU, kswapd, flusher, I/O completion; the policy; the
-//! sampler) until the scenario's end. Same scenario, same seed: the same run, bit for bit.
+//! and hands each to its actor (a guest's vCPU, kswapd, flusher, I/O completion; the controller;
+//! the sampler) until the scenario's end. Same scenario, same seed: the same run, bit for bit.
 
-use serde_json::{Value, json};
+use std::collections::BTreeMap;
 
-use crate::backend::{Backend, SimulatedHost};
+use crate::backend::SimulatedHost;
 use crate::clock::{Event, EventQueue};
+use crate::controller::{Controller, DecisionRecord};
 use crate::devices::Datastore;
 use crate::guest::{Env, Guest, ProcState};
 use crate::host::{AdmissionVm, Host, VmResources, admit};
 use crate::metrics::{self, TimeSeries};
-use crate::policy::{self, Action, Policy};
+use crate::policy;
 use crate::scenario::Scenario;
+use crate::summary::{DatastoreSummary, HostSummary, LogLine, ProcessSummary, RunSummary, VmSummary};
 use crate::units::{self, PAGE_SIZE};
 use crate::workloads::TraceSource;
-
-/// One logged policy decision.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DecisionRecord {
-    /// When, ns.
-    pub time_ns: u64,
-    /// Policy name.
-    pub policy: String,
-    /// VM name.
-    pub vm: String,
-    /// What was done.
-    pub action: String,
-    /// Why.
-    pub reason: String,
-}
 
 /// Everything a finished run produced.
 pub struct RunResult {
@@ -37,7 +24,7 @@ pub struct RunResult {
     /// Sampled counters.
     pub series: TimeSeries,
     /// Summary.
-    pub summary: Value,
+    pub summary: RunSummary,
     /// Policy decisions with reasons.
     pub decisions: Vec<DecisionRecord>,
 }
@@ -46,11 +33,8 @@ pub struct RunResult {
 pub struct Simulation {
     scenario: Scenario,
     world: SimulatedHost,
-    events: EventQueue,
-    policy: Box<dyn Policy>,
-    now: u64,
+    controller: Controller,
     series: TimeSeries,
-    decisions: Vec<DecisionRecord>,
     window: [Option<Vec<Vec<f64>>>; 2],
     finished: Option<String>,
 }
@@ -94,12 +78,9 @@ impl Simulation {
         }
         Ok(Self {
             scenario: s.clone(),
-            world: SimulatedHost { host, guests, datastores },
-            events,
-            policy,
-            now: 0,
+            world: SimulatedHost { host, guests, datastores, events, now: 0 },
+            controller: Controller::new(policy),
             series: TimeSeries::default(),
-            decisions: Vec::new(),
             window: [None, None],
             finished: None,
         })
@@ -107,7 +88,7 @@ impl Simulation {
 
     /// Simulated time reached, ns.
     pub fn now(&self) -> u64 {
-        self.now
+        self.world.now
     }
 
     /// Whether the run has ended.
@@ -130,8 +111,8 @@ impl Simulation {
         let lookahead = self.scenario.host.lookahead_ns;
         let end = self.scenario.duration_ns.unwrap_or(u64::MAX);
         while self.finished.is_none() {
-            let Some(t) = self.events.peek_time() else {
-                self.finish(self.now, "nothing left to simulate");
+            let Some(t) = self.world.events.peek_time() else {
+                self.finish(self.world.now, "nothing left to simulate");
                 break;
             };
             if t >= end {
@@ -141,14 +122,19 @@ impl Simulation {
             if t > until {
                 break;
             }
-            let (now, ev) = self.events.pop().expect("peeked");
-            self.now = self.now.max(now);
+            let (now, ev) = self.world.events.pop().expect("peeked");
+            self.world.now = self.world.now.max(now);
             match ev {
                 Event::Sample => {
                     self.series.sample(now, &self.world);
-                    self.events.push(now + self.scenario.host.sample_interval_ns, Event::Sample);
+                    self.world.events.push(now + self.scenario.host.sample_interval_ns, Event::Sample);
                 }
-                Event::PolicyTick => self.policy_tick(now)?,
+                Event::PolicyTick => {
+                    self.controller.tick(&mut self.world)?;
+                    if let Some(p) = self.controller.period_ns() {
+                        self.world.events.push(now + p, Event::PolicyTick);
+                    }
+                }
                 Event::Window => {
                     let k = if self.window[0].is_none() { 0 } else { 1 };
                     self.window[k] = Some(self.snapshot());
@@ -158,14 +144,9 @@ impl Simulation {
                 | Event::Kswapd { guest }
                 | Event::Flusher { guest }
                 | Event::Wake { guest, .. } => {
-                    let next = self.events.peek_time().unwrap_or(u64::MAX);
+                    let next = self.world.events.peek_time().unwrap_or(u64::MAX);
                     let limit = next.max(now + lookahead).min(end);
-                    let w = &mut self.world;
-                    let mut env = Env { events: &mut self.events, datastores: &mut w.datastores, host: &mut w.host };
-                    w.guests[guest as usize].handle(now, limit, ev, &mut env);
-                    if let Some(e) = self.world.host.fatal.take() {
-                        return Err(format!("at t={:.3}s: {e}", now as f64 / 1e9));
-                    }
+                    self.world.handle_guest(guest, ev, limit)?;
                     let g = &self.world.guests;
                     if self.scenario.duration_ns.is_none() && g.iter().all(|g| g.finite_done()) {
                         let t = g.iter().flat_map(|g| &g.procs).map(|p| p.stats.end_ns).max().unwrap_or(now);
@@ -183,7 +164,7 @@ impl Simulation {
     }
 
     fn finish(&mut self, t: u64, why: &str) {
-        self.now = t;
+        self.world.now = t;
         if self.series.time_s.last().copied() != Some(t as f64 / 1e9) {
             self.series.sample(t, &self.world);
         }
@@ -200,41 +181,18 @@ impl Simulation {
         self.world.guests.iter().zip(self.world.host.vms()).map(|(g, h)| metrics::row(g, h.granted)).collect()
     }
 
-    fn policy_tick(&mut self, now: u64) -> Result<(), String> {
-        let view = self.world.observe(now);
-        for d in self.policy.decide(&view) {
-            self.world.apply(&d)?;
-            let action = match &d.action {
-                Action::SetGrantLimit { bytes } => format!("set grant limit {}", units::fmt_bytes(*bytes)),
-            };
-            self.decisions.push(DecisionRecord {
-                time_ns: now,
-                policy: self.policy.name().to_string(),
-                vm: view.vms[d.vm].name.clone(),
-                action,
-                reason: d.reason,
-            });
-        }
-        if let Some(p) = self.policy.period_ns() {
-            self.events.push(now + p, Event::PolicyTick);
-        }
-        Ok(())
-    }
-
     /// Runs `f` on guest `i` with the world it acts on, for unit tests of guest internals.
     #[cfg(test)]
     pub(crate) fn with_guest<R>(&mut self, i: usize, f: impl FnOnce(&mut Guest, &mut Env) -> R) -> R {
-        let w = &mut self.world;
-        let mut env = Env { events: &mut self.events, datastores: &mut w.datastores, host: &mut w.host };
-        f(&mut w.guests[i], &mut env)
+        let (g, mut env) = self.world.split(i);
+        f(g, &mut env)
     }
 
     /// Checks every guest's and the host's invariants.
     pub fn check_invariants(&mut self) -> Result<(), String> {
-        let w = &mut self.world;
-        w.host.check()?;
-        let env = Env { events: &mut self.events, datastores: &mut w.datastores, host: &mut w.host };
-        for g in &w.guests {
+        self.world.host.check()?;
+        for i in 0..self.world.guests.len() {
+            let (g, env) = self.world.split(i);
             g.check_invariants(&env)?;
         }
         Ok(())
@@ -246,18 +204,19 @@ impl Simulation {
             scenario_toml: self.scenario.to_toml(),
             series: self.series.clone(),
             summary: self.summary(),
-            decisions: self.decisions.clone(),
+            decisions: self.controller.log().to_vec(),
         }
     }
 
-    fn summary(&self) -> Value {
+    fn summary(&self) -> RunSummary {
         let s = &self.scenario;
+        let now = self.world.now;
         let cols = metrics::columns();
         let (w0, w1) = (self.window[0].as_ref(), self.window[1].as_ref());
         let wstart = s.report.window_ns.0;
-        let wend = s.report.window_ns.1.unwrap_or(self.now).min(self.now);
+        let wend = s.report.window_ns.1.unwrap_or(now).min(now);
         let span_s = (wend.saturating_sub(wstart)) as f64 / 1e9;
-        let vms: Vec<Value> = self
+        let vms = self
             .world
             .guests
             .iter()
@@ -265,116 +224,114 @@ impl Simulation {
             .enumerate()
             .map(|(i, (g, h))| {
                 let fin = metrics::row(g, h.granted);
-                let counters: serde_json::Map<String, Value> = cols.iter().zip(&fin).map(|(c, v)| (c.to_string(), json!(v))).collect();
-                let rates: serde_json::Map<String, Value> = match (w0, w1) {
+                let counters: BTreeMap<String, f64> = cols.iter().zip(&fin).map(|(c, v)| (c.to_string(), *v)).collect();
+                let rates: BTreeMap<String, f64> = match (w0, w1) {
                     (Some(a), Some(b)) if span_s > 0.0 => {
-                        cols.iter().enumerate().map(|(c, name)| (name.to_string(), json!((b[i][c] - a[i][c]) / span_s))).collect()
+                        cols.iter().enumerate().map(|(c, name)| (name.to_string(), (b[i][c] - a[i][c]) / span_s)).collect()
                     }
-                    _ => serde_json::Map::new(),
+                    _ => BTreeMap::new(),
                 };
-                let procs: Vec<Value> = g.procs.iter().map(|p| process_json(g, p)).collect();
                 let phases = phases(g);
                 let runtime = runtime(g);
-                let report: serde_json::Map<String, Value> = s
+                let report = s
                     .report
                     .columns
                     .iter()
                     .map(|c| {
                         let v = if let Some(base) = c.strip_suffix("/s") {
-                            rates.get(base).cloned().unwrap_or(Value::Null)
+                            rates.get(base).copied()
                         } else if c == "runtime_s" {
-                            runtime.map_or(Value::Null, |r| json!(r))
+                            runtime
                         } else if let Some(ph) = c.strip_suffix("_s").and_then(|p| phases.get(p)) {
-                            ph.clone()
+                            Some(*ph)
                         } else {
-                            counters.get(c).cloned().unwrap_or(Value::Null)
+                            counters.get(c).copied()
                         };
                         (c.clone(), v)
                     })
                     .collect();
-                json!({
-                    "name": g.cfg.name,
-                    "report": report,
-                    "runtime_s": runtime,
-                    "phases_s": phases,
-                    "counters": counters,
-                    "rates_per_s": rates,
-                    "processes": procs,
-                    "log": g.log.iter().map(|(t, m)| json!({"time_s": *t as f64 / 1e9, "message": m})).collect::<Vec<_>>(),
-                })
+                VmSummary {
+                    name: g.cfg.name.clone(),
+                    report,
+                    runtime_s: runtime,
+                    phases_s: phases,
+                    counters,
+                    rates_per_s: rates,
+                    processes: g.procs.iter().map(|p| process_summary(g, p)).collect(),
+                    log: g.log.iter().map(|(t, m)| LogLine { time_s: *t as f64 / 1e9, message: m.clone() }).collect(),
+                }
             })
             .collect();
-        let ds: Vec<Value> = self
+        let datastores = self
             .world
             .datastores
             .iter()
             .map(|d| {
                 let st = d.device.stats();
-                json!({
-                    "name": d.name,
-                    "device": d.device.spec().kind.name(),
-                    "reads": st.reads,
-                    "writes": st.writes,
-                    "read_MiB": st.bytes_read as f64 / 1048576.0,
-                    "written_MiB": st.bytes_written as f64 / 1048576.0,
-                    "busy_s": st.busy_ns as f64 / 1e9,
-                    "queue_wait_s": st.queue_wait_ns as f64 / 1e9,
-                })
+                DatastoreSummary {
+                    name: d.name.clone(),
+                    device: d.device.spec().kind.name(),
+                    reads: st.reads,
+                    writes: st.writes,
+                    read_mib: st.bytes_read as f64 / 1048576.0,
+                    written_mib: st.bytes_written as f64 / 1048576.0,
+                    busy_s: st.busy_ns as f64 / 1e9,
+                    queue_wait_s: st.queue_wait_ns as f64 / 1e9,
+                }
             })
             .collect();
-        json!({
-            "scenario": s.name,
-            "variant": s.variant,
-            "seed": s.seed,
-            "sim_time_s": self.now as f64 / 1e9,
-            "end_reason": self.finished,
-            "report_window_s": [wstart as f64 / 1e9, wend as f64 / 1e9],
-            "report_columns": s.report.columns,
-            "host": {
-                "memory_MiB": self.world.host.total_frames() as f64 * PAGE_SIZE as f64 / 1048576.0,
-                "free_MiB": self.world.host.free_frames() as f64 * PAGE_SIZE as f64 / 1048576.0,
-                "policy": s.host.policy,
+        let mib = |frames: u64| frames as f64 * PAGE_SIZE as f64 / 1048576.0;
+        RunSummary {
+            scenario: s.name.clone(),
+            variant: s.variant.clone(),
+            seed: s.seed,
+            sim_time_s: now as f64 / 1e9,
+            end_reason: self.finished.clone(),
+            report_window_s: [wstart as f64 / 1e9, wend as f64 / 1e9],
+            report_columns: s.report.columns.clone(),
+            host: HostSummary {
+                memory_mib: mib(self.world.host.total_frames()),
+                free_mib: mib(self.world.host.free_frames()),
+                policy: s.host.policy.clone(),
             },
-            "vms": vms,
-            "datastores": ds,
-            "decisions": self.decisions.len(),
-        })
+            vms,
+            datastores,
+            decisions: self.controller.log().len(),
+        }
     }
 }
 
-fn process_json(g: &Guest, p: &crate::guest::Process) -> Value {
+fn process_summary(g: &Guest, p: &crate::guest::Process) -> ProcessSummary {
     let st = &p.stats;
-    let state = match p.state {
-        ProcState::New => "not started",
-        ProcState::Exited => "exited",
-        ProcState::Killed => "killed",
-        _ => "running",
-    };
-    let marks: serde_json::Map<String, Value> = p.marks.iter().map(|(l, t)| (l.clone(), json!(*t as f64 / 1e9))).collect();
-    json!({
-        "name": p.name,
-        "workload": g.cfg.workloads[p.workload_index].name,
-        "state": state,
-        "start_s": st.start_ns as f64 / 1e9,
-        "end_s": if p.ended() { json!(st.end_ns as f64 / 1e9) } else { Value::Null },
-        "touches": st.touches,
-        "minflt": st.minflt,
-        "majflt": st.majflt,
-        "stall_s": st.stall_ns as f64 / 1e9,
-        "io_wait_s": st.io_wait_ns as f64 / 1e9,
-        "marks_s": marks,
-    })
+    ProcessSummary {
+        name: p.name.clone(),
+        workload: g.cfg.workloads[p.workload_index].name.clone(),
+        state: match p.state {
+            ProcState::New => "not started",
+            ProcState::Exited => "exited",
+            ProcState::Killed => "killed",
+            _ => "running",
+        },
+        start_s: st.start_ns as f64 / 1e9,
+        end_s: p.ended().then(|| st.end_ns as f64 / 1e9),
+        touches: st.touches,
+        minflt: st.minflt,
+        majflt: st.majflt,
+        stall_s: st.stall_ns as f64 / 1e9,
+        io_wait_s: st.io_wait_ns as f64 / 1e9,
+        marks_s: p.marks.iter().map(|(l, t)| (l.clone(), *t as f64 / 1e9)).collect(),
+    }
 }
 
 /// Phase durations from "<phase>-start" / "<phase>-end" marks (first process that has both).
-fn phases(g: &Guest) -> serde_json::Map<String, Value> {
-    let mut out = serde_json::Map::new();
+fn phases(g: &Guest) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
     for p in &g.procs {
         for (label, t0) in &p.marks {
             let Some(phase) = label.strip_suffix("-start") else { continue };
             let end = format!("{phase}-end");
             if let Some((_, t1)) = p.marks.iter().find(|(l, _)| *l == end) {
-                out.entry(phase.to_string()).or_insert(json!((t1 - t0) as f64 / 1e9));
+                out.entry(phase.to_string()).or_insert((t1 - t0) as f64 / 1e9);
             }
         }
     }

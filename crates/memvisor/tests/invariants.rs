@@ -12,7 +12,7 @@ fn paging_stress_thrashing_keeps_every_invariant() {
     let sets = ["vm.kali.workload.stress.instances=5".to_string(), "vm.kali.workload.write-1GiB.start=8s".to_string()];
     let s = memvisor::scenario::load(text, "x", &sets).unwrap().remove(0);
     let sim = run_checked(&s, 20_000_000);
-    let g = &sim.world().guests[0];
+    let g = &sim.world().guests()[0];
     assert!(g.vmstat.get(Counter::PswpIn) > 1_000 && g.vmstat.get(Counter::PswpOut) > 1_000, "the run must page");
 }
 
@@ -40,7 +40,7 @@ fn oom_kill_frees_the_biggest_process_and_keeps_every_invariant() {
         "",
     ));
     let sim = run_checked(&s, 10_000_000);
-    let g = &sim.world().guests[0];
+    let g = &sim.world().guests()[0];
     assert_eq!(g.vmstat.get(Counter::OomKill), 1, "{:?}", g.log);
     assert!(g.log[0].1.contains("(big)"), "{}", g.log[0].1);
     let small = g.procs.iter().find(|p| p.name == "small").unwrap();
@@ -59,7 +59,7 @@ fn exact_lru_oom_kill_leaves_the_killed_process_nothing() {
         "",
     ));
     let sim = run_checked(&s, 100_000);
-    let g = &sim.world().guests[0];
+    let g = &sim.world().guests()[0];
     assert_eq!(g.vmstat.get(Counter::OomKill), 1, "{:?}", g.log);
     let p = &g.procs[0];
     assert_eq!(p.state, memvisor::guest::ProcState::Killed);

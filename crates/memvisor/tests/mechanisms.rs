@@ -26,7 +26,7 @@ fn kswapd_wakes_below_low_and_stops_at_high() {
         if t % 10_000_000 == 0 || done {
             sim.check_invariants().unwrap();
         }
-        let g = &sim.world().guests[0];
+        let g = &sim.world().guests()[0];
         let free = g.pages.nr_free();
         let w = g.wmark;
         let awake = g.kswapd_awake();
@@ -64,7 +64,7 @@ fn swappiness_run(swappiness: u32) -> (u64, u64) {
         "",
     ));
     let sim = run_checked(&s, 50_000_000);
-    let g = &sim.world().guests[0];
+    let g = &sim.world().guests()[0];
     let file = g.lru_len(memvisor::guest::LruList::ActiveFile) + g.lru_len(memvisor::guest::LruList::InactiveFile);
     (g.vmstat.get(Counter::PswpOut), file)
 }
@@ -92,7 +92,7 @@ fn dirty_pages_are_written_before_they_are_dropped() {
         "",
     ));
     let sim = run_checked(&s, 20_000_000);
-    let g = &sim.world().guests[0];
+    let g = &sim.world().guests()[0];
     let written = g.vmstat.get(Counter::NrWritten);
     let dropped = g.vmstat.get(Counter::PgStealKswapd) + g.vmstat.get(Counter::PgStealDirect);
     assert!(dropped > 10_000, "reclaim must have dropped file pages ({dropped})");
@@ -116,8 +116,7 @@ fn write_time(layout: &str) -> f64 {
     let sim = common::run(&s);
     let r = sim.results();
     // The last guest to finish: how long the pair needed to write everything.
-    let vms = r.summary["vms"].as_array().unwrap();
-    vms.iter().map(|v| v["phases_s"]["write"].as_f64().unwrap()).fold(0.0, f64::max)
+    r.summary.vms.iter().map(|v| v.phases_s["write"]).fold(0.0, f64::max)
 }
 
 /// Two guests on one datastore share its queue and slow each other's I/O; on separate devices
@@ -142,7 +141,7 @@ fn exact_lru_faults(frames: u32, pages: u32, passes: u32) -> (u64, u64) {
         "",
     ));
     let sim = run_checked(&s, 1_000_000);
-    let g = &sim.world().guests[0];
+    let g = &sim.world().guests()[0];
     (g.vmstat.get(Counter::PgFault), g.vmstat.get(Counter::PgMajFault))
 }
 
@@ -158,7 +157,7 @@ fn exact_lru_misses_every_time_on_a_loop_one_page_too_big() {
 /// Runs a one-guest scenario with every invariant checked and returns the guest's counters.
 fn counters(vm: &str, extra: &str) -> memvisor::guest::VmStat {
     let s = scenario(&one_guest("1GiB", vm, extra));
-    run_checked(&s, 20_000_000).world().guests[0].vmstat.clone()
+    run_checked(&s, 20_000_000).world().guests()[0].vmstat.clone()
 }
 
 /// A sweep twice the size of memory, with `page-cluster` as given: every page faults in every pass.
@@ -210,18 +209,18 @@ fn a_writer_blocks_at_dirty_ratio() {
     let (mut t, mut peak) = (0, 0);
     while !sim.run_until(t).unwrap() {
         t += 1_000_000;
-        let g = &sim.world().guests[0];
+        let g = &sim.world().guests()[0];
         peak = peak.max(g.nr_dirty() + g.nr_writeback());
     }
     sim.check_invariants().unwrap();
-    let g = &sim.world().guests[0];
+    let g = &sim.world().guests()[0];
     // Nothing but the file is in the guest, so dirtyable memory is MemTotal less the high watermark.
     let limit = (g.mem_total() - g.wmark.high) / 10;
     // The writer checks before each page it dirties; one request of in-flight writeback (256
     // pages) may complete between checks.
     assert!(peak <= limit + 256, "dirty + writeback reached {peak} pages, the limit is {limit}");
     assert!(peak >= limit * 9 / 10, "the writer should reach the limit ({peak} of {limit} pages)");
-    let write = sim.results().summary["vms"][0]["phases_s"]["write"].as_f64().unwrap();
+    let write = sim.results().summary.vms[0].phases_s["write"];
     // 600 MiB less what may stay dirty, at the disk's 150 MB/s.
     let device_bound = (600.0 * 1048576.0 - (limit * 4096) as f64) / 150e6;
     assert!(write > 0.9 * device_bound, "write() returned after {write:.2} s; the device needs {device_bound:.2} s");
@@ -247,7 +246,7 @@ fn swap_slots_are_freed_on_swap_in_only_when_swap_is_more_than_half_full() {
         let (mut t, mut last, mut fullest) = ((0, 0), (0, 0), 0.0f64);
         while !sim.run_until(t.0).unwrap() {
             t.0 += 10_000_000;
-            let g = &sim.world().guests[0];
+            let g = &sim.world().guests()[0];
             if !g.procs[0].ended() {
                 last = (g.vmstat.get(Counter::PswpIn), g.vmstat.get(Counter::SwapDiscard));
             }
@@ -280,7 +279,7 @@ fn sequential_file_reads_come_in_readahead_windows() {
             "",
         ));
         let sim = run_checked(&s, 50_000_000);
-        let st = sim.world().datastores[0].device.stats().clone();
+        let st = sim.world().datastores()[0].device.stats().clone();
         (st.reads, st.bytes_read / 4096)
     };
     for (ra_kb, window) in [(128, 32), (512, 128), (4, 1)] {

@@ -100,7 +100,7 @@ fn same_scenario_and_seed_give_identical_results() {
         let s = scenario::load(text, "x", &sets).unwrap().remove(0);
         let sim = common::run(&s);
         let r = sim.results();
-        (r.summary.to_string(), r.series.values.clone())
+        (r.summary.to_json(), r.series.values.clone())
     };
     let (a, b) = (run(), run());
     assert!(a.0.contains("pswpin"), "summary carries the counters");
@@ -121,7 +121,7 @@ fn the_scenario_seed_drives_random_workloads() {
         );
         let sim = common::run(&common::scenario(&text));
         let r = sim.results();
-        (r.summary["vms"][0]["counters"].to_string(), r.series.values.clone())
+        (format!("{:?}", r.summary.vms[0].counters), r.series.values.clone())
     };
     let (a, b, c) = (run(1, ""), run(1, ""), run(2, ""));
     assert_eq!(a, b, "same seed, different runs");

@@ -59,7 +59,7 @@ fn replay_faults(t: &Arc<Trace>, frames: u64, mode: Replacement) -> (u64, u64) {
     let mut sim = Simulation::with_traces(&s, &move |_| Ok(t.clone())).unwrap();
     sim.run().unwrap();
     sim.check_invariants().unwrap();
-    let g = &sim.world().guests[0];
+    let g = &sim.world().guests()[0];
     (g.vmstat.get(Counter::PgFault), g.procs[0].stats.touches)
 }
 

@@ -6,9 +6,15 @@ mod static_partition;
 
 pub use static_partition::Static;
 
+/// A VM's stable identity: given at power-on, never reused, kept when other VMs come and go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct VmId(pub u32);
+
 /// What a policy may know about one VM: only what a live host can also measure (DESIGN.md 9).
 #[derive(Clone, Debug, PartialEq)]
 pub struct VmView {
+    /// Stable identity; decisions name the VM by it.
+    pub id: VmId,
     /// VM name.
     pub name: String,
     /// Configured guest memory, bytes.
@@ -46,8 +52,15 @@ pub struct HostView {
     pub host_memory: u64,
     /// Host free memory, bytes.
     pub host_free: u64,
-    /// One entry per VM, in configuration order.
+    /// One entry per VM, in power-on order.
     pub vms: Vec<VmView>,
+}
+
+impl HostView {
+    /// The view of a VM by id.
+    pub fn vm(&self, id: VmId) -> Option<&VmView> {
+        self.vms.iter().find(|v| v.id == id)
+    }
 }
 
 /// A change a policy asks for.
@@ -63,8 +76,8 @@ pub enum Action {
 /// One decision with its reason.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
-    /// VM index in the view.
-    pub vm: usize,
+    /// The VM it is for.
+    pub vm: VmId,
     /// What to do.
     pub action: Action,
     /// Why, in words an operator can read.
@@ -89,5 +102,13 @@ pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
     match name {
         "static" => Some(Box::new(Static)),
         _ => None,
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Self::SetGrantLimit { bytes } => write!(f, "set grant limit {}", crate::units::fmt_bytes(*bytes)),
+        }
     }
 }

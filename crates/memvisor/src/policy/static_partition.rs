@@ -20,11 +20,10 @@ impl Policy for Static {
     fn decide(&mut self, view: &HostView) -> Vec<Decision> {
         view.vms
             .iter()
-            .enumerate()
-            .map(|(i, vm)| {
+            .map(|vm| {
                 let cap = vm.memory.min(vm.limit);
                 Decision {
-                    vm: i,
+                    vm: vm.id,
                     action: Action::SetGrantLimit { bytes: cap },
                     reason: format!(
                         "static partitioning: '{}' keeps the {} it was configured with{}; nothing is reclaimed",
@@ -41,11 +40,12 @@ impl Policy for Static {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::VmView;
+    use crate::policy::{VmId, VmView};
 
     #[test]
     fn caps_each_vm_at_its_configured_memory() {
-        let vm = |name: &str, memory, limit| VmView {
+        let vm = |id, name: &str, memory, limit| VmView {
+            id: VmId(id),
             name: name.into(),
             memory,
             reservation: 0,
@@ -64,11 +64,11 @@ mod tests {
             time_ns: 0,
             host_memory: 8 << 30,
             host_free: 8 << 30,
-            vms: vec![vm("a", 2 << 30, 2 << 30), vm("b", 4 << 30, 1 << 30)],
+            vms: vec![vm(0, "a", 2 << 30, 2 << 30), vm(7, "b", 4 << 30, 1 << 30)],
         };
         let d = Static.decide(&view);
         assert_eq!(d[0].action, Action::SetGrantLimit { bytes: 2 << 30 });
-        assert_eq!(d[1].action, Action::SetGrantLimit { bytes: 1 << 30 });
+        assert_eq!((d[1].vm, &d[1].action), (VmId(7), &Action::SetGrantLimit { bytes: 1 << 30 }));
         assert!(d[1].reason.contains("limited"));
     }
 }

@@ -3,7 +3,7 @@
 /// (name, one-line description, scenario text).
 pub const CASES: &[(&str, &str, &str)] = &[(
     "paging-stress",
-    "seed 003: a 2 GiB Linux guest under 1..5 stress instances; paging rate and 1 GiB write time",
+    "seed 003: a 2 GiB Linux guest under 1..8 stress instances; paging rate and 1 GiB write time",
     include_str!("cases/paging-stress.toml"),
 )];
 
