@@ -55,7 +55,7 @@ impl Simulation {
         if frames > (u32::MAX - 2) as u64 {
             return Err(format!("host memory {} is too large to simulate", units::fmt_bytes(s.host.memory)));
         }
-        let mut host = Host::new(frames as u32);
+        let mut host = Host::new(frames);
         let mut datastores: Vec<Datastore> = s.datastores.iter().map(|d| Datastore::new(d.name.clone(), d.device.clone())).collect();
         let mut events = EventQueue::new();
         let mut guests = Vec::new();

@@ -109,6 +109,13 @@ impl Guest {
                 _ => {}
             }
         }
+        // Never-used pages are free without a descriptor; the kernel's reservation has none either.
+        let managed = self.pages.managed();
+        counts[PageKind::Free as usize] += (managed as usize - n) as u64;
+        counts[PageKind::Kernel as usize] += (self.cfg.memory_pages - managed) as u64;
+        if let Some(p) = (managed..self.cfg.memory_pages).find(|&p| !env.host.is_backed(self.id, p)) {
+            return err(format!("kernel page {p} is not backed by a host frame"));
+        }
         if counts != self.pages.count {
             return err(format!("page kind counts {counts:?} != tracked {:?}", self.pages.count));
         }

@@ -2,6 +2,8 @@
 //! removing and rotating a page are O(1) index updates.
 //!
 //! The head of a list is the most recently added end (Linux `list_add`); reclaim takes from the tail.
+//! Link slots exist for the pages used so far (slot `p + NR_LISTS` for page `p`; the lists' heads
+//! take slots 0..NR_LISTS), so the lists grow with use.
 
 use super::page::NONE;
 
@@ -58,25 +60,31 @@ pub struct Lru {
     prev: Vec<u32>,
     on: Vec<u8>,
     len: [u64; NR_LISTS],
-    npages: u32,
+}
+
+impl Default for Lru {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Link slot of page `p`.
+#[inline]
+fn slot(p: u32) -> u32 {
+    p + NR_LISTS as u32
+}
+
+/// Link slot of list `l`'s head.
+#[inline]
+fn sentinel(l: LruList) -> u32 {
+    l as u32
 }
 
 impl Lru {
-    /// Empty lists for `n` pages.
-    pub fn new(n: u32) -> Self {
-        let total = n as usize + NR_LISTS;
-        let mut next = vec![NONE; total];
-        let mut prev = vec![NONE; total];
-        for l in 0..NR_LISTS {
-            let s = n + l as u32;
-            next[s as usize] = s;
-            prev[s as usize] = s;
-        }
-        Self { next, prev, on: vec![NO_LIST; n as usize], len: [0; NR_LISTS], npages: n }
-    }
-
-    fn sentinel(&self, l: LruList) -> u32 {
-        self.npages + l as u32
+    /// Empty lists.
+    pub fn new() -> Self {
+        let s: Vec<u32> = (0..NR_LISTS as u32).collect();
+        Self { next: s.clone(), prev: s, on: Vec::new(), len: [0; NR_LISTS] }
     }
 
     /// Pages on a list.
@@ -88,30 +96,33 @@ impl Lru {
     /// The list a page is on, if any.
     #[inline]
     pub fn list_of(&self, p: u32) -> Option<LruList> {
-        let l = self.on[p as usize];
+        let l = *self.on.get(p as usize)?;
         (l != NO_LIST).then(|| LruList::ALL[l as usize])
     }
 
     /// Adds a page at the head of a list.
     pub fn add_head(&mut self, l: LruList, p: u32) {
-        let s = self.sentinel(l);
-        self.link_after(s, p, l);
+        self.link_after(sentinel(l), p, l);
     }
 
     /// Adds a page at the tail of a list (reclaimed first).
     pub fn add_tail(&mut self, l: LruList, p: u32) {
-        let s = self.sentinel(l);
-        let last = self.prev[s as usize];
+        let last = self.prev[sentinel(l) as usize];
         self.link_after(last, p, l);
     }
 
     fn link_after(&mut self, at: u32, p: u32, l: LruList) {
+        if p as usize >= self.on.len() {
+            self.on.resize(p as usize + 1, NO_LIST);
+            self.next.resize(slot(p) as usize + 1, NONE);
+            self.prev.resize(slot(p) as usize + 1, NONE);
+        }
         debug_assert_eq!(self.on[p as usize], NO_LIST);
-        let nx = self.next[at as usize];
-        self.next[p as usize] = nx;
-        self.prev[p as usize] = at;
-        self.prev[nx as usize] = p;
-        self.next[at as usize] = p;
+        let (sp, nx) = (slot(p), self.next[at as usize]);
+        self.next[sp as usize] = nx;
+        self.prev[sp as usize] = at;
+        self.prev[nx as usize] = sp;
+        self.next[at as usize] = sp;
         self.on[p as usize] = l as u8;
         self.len[l as usize] += 1;
     }
@@ -120,7 +131,8 @@ impl Lru {
     pub fn remove(&mut self, p: u32) {
         let l = self.on[p as usize];
         debug_assert_ne!(l, NO_LIST);
-        let (pv, nx) = (self.prev[p as usize], self.next[p as usize]);
+        let sp = slot(p) as usize;
+        let (pv, nx) = (self.prev[sp], self.next[sp]);
         self.next[pv as usize] = nx;
         self.prev[nx as usize] = pv;
         self.on[p as usize] = NO_LIST;
@@ -137,7 +149,7 @@ impl Lru {
     /// case of consecutive references to one page).
     #[inline]
     pub fn touch_head(&mut self, l: LruList, p: u32) {
-        if self.next[self.sentinel(l) as usize] != p {
+        if self.next[sentinel(l) as usize] != slot(p) {
             self.move_head(l, p);
         }
     }
@@ -151,21 +163,21 @@ impl Lru {
     /// The tail (least recent) page of a list.
     #[inline]
     pub fn tail(&self, l: LruList) -> Option<u32> {
-        let s = self.sentinel(l);
+        let s = sentinel(l);
         let t = self.prev[s as usize];
-        (t != s).then_some(t)
+        (t != s).then(|| t - NR_LISTS as u32)
     }
 
     /// Walks a list from head to tail (for invariant checks).
     pub fn iter(&self, l: LruList) -> impl Iterator<Item = u32> + '_ {
-        let s = self.sentinel(l);
+        let s = sentinel(l);
         let mut cur = self.next[s as usize];
         std::iter::from_fn(move || {
             if cur == s {
                 None
             } else {
-                let p = cur;
-                cur = self.next[p as usize];
+                let p = cur - NR_LISTS as u32;
+                cur = self.next[cur as usize];
                 Some(p)
             }
         })
@@ -178,7 +190,7 @@ mod tests {
 
     #[test]
     fn add_remove_rotate() {
-        let mut lru = Lru::new(4);
+        let mut lru = Lru::new();
         lru.add_head(LruList::InactiveAnon, 0);
         lru.add_head(LruList::InactiveAnon, 1);
         lru.add_tail(LruList::InactiveAnon, 2);

@@ -336,12 +336,10 @@ impl Guest {
     /// boot touches), creates its processes and schedules their starts.
     pub fn boot(id: u32, cfg: GuestConfig, disk: VirtualDisk, traces: TraceSource, env: &mut Env) -> Result<Self, String> {
         let n = cfg.memory_pages;
-        let mut pages = Pages::new(n);
-        for _ in 0..cfg.reserved_pages {
-            let p = pages.take_free(PageKind::Kernel, NONE, NONE).ok_or("reservation exceeds memory")?;
-            env.host.back(id, p);
-        }
-        let managed = (n - cfg.reserved_pages) as u64;
+        let managed = n.checked_sub(cfg.reserved_pages).ok_or("reservation exceeds memory")?;
+        let pages = Pages::new(managed, cfg.reserved_pages);
+        env.host.back_range(id, managed, n);
+        let managed = managed as u64;
         let wmark = match cfg.replacement {
             Replacement::Linux => Watermarks::linux(managed, &cfg.sysctl),
             Replacement::ExactLru => Watermarks::default(),
@@ -349,7 +347,7 @@ impl Guest {
         let mut g = Self {
             id,
             pages,
-            lru: Lru::new(n),
+            lru: Lru::new(),
             wmark,
             procs: Vec::new(),
             sched: sched::Sched::new(cfg.vcpus),

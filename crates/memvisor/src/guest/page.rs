@@ -36,7 +36,10 @@ pub const PG_MAPPED: u8 = 1 << 6;
 /// Brought in by readahead and not yet used (swap or file); a use counts a readahead hit.
 pub const PG_READAHEAD: u8 = 1 << 7;
 
-/// The page descriptor array.
+/// The page descriptor array. Descriptors exist for the pages the guest has used (page numbers
+/// are handed out from 0 up, freed ones first), so its size follows use, not configured memory.
+/// The kernel's boot-time reservation is the range `managed..` and has no descriptors: those pages
+/// are kernel pages for good.
 #[derive(Clone, Debug)]
 pub struct Pages {
     /// State of each page.
@@ -51,35 +54,43 @@ pub struct Pages {
     pub swap: Vec<u32>,
     /// In-flight I/O request the page is part of; `NONE` otherwise.
     pub io: Vec<u32>,
+    /// Freed pages, reused last-freed first.
     free_list: Vec<u32>,
+    /// Pages the kernel manages (allocatable); the reservation follows them.
+    managed: u32,
     /// Pages of each kind, indexed by `PageKind as usize`.
     pub count: [u64; 5],
 }
 
 impl Pages {
-    /// `n` pages, all free. The free list hands out low page numbers first.
-    pub fn new(n: u32) -> Self {
-        let n_us = n as usize;
+    /// `managed` free pages followed by `reserved` kernel pages.
+    pub fn new(managed: u32, reserved: u32) -> Self {
         Self {
-            kind: vec![PageKind::Free; n_us],
-            flags: vec![0; n_us],
-            owner: vec![NONE; n_us],
-            index: vec![NONE; n_us],
-            swap: vec![NONE; n_us],
-            io: vec![NONE; n_us],
-            free_list: (0..n).rev().collect(),
-            count: [n as u64, 0, 0, 0, 0],
+            kind: Vec::new(),
+            flags: Vec::new(),
+            owner: Vec::new(),
+            index: Vec::new(),
+            swap: Vec::new(),
+            io: Vec::new(),
+            free_list: Vec::new(),
+            managed,
+            count: [managed as u64, reserved as u64, 0, 0, 0],
         }
     }
 
-    /// Number of page frames.
+    /// Pages with a descriptor (every page the guest has allocated at least once).
     pub fn len(&self) -> usize {
         self.kind.len()
     }
 
-    /// Whether there are no page frames at all.
+    /// Whether no page was ever allocated.
     pub fn is_empty(&self) -> bool {
         self.kind.is_empty()
+    }
+
+    /// Pages the kernel manages (MemTotal).
+    pub fn managed(&self) -> u32 {
+        self.managed
     }
 
     /// Free pages.
@@ -87,9 +98,21 @@ impl Pages {
         self.count[PageKind::Free as usize]
     }
 
-    /// Takes a page off the free list and gives it a kind and owner.
+    /// Takes a free page (the last freed, else the lowest never used) and gives it a kind and owner.
     pub fn take_free(&mut self, kind: PageKind, owner: u32, index: u32) -> Option<u32> {
-        let p = self.free_list.pop()?;
+        let p = match self.free_list.pop() {
+            Some(p) => p,
+            None if (self.kind.len() as u32) < self.managed => {
+                self.kind.push(PageKind::Free);
+                self.flags.push(0);
+                self.owner.push(NONE);
+                self.index.push(NONE);
+                self.swap.push(NONE);
+                self.io.push(NONE);
+                (self.kind.len() - 1) as u32
+            }
+            None => return None,
+        };
         let i = p as usize;
         debug_assert_eq!(self.kind[i], PageKind::Free);
         self.kind[i] = kind;
@@ -116,7 +139,7 @@ impl Pages {
         self.free_list.push(p);
     }
 
-    /// The free list, for invariant checks.
+    /// The free list of pages freed at least once, for invariant checks.
     pub fn free_list(&self) -> &[u32] {
         &self.free_list
     }

@@ -5,6 +5,7 @@
 
 use super::page::{NONE, PageKind};
 use super::{Counter, Env, Guest, Replacement, Sysctl, Thp};
+use crate::host::Access;
 
 /// Pages per pageblock on x86-64 (2 MiB of 4 KiB pages), khugepaged's unit.
 const PAGEBLOCK_NR_PAGES: u64 = 512;
@@ -117,7 +118,7 @@ impl Guest {
             let floor = if self.cfg.replacement == Replacement::Linux { self.wmark.min } else { 0 };
             if self.pages.nr_free() > floor {
                 let p = self.pages.take_free(kind, owner, index).expect("free page");
-                let host = if env.host.back(self.id, p) { self.cfg.costs.host_back_ns } else { 0 };
+                let host = if env.host.access(self.id, p) == Access::NewFrame { self.cfg.costs.host_back_ns } else { 0 };
                 return Ok((p, spent + host));
             }
             if self.reclaim_in_flight() {
@@ -155,7 +156,7 @@ impl Guest {
             return None;
         }
         let p = self.pages.take_free(kind, owner, index)?;
-        env.host.back(self.id, p);
+        env.host.access(self.id, p);
         Some((p, spent))
     }
 

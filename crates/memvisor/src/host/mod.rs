@@ -1,13 +1,14 @@
-//! The host: machine frames, each guest's guest-physical -> machine map (p2m), per-VM resource
-//! settings, and admission control. Frames are backed lazily, when a guest first touches a page.
+//! The host: machine memory, each VM's physical-to-machine map ([`P2m`]), per-VM resource settings
+//! and admission control. Frames are counted, not named: a private frame is identified by the one
+//! page it backs. Guest pages are backed lazily, when the guest first touches them.
 
 mod admission;
-mod frames;
+mod p2m;
 
 pub use admission::{AdmissionVm, admit};
-pub use frames::{FrameOwner, Frames};
+pub use p2m::{Entry, P2m, PageState, flags};
 
-use crate::index::NONE;
+use crate::units::fmt_bytes;
 
 /// Per-VM resource settings (ESX terms; DESIGN.md section 4).
 #[derive(Clone, Debug, PartialEq)]
@@ -29,9 +30,8 @@ pub struct HostVm {
     pub name: String,
     /// Resource settings.
     pub res: VmResources,
-    /// Guest page -> machine frame, `NONE` when not backed.
-    p2m: Vec<u32>,
-    /// Frames backing guest pages (esxtop GRANT).
+    p2m: P2m,
+    /// Private frames backing guest pages (esxtop GRANT).
     pub granted: u64,
     /// Frames held as the VM's overhead memory.
     pub overhead_frames: u64,
@@ -39,10 +39,29 @@ pub struct HostVm {
     pub grant_limit: u64,
 }
 
+impl HostVm {
+    /// Where each guest page lives.
+    pub fn p2m(&self) -> &P2m {
+        &self.p2m
+    }
+}
+
+/// What a guest's access to one of its pages costs the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// The page is backed: nothing to do.
+    Ready,
+    /// The host backed the page now with a zeroed frame (the guest pays `host_back_ns`).
+    NewFrame,
+    /// The host cannot back the page; the run ends with `Host::fatal`.
+    Refused,
+}
+
 /// The host's memory.
 #[derive(Clone, Debug)]
 pub struct Host {
-    frames: Frames,
+    total: u64,
+    free: u64,
     vms: Vec<HostVm>,
     /// A condition that ends the run (machine memory exhausted with no host reclaim).
     pub fatal: Option<String>,
@@ -50,18 +69,16 @@ pub struct Host {
 
 impl Host {
     /// A host with `frames` machine frames and no VMs.
-    pub fn new(frames: u32) -> Self {
-        Self { frames: Frames::new(frames), vms: Vec::new(), fatal: None }
+    pub fn new(frames: u64) -> Self {
+        Self { total: frames, free: frames, vms: Vec::new(), fatal: None }
     }
 
     /// Powers on a VM of `memory_pages` guest pages, taking its overhead frames now.
     pub fn add_vm(&mut self, name: String, memory_pages: u32, res: VmResources) -> u32 {
         let id = self.vms.len() as u32;
-        let overhead_frames = crate::units::pages(res.overhead);
-        for _ in 0..overhead_frames {
-            self.frames.take(FrameOwner::Overhead(id));
-        }
-        self.vms.push(HostVm { name, p2m: vec![NONE; memory_pages as usize], granted: 0, overhead_frames, grant_limit: u64::MAX, res });
+        let overhead_frames = crate::units::pages(res.overhead).min(self.free);
+        self.free -= overhead_frames;
+        self.vms.push(HostVm { name, p2m: P2m::new(memory_pages), granted: 0, overhead_frames, grant_limit: u64::MAX, res });
         id
     }
 
@@ -77,80 +94,85 @@ impl Host {
 
     /// Machine frames in all.
     pub fn total_frames(&self) -> u64 {
-        self.frames.total()
+        self.total
     }
 
     /// Free machine frames.
     pub fn free_frames(&self) -> u64 {
-        self.frames.nr_free()
+        self.free
     }
 
-    /// Makes sure a guest page is backed by a frame; says whether it had to back it now. Running out
-    /// of frames (or past the VM's grant limit) with no host reclaim mechanism ends the run through
-    /// `fatal`, never a panic.
-    pub fn back(&mut self, vm: u32, ppn: u32) -> bool {
+    /// The guest of VM `vm` touches page `ppn`: backs it if it is not. Running out of frames (or
+    /// past the VM's grant limit) with no host reclaim mechanism ends the run through `fatal`,
+    /// never a panic.
+    #[inline]
+    pub fn access(&mut self, vm: u32, ppn: u32) -> Access {
         let v = &mut self.vms[vm as usize];
-        if v.p2m[ppn as usize] != NONE {
-            return false;
+        let e = v.p2m.get(ppn);
+        if e.is_backed() {
+            return Access::Ready;
         }
+        debug_assert_eq!(e.state(), PageState::Unbacked, "a guest touched a page in state {:?}", e.state());
         if v.granted >= v.grant_limit {
             self.fatal.get_or_insert_with(|| {
                 format!(
-                    "VM '{}' reached its grant limit of {} pages and the host has no reclaim mechanism to enforce it",
-                    v.name, v.grant_limit
+                    "VM '{}' reached its grant limit of {} and the host has no reclaim mechanism to enforce it",
+                    v.name,
+                    fmt_bytes(v.grant_limit * crate::units::PAGE_SIZE)
                 )
             });
-            return false;
+            return Access::Refused;
         }
-        match self.frames.take(FrameOwner::Guest(vm, ppn)) {
-            Some(f) => {
-                v.p2m[ppn as usize] = f;
-                v.granted += 1;
-                true
-            }
-            None => {
-                self.fatal.get_or_insert_with(|| {
-                    format!(
-                        "host machine memory exhausted ({} frames) while backing VM '{}': the configured guests need more \
-                         than the host has, and no host reclaim mechanism (balloon, host swap) is available to this policy",
-                        self.frames.total(),
-                        v.name
-                    )
-                });
-                false
-            }
+        if self.free == 0 {
+            self.fatal.get_or_insert_with(|| {
+                format!(
+                    "host machine memory exhausted ({}) while backing VM '{}': the configured guests need more than the \
+                     host has, and no host reclaim mechanism (balloon, host swap) is available to this policy",
+                    fmt_bytes(self.total * crate::units::PAGE_SIZE),
+                    v.name
+                )
+            });
+            return Access::Refused;
         }
+        self.free -= 1;
+        v.granted += 1;
+        v.p2m.set(ppn, Entry::new(PageState::Backed));
+        Access::NewFrame
+    }
+
+    /// Backs pages `start..end` of a VM at once (a kernel area its boot touches).
+    pub fn back_range(&mut self, vm: u32, start: u32, end: u32) {
+        let v = &mut self.vms[vm as usize];
+        let n = (end - start) as u64;
+        if n > self.free {
+            self.fatal.get_or_insert_with(|| format!("host machine memory exhausted while booting VM '{}'", v.name));
+            return;
+        }
+        debug_assert!((start..end).all(|p| v.p2m.get(p).state() == PageState::Unbacked));
+        v.p2m.set_range(start, end, Entry::new(PageState::Backed));
+        self.free -= n;
+        v.granted += n;
     }
 
     /// Whether a guest page is backed.
     #[inline]
     pub fn is_backed(&self, vm: u32, ppn: u32) -> bool {
-        self.vms[vm as usize].p2m[ppn as usize] != NONE
+        self.vms[vm as usize].p2m.get(ppn).is_backed()
     }
 
-    /// Checks that every frame is free or owned exactly once and that the maps agree.
+    /// Checks that every frame is free or owned exactly once: each VM's backed pages are its
+    /// granted frames, and granted, overhead and free frames add up to the machine's.
     pub fn check(&self) -> Result<(), String> {
-        self.frames.check()?;
-        for (id, v) in self.vms.iter().enumerate() {
-            let mut granted = 0;
-            for (ppn, &f) in v.p2m.iter().enumerate() {
-                if f == NONE {
-                    continue;
-                }
-                granted += 1;
-                let owner = self.frames.owner(f);
-                if owner != FrameOwner::Guest(id as u32, ppn as u32) {
-                    return Err(format!("VM {id} page {ppn} maps frame {f} owned by {owner:?}"));
-                }
+        let mut owned = 0;
+        for v in &self.vms {
+            let backed = v.p2m.iter().filter(|(_, e)| e.is_backed()).count() as u64;
+            if backed != v.granted {
+                return Err(format!("VM '{}': granted {} frames but {backed} pages are backed", v.name, v.granted));
             }
-            if granted != v.granted {
-                return Err(format!("VM {id}: granted {} but {granted} pages mapped", v.granted));
-            }
+            owned += v.granted + v.overhead_frames;
         }
-        let owned_overhead: u64 = self.vms.iter().map(|v| v.overhead_frames).sum();
-        let owned_guest: u64 = self.vms.iter().map(|v| v.granted).sum();
-        if owned_overhead + owned_guest + self.frames.nr_free() != self.frames.total() {
-            return Err("frames lost: owned + free != total".into());
+        if owned + self.free != self.total {
+            return Err(format!("frames lost: {owned} owned + {} free != {} in all", self.free, self.total));
         }
         Ok(())
     }
