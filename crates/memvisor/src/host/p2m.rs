@@ -154,7 +154,7 @@ impl P2m {
         let mut p = start;
         while p < end {
             let chunk_end = ((p as usize / CHUNK + 1) * CHUNK).min(end as usize) as u32;
-            if p as usize % CHUNK == 0 && chunk_end as usize - p as usize == CHUNK {
+            if (p as usize).is_multiple_of(CHUNK) && chunk_end as usize - p as usize == CHUNK {
                 self.chunks[p as usize / CHUNK] = Chunk::Uniform(e);
             } else {
                 for q in p..chunk_end {
