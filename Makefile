@@ -25,6 +25,7 @@ BENCH_TRACE := runs/bench/sort30k.mvtrace
 
 bench: setup $(BENCH_TRACE)
 	$(BIN)/memvisor bench
+	cargo run --release -q -p memvisor --example scale -- 1000 512MiB 8MiB
 	$(BIN)/memvisor trace bench $(BENCH_TRACE) --frames 32,64,128,256,509 --repeats 5
 
 $(BENCH_TRACE):

@@ -72,21 +72,19 @@ impl Bitmap {
         end - from
     }
 
-    /// First clear bit at or after `from`, wrapping around once; `None` if every bit is set.
-    pub fn next_zero_wrapping(&self, from: usize) -> Option<usize> {
-        let scan = |a: usize, b: usize| -> Option<usize> {
-            let mut i = a;
-            while i < b {
-                let w = !self.words[i >> 6] >> (i & 63);
-                if w != 0 {
-                    let j = i + w.trailing_zeros() as usize;
-                    return (j < b).then_some(j);
-                }
-                i = (i | 63) + 1;
+    /// First clear bit in `from..to`.
+    pub fn next_zero_in(&self, from: usize, to: usize) -> Option<usize> {
+        let to = to.min(self.len);
+        let mut i = from;
+        while i < to {
+            let w = !self.words[i >> 6] >> (i & 63);
+            if w != 0 {
+                let j = i + w.trailing_zeros() as usize;
+                return (j < to).then_some(j);
             }
-            None
-        };
-        scan(from, self.len).or_else(|| scan(0, from.min(self.len)))
+            i = (i | 63) + 1;
+        }
+        None
     }
 
     /// Number of set bits.
@@ -109,14 +107,15 @@ mod tests {
         assert_eq!(b.ones_from(10, 5), 5);
         assert_eq!(b.ones_from(9, 10), 0);
         assert_eq!(b.ones_from(140, 100), 10);
-        assert_eq!(b.next_zero_wrapping(10), Some(150));
+        assert_eq!(b.next_zero_in(10, 200), Some(150));
+        assert_eq!(b.next_zero_in(10, 150), None);
         let mut full = Bitmap::new(70);
         for i in 0..70 {
             full.set(i);
         }
-        assert_eq!(full.next_zero_wrapping(3), None);
+        assert_eq!(full.next_zero_in(3, 70), None);
         full.clear(1);
-        assert_eq!(full.next_zero_wrapping(3), Some(1));
+        assert_eq!(full.next_zero_in(0, 3), Some(1));
         assert_eq!(full.count_ones(), 69);
     }
 }

@@ -4,7 +4,8 @@
 use super::page::NONE;
 use crate::bitmap::Bitmap;
 
-/// A swap area on the guest's virtual disk, starting at byte 0 of the disk.
+/// A swap area on the guest's virtual disk, starting at byte 0 of the disk. Its tables cover the
+/// slots used so far (slots are allocated from the low end), so they grow with use.
 #[derive(Clone, Debug)]
 pub struct SwapArea {
     used: Bitmap,
@@ -12,6 +13,7 @@ pub struct SwapArea {
     written: Bitmap,
     /// Swap cache: the page holding each slot's contents in memory, or `NONE`.
     cache: Vec<u32>,
+    size: u32,
     cursor: usize,
     nr_used: u64,
 }
@@ -19,18 +21,12 @@ pub struct SwapArea {
 impl SwapArea {
     /// A swap area of `slots` pages.
     pub fn new(slots: u32) -> Self {
-        Self {
-            used: Bitmap::new(slots as usize),
-            written: Bitmap::new(slots as usize),
-            cache: vec![NONE; slots as usize],
-            cursor: 0,
-            nr_used: 0,
-        }
+        Self { used: Bitmap::default(), written: Bitmap::default(), cache: Vec::new(), size: slots, cursor: 0, nr_used: 0 }
     }
 
     /// Total slots.
     pub fn size(&self) -> u64 {
-        self.used.len() as u64
+        self.size as u64
     }
 
     /// Slots in use.
@@ -46,11 +42,25 @@ impl SwapArea {
     /// Allocates a slot. Allocation continues after the previous slot, so pages evicted together
     /// land next to each other and their writes merge, as the kernel's cluster allocator arranges.
     pub fn alloc(&mut self) -> Option<u32> {
-        let s = self.used.next_zero_wrapping(self.cursor)?;
+        if !self.has_free() {
+            return None;
+        }
+        let hw = self.used.len();
+        let s = match (self.cursor < hw).then(|| self.used.next_zero_in(self.cursor, hw)).flatten() {
+            Some(s) => s,
+            // Every slot past the tables' end is free.
+            None if self.cursor.max(hw) < self.size as usize => self.cursor.max(hw),
+            None => self.used.next_zero_in(0, self.cursor.min(hw)).expect("a free slot exists"),
+        };
+        if s >= hw {
+            self.used.grow(s + 1);
+            self.written.grow(s + 1);
+            self.cache.resize(s + 1, NONE);
+        }
         self.used.set(s);
         self.nr_used += 1;
         self.cursor = s + 1;
-        if self.cursor >= self.used.len() {
+        if self.cursor >= self.size as usize {
             self.cursor = 0;
         }
         Some(s as u32)
@@ -69,7 +79,7 @@ impl SwapArea {
 
     /// Whether a slot is allocated.
     pub fn is_used(&self, s: u32) -> bool {
-        self.used.get(s as usize)
+        (s as usize) < self.used.len() && self.used.get(s as usize)
     }
 
     /// Records that a slot's contents were written to the device.
@@ -79,7 +89,7 @@ impl SwapArea {
 
     /// Whether a slot's device copy is valid.
     pub fn is_written(&self, s: u32) -> bool {
-        self.written.get(s as usize)
+        (s as usize) < self.written.len() && self.written.get(s as usize)
     }
 
     /// Slots holding written data.
