@@ -1,5 +1,5 @@
-//! Runs a shipped case from the command line without Python: `cargo run --release --example
-//! run_case -- paging-stress [variant] [key=value ...]` prints each variant's report row and wall
+//! Runs a shipped case (or a scenario file) from the command line without Python: `cargo run
+//! --release --example run_case -- paging-stress [variant] [key=value ...]` prints each variant's report row and wall
 //! time; arguments with `=` are `--set` overrides.
 
 fn main() {
@@ -7,7 +7,8 @@ fn main() {
     let name = args.next().unwrap_or_else(|| "paging-stress".into());
     let (sets, rest): (Vec<String>, Vec<String>) = args.partition(|a| a.contains('='));
     let only = rest.first();
-    let text = memvisor::scenario::case_text(&name).expect("unknown case");
+    let file = std::fs::read_to_string(&name).ok();
+    let text = file.as_deref().or_else(|| memvisor::scenario::case_text(&name)).expect("unknown case or file");
     for s in memvisor::scenario::load(text, &name, &sets).unwrap_or_else(|e| panic!("{e}")) {
         if only.is_some_and(|v| s.variant.as_deref() != Some(v)) {
             continue;

@@ -76,7 +76,7 @@ impl Guest {
         }
         let mut spent = 0;
         if !self.kswapd_balanced() {
-            let mut sc = ScanControl::new(self.wmark.high.max(SWAP_CLUSTER_MAX), true);
+            let mut sc = ScanControl::new(self.wmark.high.max(SWAP_CLUSTER_MAX), true, now);
             sc.priority = self.kswapd.priority;
             self.shrink_node(&mut sc);
             self.finish_reclaim(&mut sc, now, env);

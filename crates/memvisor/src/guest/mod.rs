@@ -5,6 +5,7 @@
 //! Time flows only through the [`Env`]: the guest schedules its own future steps as events and
 //! submits I/O to its datastore's device queue.
 
+mod access;
 mod bio;
 mod check;
 mod filemap;

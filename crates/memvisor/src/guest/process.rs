@@ -106,6 +106,66 @@ pub struct SwapRa {
     pub hits: u32,
 }
 
+/// Most spans an `AheadLog` keeps; past that the process waits for the rest of the simulation
+/// instead of running ahead.
+const AHEAD_SPANS: usize = 16;
+
+/// A run of visits to consecutive pages of a region: the i-th visit (i < `n`) touches page
+/// `start + (first + i) mod pages` at time `t0 + i * cost`.
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    start: u32,
+    pages: u32,
+    first: u32,
+    n: u64,
+    t0: u64,
+    cost: u64,
+}
+
+/// References a process made ahead of the rest of the simulation. A vCPU may account resident
+/// hits up to its lookahead past the next event; a reader of accessed bits (reclaim) that runs at
+/// an earlier time must still see those references as made after it, or it would take for idle a
+/// page the process touched after the scan. The log keeps them as spans of a sweep, which is
+/// exact and small; other patterns do not run ahead.
+#[derive(Clone, Debug, Default)]
+pub struct AheadLog {
+    spans: Vec<Span>,
+}
+
+impl AheadLog {
+    /// Records `n` visits to consecutive pages of the region `[start, start + pages)` beginning at
+    /// page `first` at time `t0`, one every `cost` ns. Returns false (recording nothing) when full.
+    pub fn record(&mut self, start: u32, pages: u32, first: u32, n: u64, t0: u64, cost: u64) -> bool {
+        if self.spans.len() == AHEAD_SPANS {
+            return false;
+        }
+        self.spans.push(Span { start, pages, first, n, t0, cost });
+        true
+    }
+
+    /// Whether there is room for another span.
+    pub fn has_room(&self) -> bool {
+        self.spans.len() < AHEAD_SPANS
+    }
+
+    /// Forgets spans that ended by `t`: no reader can run before the event being handled.
+    pub fn prune(&mut self, t: u64) {
+        self.spans.retain(|s| s.t0 + s.n * s.cost > t);
+    }
+
+    /// Whether page `vpn` was referenced after time `t`.
+    pub fn touched_after(&self, vpn: u32, t: u64) -> bool {
+        self.spans.iter().any(|s| {
+            if vpn < s.start || vpn >= s.start + s.pages {
+                return false;
+            }
+            let k = ((vpn - s.start + s.pages - s.first) % s.pages) as u64;
+            // The last visit to the page in this span.
+            k < s.n && s.t0 + (k + (s.n - 1 - k) / s.pages as u64 * s.pages as u64) * s.cost > t
+        })
+    }
+}
+
 /// A process.
 pub struct Process {
     /// Index in the guest's process table.
@@ -134,6 +194,8 @@ pub struct Process {
     pub files: Vec<u32>,
     /// Index of the scenario workload this process runs.
     pub workload_index: usize,
+    /// References made ahead of the rest of the simulation.
+    pub ahead: AheadLog,
 }
 
 impl Process {
@@ -153,11 +215,36 @@ impl Process {
             swap_ra: SwapRa::default(),
             files: Vec::new(),
             workload_index,
+            ahead: AheadLog::default(),
         }
     }
 
     /// Whether the process has ended (exited or killed).
     pub fn ended(&self) -> bool {
         matches!(self.state, ProcState::Exited | ProcState::Killed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ahead_spans_know_each_pages_last_visit() {
+        let mut log = AheadLog::default();
+        // A 10-page region at vpn 100, swept from page 7 for 25 visits at 1 ns each from t = 1000:
+        // pages 7, 8, 9, 0, ..., 9, 0, 1; page 7's last visit is the 21st (t = 1020), page 2's the
+        // 16th (t = 1015), page 1's the 25th (t = 1024).
+        assert!(log.record(100, 10, 7, 25, 1000, 1));
+        assert!(log.touched_after(107, 1019) && !log.touched_after(107, 1020));
+        assert!(log.touched_after(102, 1014) && !log.touched_after(102, 1015));
+        assert!(log.touched_after(101, 1023) && !log.touched_after(101, 1024));
+        assert!(!log.touched_after(99, 0) && !log.touched_after(110, 0), "outside the region");
+        log.prune(1025);
+        assert!(!log.touched_after(101, 0), "a span that ended is forgotten");
+        for _ in 0..AHEAD_SPANS {
+            assert!(log.record(0, 1, 0, 1, 0, 1));
+        }
+        assert!(!log.record(0, 1, 0, 1, 0, 1), "the log is bounded");
     }
 }

@@ -10,15 +10,11 @@
 use std::collections::VecDeque;
 
 use super::filemap::Progress;
-use super::lru::LruList;
-use super::memory::Touch;
 use super::page::NONE;
-use super::page::PG_DIRTY;
-use super::process::{PTE_MASK, PTE_PRESENT, ProcState};
-use super::{Env, Guest, Replacement};
+use super::process::ProcState;
+use super::{Env, Guest};
 use crate::clock::Event;
-use crate::trace::{ID_MASK, Trace, WRITE};
-use crate::workloads::{Op, xorshift64star};
+use crate::workloads::Op;
 
 /// One vCPU.
 #[derive(Clone, Debug)]
@@ -127,6 +123,7 @@ impl Guest {
 
     /// Runs one process's operations from `now` until `end` or until it stops running.
     fn run_process(&mut self, pid: u32, mut now: u64, end: u64, env: &mut Env) -> (u64, Ran) {
+        self.procs[pid as usize].ahead.prune(now);
         loop {
             if self.procs[pid as usize].ended() {
                 return (now, Ran::Off);
@@ -136,10 +133,7 @@ impl Guest {
             }
             let proc = &mut self.procs[pid as usize];
             let mut op = proc.op.take().unwrap_or_else(|| proc.workload.next_op());
-            let local = matches!(
-                op,
-                Op::Touch { .. } | Op::TouchRandom { .. } | Op::Replay { .. } | Op::Compute { .. } | Op::Map { .. } | Op::Mark { .. }
-            );
+            let local = matches!(op, Op::Access { .. } | Op::Compute { .. } | Op::Map { .. } | Op::Mark { .. });
             if !local && !Self::in_order(now, env) {
                 proc.op = Some(op);
                 return (now, Ran::Resync);
@@ -154,17 +148,9 @@ impl Guest {
                     self.zap_region(pid, r);
                     Progress::Done
                 }
-                Op::Touch { region, first, count, refs, write } => {
+                Op::Access { region, pattern } => {
                     let r = *region;
-                    self.touch_range(pid, r, first, count, *refs, *write, &mut now, end, env)
-                }
-                Op::Replay { region, trace, pos, loops, compute_ns } => {
-                    let (r, c) = (*region, *compute_ns);
-                    self.replay(pid, r, trace, pos, loops, c, &mut now, end, env)
-                }
-                Op::TouchRandom { region, state, count, write } => {
-                    let (r, w) = (*region, *write);
-                    self.touch_random(pid, r, state, count, w, &mut now, end, env)
+                    self.access(pid, r, pattern, &mut now, end, env)
                 }
                 Op::CreateFile { pages } => {
                     let n = *pages;
@@ -221,208 +207,6 @@ impl Guest {
                 }
                 Progress::Killed => return (now, Ran::Off),
             }
-        }
-    }
-
-    /// Sweeps a region: runs of pages whose fast bit says a reference changes nothing are
-    /// accounted in bulk (time, touches); every other page takes the fault path.
-    #[allow(clippy::too_many_arguments)]
-    fn touch_range(
-        &mut self,
-        pid: u32,
-        region: u32,
-        first: &mut u32,
-        count: &mut u64,
-        refs: u32,
-        write: bool,
-        now: &mut u64,
-        end: u64,
-        env: &mut Env,
-    ) -> Progress {
-        let r = self.procs[pid as usize].mm.regions[region as usize];
-        let visit = refs as u64 * self.cfg.costs.dram_access_ns;
-        let fast = self.cfg.replacement == Replacement::Linux && visit > 0;
-        while *count > 0 {
-            if *now >= end {
-                return Progress::Yield;
-            }
-            if fast {
-                let budget = (end - *now).div_ceil(visit).min(*count).min((r.pages - *first) as u64);
-                let mm = &self.procs[pid as usize].mm;
-                let bits = if write { &mm.wfast } else { &mm.rfast };
-                let run = bits.ones_from((r.start + *first) as usize, budget as usize) as u64;
-                if run > 0 {
-                    let mut n = run;
-                    *first += run as u32;
-                    if *first == r.pages {
-                        *first = 0;
-                        // A whole clean pass: nothing can change until the window ends, so the
-                        // passes that fit are clean too.
-                        if run == r.pages as u64 {
-                            let after = *now + run * visit;
-                            let left = end.saturating_sub(after).div_ceil(visit).min(*count - run);
-                            n += left - left % r.pages as u64;
-                        }
-                    }
-                    *now += n * visit;
-                    *count -= n;
-                    self.procs[pid as usize].stats.touches += n * refs as u64;
-                    continue;
-                }
-            }
-            let vpn = r.start + *first;
-            if let Err(p) = self.reference_slow(pid, vpn, write, refs, now, env) {
-                return p;
-            }
-            self.procs[pid as usize].stats.touches += refs as u64;
-            *first += 1;
-            if *first == r.pages {
-                *first = 0;
-            }
-            *count -= 1;
-        }
-        Progress::Done
-    }
-
-    /// Replays a trace: runs of references that change nothing but recency (a fast bit in Linux
-    /// mode; a mapped page in exact-LRU mode, moved to the head of the recency list) are accounted
-    /// in a tight loop; the others take the fault path.
-    #[allow(clippy::too_many_arguments)]
-    fn replay(
-        &mut self,
-        pid: u32,
-        region: u32,
-        trace: &Trace,
-        pos: &mut usize,
-        loops: &mut u64,
-        compute: u64,
-        now: &mut u64,
-        end: u64,
-        env: &mut Env,
-    ) -> Progress {
-        let base = self.procs[pid as usize].mm.regions[region as usize].start;
-        let refs = trace.refs();
-        let hit = self.cfg.costs.dram_access_ns + compute;
-        let fast = self.cfg.replacement == Replacement::Linux;
-        loop {
-            if *pos == refs.len() {
-                *loops -= 1;
-                if *loops == 0 {
-                    return Progress::Done;
-                }
-                *pos = 0;
-            }
-            if *now >= end {
-                return Progress::Yield;
-            }
-            let budget = (end - *now).div_ceil(hit.max(1)) as usize;
-            let stop = refs.len().min(*pos + budget);
-            let mut i = *pos;
-            let mm = &self.procs[pid as usize].mm;
-            if fast {
-                while i < stop {
-                    let r = refs[i];
-                    let vpn = (base + (r & ID_MASK)) as usize;
-                    let ok = if r & WRITE != 0 { mm.wfast.get(vpn) } else { mm.rfast.get(vpn) };
-                    if !ok {
-                        break;
-                    }
-                    i += 1;
-                }
-            } else {
-                // Exact LRU: a reference to a mapped page moves it to the head; writes that must
-                // dirty the page or drop its swap copy take the slow path below.
-                let (lru, pages) = (&mut self.lru, &self.pages);
-                while i < stop {
-                    let r = refs[i];
-                    let pte = mm.pte[(base + (r & ID_MASK)) as usize];
-                    if pte & PTE_PRESENT == 0 {
-                        break;
-                    }
-                    let p = pte & PTE_MASK;
-                    if r & WRITE != 0 && (!pages.has(p, PG_DIRTY) || pages.swap[p as usize] != NONE) {
-                        break;
-                    }
-                    lru.touch_head(LruList::Exact, p);
-                    i += 1;
-                }
-            }
-            let n = (i - *pos) as u64;
-            if n > 0 {
-                *now += n * hit;
-                self.procs[pid as usize].stats.touches += n;
-                *pos = i;
-                continue;
-            }
-            let r = refs[*pos];
-            let vpn = base + (r & ID_MASK);
-            if let Err(p) = self.reference_slow(pid, vpn, r & WRITE != 0, 1, now, env) {
-                return p;
-            }
-            *now += compute;
-            self.procs[pid as usize].stats.touches += 1;
-            *pos += 1;
-        }
-    }
-
-    /// References pages drawn at random: a hit on a fast page is accounted in place; the others
-    /// take the fault path. The generator only advances once a reference is done, so a blocked
-    /// reference is retried on the same page.
-    #[allow(clippy::too_many_arguments)]
-    fn touch_random(
-        &mut self,
-        pid: u32,
-        region: u32,
-        state: &mut u64,
-        count: &mut u64,
-        write: bool,
-        now: &mut u64,
-        end: u64,
-        env: &mut Env,
-    ) -> Progress {
-        let r = self.procs[pid as usize].mm.regions[region as usize];
-        let hit = self.cfg.costs.dram_access_ns;
-        let fast = self.cfg.replacement == Replacement::Linux;
-        while *count > 0 {
-            if *now >= end {
-                return Progress::Yield;
-            }
-            let mut next = *state;
-            let vpn = r.start + (xorshift64star(&mut next) % r.pages as u64) as u32;
-            let mm = &self.procs[pid as usize].mm;
-            let is_fast = fast && if write { mm.wfast.get(vpn as usize) } else { mm.rfast.get(vpn as usize) };
-            if is_fast {
-                *now += hit;
-            } else {
-                if let Err(p) = self.reference_slow(pid, vpn, write, 1, now, env) {
-                    return p;
-                }
-            }
-            *state = next;
-            *count -= 1;
-            self.procs[pid as usize].stats.touches += 1;
-        }
-        Progress::Done
-    }
-
-    /// A reference the fast path could not account, shared by the sweeps, the trace replay and
-    /// the random references. A fault must see the rest of the simulation up to `now`, so one that
-    /// would come early yields (`Resync`); re-referencing a mapped page only sets its bits, like a
-    /// hit, and needs no such wait. On success `now` has advanced by the reference's cost.
-    fn reference_slow(&mut self, pid: u32, vpn: u32, write: bool, refs: u32, now: &mut u64, env: &mut Env) -> Result<(), Progress> {
-        if self.procs[pid as usize].mm.pte[vpn as usize] & PTE_PRESENT == 0 && !Self::in_order(*now, env) {
-            return Err(Progress::Resync);
-        }
-        match self.touch_slow(pid, vpn, write, refs, *now, env) {
-            Touch::Done(ns) => {
-                *now += ns;
-                Ok(())
-            }
-            Touch::Blocked(ns) => {
-                *now += ns;
-                Err(Progress::Blocked)
-            }
-            Touch::Killed => Err(Progress::Killed),
         }
     }
 

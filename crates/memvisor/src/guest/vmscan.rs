@@ -33,6 +33,8 @@ pub(super) struct ScanControl {
     pub priority: u32,
     /// kswapd or direct reclaim.
     pub kswapd: bool,
+    /// When the scan runs: references processes made after it count as made after the scan.
+    pub now: u64,
     /// Pages freed.
     pub nr_reclaimed: u64,
     /// Pages whose write-out started; they are freed when it completes.
@@ -46,11 +48,12 @@ pub(super) struct ScanControl {
 }
 
 impl ScanControl {
-    pub(super) fn new(nr_to_reclaim: u64, kswapd: bool) -> Self {
+    pub(super) fn new(nr_to_reclaim: u64, kswapd: bool, now: u64) -> Self {
         Self {
             nr_to_reclaim,
             priority: DEF_PRIORITY,
             kswapd,
+            now,
             nr_reclaimed: 0,
             nr_writeback: 0,
             nr_scanned: 0,
@@ -183,25 +186,31 @@ impl Guest {
         }
     }
 
-    /// Clears the accessed bit of a mapped anonymous page; says whether it was set.
-    fn test_clear_young(&mut self, p: u32) -> bool {
+    /// Clears the accessed bit of a mapped anonymous page at time `now`; says whether it was set.
+    /// If the owner, running ahead, referenced the page after `now`, the bit is set again at once:
+    /// the scan saw it set, and the later reference set it anew.
+    fn test_clear_young(&mut self, p: u32, now: u64) -> bool {
         if !self.pages.has(p, PG_MAPPED) || !self.pages.test_and_clear(p, PG_YOUNG) {
             return false;
         }
         let (pid, vpn) = (self.pages.owner[p as usize], self.pages.index[p as usize]);
-        self.procs[pid as usize].mm.set_fast(vpn, false, false);
+        if self.procs[pid as usize].ahead.touched_after(vpn, now) {
+            self.pages.set(p, PG_YOUNG);
+        } else {
+            self.procs[pid as usize].mm.set_fast(vpn, false, false);
+        }
         true
     }
 
     /// `shrink_active_list`: move pages from the tail of an active list to the inactive list,
     /// clearing their accessed bits (referenced ones count as rotated).
-    fn shrink_active_list(&mut self, l: LruList, n: u64, _sc: &mut ScanControl) {
+    fn shrink_active_list(&mut self, l: LruList, n: u64, sc: &mut ScanControl) {
         let t = l.is_file() as usize;
         for _ in 0..n.min(self.lru.len(l)) {
             let Some(p) = self.lru.tail(l) else { break };
             self.vmstat.inc(Counter::PgRefill);
             self.reclaim_stat.scanned[t] += 1;
-            if self.test_clear_young(p) {
+            if self.test_clear_young(p, sc.now) {
                 self.reclaim_stat.rotated[t] += 1;
             }
             self.lru.move_head(LruList::inactive(l.is_file()), p);
@@ -210,8 +219,8 @@ impl Guest {
     }
 
     /// `folio_check_references`.
-    fn check_references(&mut self, p: u32, file: bool) -> Verdict {
-        let young = self.test_clear_young(p);
+    fn check_references(&mut self, p: u32, file: bool, now: u64) -> Verdict {
+        let young = self.test_clear_young(p, now);
         let referenced = self.pages.test_and_clear(p, PG_REFERENCED);
         if young {
             // A mapped page starts with the reference of the fault that created it, so it must be
@@ -239,7 +248,7 @@ impl Guest {
                 self.lru.move_head(l, p);
                 continue;
             }
-            match self.check_references(p, file) {
+            match self.check_references(p, file, sc.now) {
                 Verdict::Activate => {
                     self.lru.move_head(LruList::active(file), p);
                     self.vmstat.inc(Counter::PgActivate);
@@ -331,7 +340,7 @@ impl Guest {
     /// Direct reclaim (`try_to_free_pages`): the allocating process scans from DEF_PRIORITY down
     /// until SWAP_CLUSTER_MAX pages are freed or on their way. Returns the pages scanned.
     pub(super) fn try_to_free_pages(&mut self, now: u64, env: &mut Env) -> u64 {
-        let mut sc = ScanControl::new(SWAP_CLUSTER_MAX, false);
+        let mut sc = ScanControl::new(SWAP_CLUSTER_MAX, false, now);
         for prio in (0..=DEF_PRIORITY).rev() {
             sc.priority = prio;
             self.shrink_node(&mut sc);
@@ -458,7 +467,7 @@ mod tests {
         sim.with_guest(0, |g, env| {
             let pages: Vec<u32> = g.lru.iter(LruList::InactiveAnon).collect();
             assert_eq!(pages.len(), 100, "the idle footprint starts on the inactive list");
-            let mut sc = ScanControl::new(1_000, true);
+            let mut sc = ScanControl::new(1_000, true, 10_000_000);
             g.shrink_inactive_list(LruList::InactiveAnon, 100, &mut sc);
             assert_eq!(g.lru.len(LruList::ActiveAnon), 0, "one reference (the fault's) must not activate");
             assert!(pages.iter().all(|&p| g.pages.has(p, PG_REFERENCED) && g.lru.list_of(p) == Some(LruList::InactiveAnon)));
@@ -473,5 +482,32 @@ mod tests {
             g.finish_reclaim(&mut sc, 10_000_000, env);
         });
         sim.check_invariants().unwrap();
+    }
+
+    /// A vCPU that ran ahead recorded its sweep; a scan at an earlier time finds those pages young
+    /// and leaves them young (and fast), while pages the sweep passed before the scan lose the bit.
+    #[test]
+    fn a_scan_sees_references_made_ahead_of_it() {
+        let text = "name = \"t\"\nduration = \"1s\"\n[host]\nmemory = \"1GiB\"\n[[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
+                    [[vm]]\nname = \"g\"\nmemory = \"128MiB\"\ndatastore = \"d\"\n\
+                    workload = { kind = \"idle\", footprint = \"100 pages\" }\n";
+        let s = crate::scenario::load(text, "t", &[]).unwrap().remove(0);
+        let mut sim = Simulation::new(&s).unwrap();
+        sim.run_until(10_000_000).unwrap();
+        sim.with_guest(0, |g, env| {
+            let pages: Vec<u32> = g.lru.iter(LruList::InactiveAnon).collect();
+            let (pid, start) = (g.pages.owner[pages[0] as usize], g.procs[0].mm.regions[0].start);
+            // From t = 20 ms, one visit every 10 ns from page 0: pages 0..50 are visited by 20.0005 ms.
+            g.procs[pid as usize].ahead.record(start, 100, 0, 50, 20_000_000, 10);
+            let mut sc = ScanControl::new(1_000, true, 20_000_250);
+            g.shrink_inactive_list(LruList::InactiveAnon, 100, &mut sc);
+            for &p in &pages {
+                let vpn = g.pages.index[p as usize] - start;
+                let after = vpn < 50 && 20_000_000 + vpn as u64 * 10 > 20_000_250;
+                assert_eq!(g.pages.has(p, PG_YOUNG), after, "page {vpn}");
+                assert_eq!(g.procs[pid as usize].mm.rfast.get((start + vpn) as usize), after, "page {vpn}");
+            }
+            g.finish_reclaim(&mut sc, 20_000_250, env);
+        });
     }
 }

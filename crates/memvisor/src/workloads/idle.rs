@@ -2,7 +2,7 @@
 //! active set of it (or, with no active set, sleeps for good). The rest goes cold, which is what
 //! makes idle guests cheap to reclaim.
 
-use super::{Op, Workload};
+use super::{Op, Pattern, Workload};
 
 /// The idle workload.
 #[derive(Clone, Debug, PartialEq)]
@@ -28,10 +28,10 @@ impl Workload for Idle {
         self.step += 1;
         match self.step {
             1 => Op::Map { pages: self.footprint_pages },
-            2 => Op::Touch { region: 0, first: 0, count: self.footprint_pages as u64, refs: 1, write: true },
+            2 => Op::Access { region: 0, pattern: Pattern::Sweep { first: 0, count: self.footprint_pages as u64, refs: 1, write: true } },
             _ if self.active_pages == 0 => Op::Sleep { ns: u64::MAX / 4 },
             s if s % 2 == 1 => Op::Sleep { ns: self.period_ns },
-            _ => Op::Touch { region: 0, first: 0, count: self.active_pages as u64, refs: 1, write: false },
+            _ => Op::Access { region: 0, pattern: Pattern::Sweep { first: 0, count: self.active_pages as u64, refs: 1, write: false } },
         }
     }
 }

@@ -4,15 +4,17 @@
 //! A workload is pure: it never sees simulator state, only the order of its own operations, so the
 //! same workload could drive a real process.
 
+mod access;
 mod fileio;
 mod idle;
 mod random;
 mod stress;
 mod trace;
 
+pub use access::{Pattern, Ref, xorshift64star};
 pub use fileio::FileIo;
 pub use idle::Idle;
-pub use random::{Random, xorshift64star};
+pub use random::Random;
 pub use stress::Stress;
 pub use trace::{Replayer, TraceReplay};
 
@@ -37,30 +39,12 @@ pub enum Op {
         /// Region number.
         region: u32,
     },
-    /// Visit `count` pages of a region in address order starting at page `first`, wrapping at the
-    /// region's end, with `refs` references per visit (`u64::MAX` visits: forever).
-    Touch {
+    /// Reference the pages of a region in the pattern's order.
+    Access {
         /// Region number.
         region: u32,
-        /// Page within the region where the sweep stands.
-        first: u32,
-        /// Page visits still to do.
-        count: u64,
-        /// Memory references per visit.
-        refs: u32,
-        /// Whether the references store.
-        write: bool,
-    },
-    /// Make `count` references to pages of a region drawn uniformly by xorshift64* from `state`.
-    TouchRandom {
-        /// Region number.
-        region: u32,
-        /// Generator state.
-        state: u64,
-        /// References still to do.
-        count: u64,
-        /// Whether the references store.
-        write: bool,
+        /// The order of references, with its progress.
+        pattern: Pattern,
     },
     /// Create an empty file of `pages` pages on the guest's file system; files are numbered 0, 1, ...
     CreateFile {
@@ -99,20 +83,6 @@ pub enum Op {
     Sleep {
         /// Time to sleep.
         ns: u64,
-    },
-    /// Replay a trace's references on a region mapped for it, `loops` times, spending
-    /// `compute_ns` of CPU between references.
-    Replay {
-        /// Region number (one page per distinct trace page).
-        region: u32,
-        /// The trace.
-        trace: Arc<Trace>,
-        /// Next reference.
-        pos: usize,
-        /// Passes left, including the current one.
-        loops: u64,
-        /// CPU time between references.
-        compute_ns: u64,
     },
     /// Record the current time under a label (phase boundaries for the summary).
     Mark {

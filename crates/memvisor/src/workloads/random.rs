@@ -3,7 +3,7 @@
 //! native program uses too, so both see the same sequence. The generator's seed derives from the
 //! scenario's seed unless the workload pins it (as the validation does, to match the native run).
 
-use super::{Op, Workload};
+use super::{Op, Pattern, Workload};
 
 /// The random workload.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,21 +34,15 @@ impl Random {
     }
 }
 
-/// One step of xorshift64* (Vigna 2016): returns the output, advances the state.
-pub fn xorshift64star(state: &mut u64) -> u64 {
-    *state ^= *state >> 12;
-    *state ^= *state << 25;
-    *state ^= *state >> 27;
-    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
-}
-
 impl Workload for Random {
     fn next_op(&mut self) -> Op {
         self.step += 1;
         match self.step {
             1 => Op::Map { pages: self.pages },
-            2 => Op::Touch { region: 0, first: 0, count: self.pages as u64, refs: 1, write: true },
-            3 if self.touches > 0 => Op::TouchRandom { region: 0, state: self.state, count: self.touches, write: self.write },
+            2 => Op::Access { region: 0, pattern: Pattern::Sweep { first: 0, count: self.pages as u64, refs: 1, write: true } },
+            3 if self.touches > 0 => {
+                Op::Access { region: 0, pattern: Pattern::Random { state: self.state, count: self.touches, write: self.write } }
+            }
             _ => Op::Exit,
         }
     }
@@ -56,7 +50,7 @@ impl Workload for Random {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::workloads::xorshift64star;
 
     #[test]
     fn matches_the_native_program() {

@@ -2,7 +2,7 @@
 //! in each page in turn (`virtualMemory[i].buf[j]++`). Each loop iteration is one store to a
 //! different page, so one pass references every page once.
 
-use super::{Op, Workload};
+use super::{Op, Pattern, Workload};
 
 /// The stress workload.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,7 +31,10 @@ impl Workload for Stress {
         self.step += 1;
         match self.step {
             1 => Op::Map { pages: self.pages },
-            2 => Op::Touch { region: 0, first: 0, count: self.passes.map_or(u64::MAX, |p| p * self.pages as u64), refs: 1, write: true },
+            2 => Op::Access {
+                region: 0,
+                pattern: Pattern::Sweep { first: 0, count: self.passes.map_or(u64::MAX, |p| p * self.pages as u64), refs: 1, write: true },
+            },
             _ => Op::Exit,
         }
     }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Op, Workload};
+use super::{Op, Pattern, Workload};
 use crate::trace::Trace;
 
 /// The trace workload as a scenario configures it.
@@ -38,9 +38,10 @@ impl Workload for Replayer {
         self.step += 1;
         match self.step {
             1 => Op::Map { pages: self.trace.n_pages() },
-            2 if !self.trace.refs().is_empty() => {
-                Op::Replay { region: 0, trace: self.trace.clone(), pos: 0, loops: self.spec.loops, compute_ns: self.spec.compute_ns }
-            }
+            2 if !self.trace.refs().is_empty() => Op::Access {
+                region: 0,
+                pattern: Pattern::Trace { trace: self.trace.clone(), pos: 0, loops: self.spec.loops, compute_ns: self.spec.compute_ns },
+            },
             _ => Op::Exit,
         }
     }

@@ -1,0 +1,224 @@
+//! Access patterns: the order in which a process references the pages of a region. A pattern only
+//! says which page comes next and moves on when told; the guest decides what each reference costs.
+//! Sweeps also say how many consecutive pages follow, so a run of resident pages can be accounted
+//! in one step.
+
+use std::sync::Arc;
+
+use crate::trace::{ID_MASK, Trace, WRITE};
+
+/// One reference: a page of the region, whether it stores, how many memory references the visit
+/// makes, and CPU time the process spends after it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ref {
+    /// Page within the region.
+    pub page: u32,
+    /// Whether the references store.
+    pub write: bool,
+    /// Memory references the visit makes.
+    pub refs: u32,
+    /// CPU time after the visit, ns.
+    pub compute_ns: u64,
+}
+
+/// How a process references a region.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Pattern {
+    /// Visit pages in address order from `first`, wrapping at the region's end, `count` visits of
+    /// `refs` references each (`u64::MAX`: forever). Seed 003's loop, `stress --vm`, `idle`.
+    Sweep {
+        /// Page where the sweep stands.
+        first: u32,
+        /// Visits still to do.
+        count: u64,
+        /// Memory references per visit.
+        refs: u32,
+        /// Whether the references store.
+        write: bool,
+    },
+    /// `count` references to pages drawn uniformly by xorshift64* from `state`.
+    Random {
+        /// Generator state.
+        state: u64,
+        /// References still to do.
+        count: u64,
+        /// Whether the references store.
+        write: bool,
+    },
+    /// A recorded trace, `loops` times over, `compute_ns` of CPU between references.
+    Trace {
+        /// The trace (one region page per distinct trace page).
+        trace: Arc<Trace>,
+        /// Next reference.
+        pos: usize,
+        /// Passes left, including the current one.
+        loops: u64,
+        /// CPU time between references.
+        compute_ns: u64,
+    },
+}
+
+/// One step of xorshift64* (Vigna 2016): returns the output, advances the state.
+#[inline]
+pub fn xorshift64star(state: &mut u64) -> u64 {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+}
+
+impl Pattern {
+    /// The next reference in a region of `pages` pages, or `None` when the pattern is done.
+    #[inline]
+    pub fn peek(&self, pages: u32) -> Option<Ref> {
+        match self {
+            Self::Sweep { first, count, refs, write } => {
+                (*count > 0).then_some(Ref { page: *first, write: *write, refs: *refs, compute_ns: 0 })
+            }
+            Self::Random { state, count, write } => {
+                let mut s = *state;
+                (*count > 0).then(|| Ref { page: (xorshift64star(&mut s) % pages as u64) as u32, write: *write, refs: 1, compute_ns: 0 })
+            }
+            Self::Trace { trace, pos, loops, compute_ns } => {
+                let refs = trace.refs();
+                if *loops == 0 || refs.is_empty() {
+                    return None;
+                }
+                let r = refs[*pos];
+                Some(Ref { page: r & ID_MASK, write: r & WRITE != 0, refs: 1, compute_ns: *compute_ns })
+            }
+        }
+    }
+
+    /// Moves past the reference `peek` returned.
+    #[inline]
+    pub fn advance(&mut self, pages: u32) {
+        match self {
+            Self::Sweep { first, count, .. } => {
+                *first = if *first + 1 == pages { 0 } else { *first + 1 };
+                *count -= 1;
+            }
+            Self::Random { state, count, .. } => {
+                xorshift64star(state);
+                *count -= 1;
+            }
+            Self::Trace { trace, pos, loops, .. } => {
+                *pos += 1;
+                if *pos == trace.refs().len() {
+                    *pos = 0;
+                    *loops -= 1;
+                }
+            }
+        }
+    }
+
+    /// For a sweep: how many consecutive pages (from `peek`'s page up to the region's end) the
+    /// next visits take, at most `max`. Other patterns: 0.
+    #[inline]
+    pub fn sequential(&self, pages: u32, max: u64) -> u64 {
+        match self {
+            Self::Sweep { first, count, .. } => (*count).min((pages - *first) as u64).min(max),
+            _ => 0,
+        }
+    }
+
+    /// For a sweep: skips `n` visits at once (`n` may span several passes over the region).
+    pub fn skip(&mut self, pages: u32, n: u64) {
+        if let Self::Sweep { first, count, .. } = self {
+            *first = ((*first as u64 + n) % pages as u64) as u32;
+            *count -= n;
+        }
+    }
+
+    /// Takes references while `hit` says a reference changes nothing but time (and whatever `hit`
+    /// itself does), at most `budget` of them; returns how many were taken. Each pattern runs its
+    /// own tight loop: this is the hot path of every simulation.
+    #[inline]
+    pub fn hits(&mut self, pages: u32, budget: u64, mut hit: impl FnMut(u32, bool) -> bool) -> u64 {
+        let mut n = 0;
+        match self {
+            Self::Sweep { first, count, write, .. } => {
+                let budget = budget.min(*count);
+                while n < budget && hit(*first, *write) {
+                    *first = if *first + 1 == pages { 0 } else { *first + 1 };
+                    n += 1;
+                }
+                *count -= n;
+            }
+            Self::Random { state, count, write } => {
+                let budget = budget.min(*count);
+                while n < budget {
+                    let mut next = *state;
+                    let page = (xorshift64star(&mut next) % pages as u64) as u32;
+                    if !hit(page, *write) {
+                        break;
+                    }
+                    *state = next;
+                    n += 1;
+                }
+                *count -= n;
+            }
+            Self::Trace { trace, pos, loops, .. } => {
+                let refs = trace.refs();
+                while n < budget && *loops > 0 {
+                    let stop = refs.len().min(*pos + (budget - n) as usize);
+                    let start = *pos;
+                    while *pos < stop {
+                        let r = refs[*pos];
+                        if !hit(r & ID_MASK, r & WRITE != 0) {
+                            break;
+                        }
+                        *pos += 1;
+                    }
+                    n += (*pos - start) as u64;
+                    if *pos < refs.len() {
+                        break;
+                    }
+                    *pos = 0;
+                    *loops -= 1;
+                }
+            }
+        }
+        n
+    }
+
+    /// Visits left for a sweep (`u64::MAX` forever); references left otherwise.
+    pub fn remaining(&self) -> u64 {
+        match self {
+            Self::Sweep { count, .. } | Self::Random { count, .. } => *count,
+            Self::Trace { trace, pos, loops, .. } => {
+                (*loops).saturating_sub(1) * trace.refs().len() as u64 + (trace.refs().len() - *pos) as u64
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sweeps_wrap_and_skip_whole_passes() {
+        let mut p = Pattern::Sweep { first: 3, count: 10, refs: 2, write: true };
+        assert_eq!(p.sequential(5, 100), 2, "two pages to the region's end");
+        p.advance(5);
+        p.advance(5);
+        assert_eq!(p.peek(5).map(|r| r.page), Some(0), "wrapped");
+        p.skip(5, 7);
+        assert_eq!(p, Pattern::Sweep { first: 2, count: 1, refs: 2, write: true });
+        p.advance(5);
+        assert_eq!(p.peek(5), None);
+    }
+
+    #[test]
+    fn random_references_follow_xorshift_and_advance_only_when_told() {
+        let mut p = Pattern::Random { state: 42, count: 3, write: false };
+        let mut s = 42;
+        let expect = (xorshift64star(&mut s) % 1000) as u32;
+        assert_eq!(p.peek(1000).unwrap().page, expect);
+        assert_eq!(p.peek(1000).unwrap().page, expect, "peek does not advance");
+        p.advance(1000);
+        assert_eq!(p.peek(1000).unwrap().page, (xorshift64star(&mut s) % 1000) as u32);
+        assert_eq!(p.remaining(), 2);
+    }
+}
