@@ -23,6 +23,7 @@ pub mod policy;
 pub mod rng;
 pub mod scenario;
 pub mod simulation;
+pub mod slots;
 pub mod summary;
 pub mod trace;
 pub mod units;

@@ -9,7 +9,7 @@ use crate::clock::{Event, EventQueue};
 use crate::controller::{Controller, DecisionRecord};
 use crate::devices::Datastore;
 use crate::guest::{Env, Guest, ProcState};
-use crate::host::{AdmissionVm, Host, VmResources, admit};
+use crate::host::{AdmissionVm, Compressibility, Host, VmResources, admit};
 use crate::metrics::{self, TimeSeries};
 use crate::policy;
 use crate::scenario::Scenario;
@@ -50,18 +50,29 @@ impl Simulation {
     pub fn with_traces(s: &Scenario, traces: TraceSource) -> Result<Self, String> {
         let adm: Vec<AdmissionVm> =
             s.vms.iter().map(|v| AdmissionVm { name: v.guest.name.clone(), reservation: v.reservation, overhead: v.overhead }).collect();
-        admit(s.host.memory, &adm)?;
+        admit(s.host.memory - s.host.hypervisor, &adm)?;
         let frames = s.host.memory / PAGE_SIZE;
-        if frames > (u32::MAX - 2) as u64 {
-            return Err(format!("host memory {} is too large to simulate", units::fmt_bytes(s.host.memory)));
-        }
         let mut host = Host::new(frames);
+        host.swap_enabled = s.host.swap;
+        host.costs = s.host.costs.clone();
+        host.reserve_hypervisor(units::pages(s.host.hypervisor));
         let mut datastores: Vec<Datastore> = s.datastores.iter().map(|d| Datastore::new(d.name.clone(), d.device.clone())).collect();
         let mut events = EventQueue::new();
         let mut guests = Vec::new();
         for (i, v) in s.vms.iter().enumerate() {
             let res = VmResources { reservation: v.reservation, limit: v.limit, shares: v.shares, overhead: v.overhead };
-            host.add_vm(v.guest.name.clone(), v.guest.memory_pages, res);
+            let swapfile = datastores[v.swap_datastore].add_disk(v.swap_datastore as u32);
+            let memory = v.guest.memory_pages as u64 * PAGE_SIZE;
+            host.add_vm(
+                v.guest.name.clone(),
+                v.guest.memory_pages,
+                res,
+                v.swap_datastore as u32,
+                swapfile.base,
+                memory * s.host.zip_max_percent as u64 / 100,
+                v.guest.memory_pages as u64 * s.host.balloon_max_percent as u64 / 100,
+                Compressibility::measured(),
+            );
             let disk = datastores[v.datastore].add_disk(v.datastore as u32);
             let mut env = Env { events: &mut events, datastores: &mut datastores, host: &mut host };
             guests.push(Guest::boot(i as u32, v.guest.clone(), disk, traces, &mut env)?);
@@ -72,13 +83,16 @@ impl Simulation {
         let policy = policy::by_name(&s.host.policy).ok_or_else(|| format!("unknown policy '{}'", s.host.policy))?;
         events.push(0, Event::Sample);
         events.push(0, Event::PolicyTick);
+        if s.host.sample_pages > 0 {
+            events.push(0, Event::HostSample);
+        }
         events.push(s.report.window_ns.0, Event::Window);
         if let Some(end) = s.report.window_ns.1 {
             events.push(end, Event::Window);
         }
         Ok(Self {
             scenario: s.clone(),
-            world: SimulatedHost { host, guests, datastores, events, now: 0 },
+            world: SimulatedHost::new(host, guests, datastores, events, s.seed, s.host.sample_pages, s.host.sample_period_ns),
             controller: Controller::new(policy),
             series: TimeSeries::default(),
             window: [None, None],
@@ -139,11 +153,8 @@ impl Simulation {
                     let k = if self.window[0].is_none() { 0 } else { 1 };
                     self.window[k] = Some(self.snapshot());
                 }
-                Event::Vcpu { guest, .. }
-                | Event::IoDone { guest, .. }
-                | Event::Kswapd { guest }
-                | Event::Flusher { guest }
-                | Event::Wake { guest, .. } => {
+                Event::HostReclaim | Event::HostIoDone { .. } | Event::HostSample => self.world.handle_host(ev)?,
+                Event::Guest { guest, ev } => {
                     let next = self.world.events.peek_time().unwrap_or(u64::MAX);
                     let limit = next.max(now + lookahead).min(end);
                     self.world.handle_guest(guest, ev, limit)?;

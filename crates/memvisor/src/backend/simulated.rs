@@ -1,13 +1,17 @@
 //! The simulated host as a backend: machine memory, guests, datastores and the event queue that
-//! carries their time.
+//! carries their time; the host's daemons (reclaim, sampling) run here because they act on guests.
 
 use super::Backend;
-use crate::clock::{Event, EventQueue};
+use crate::clock::{Event, EventQueue, GuestEvent};
 use crate::devices::Datastore;
 use crate::guest::{Counter, Env, Guest};
-use crate::host::Host;
+use crate::host::{GuestMemory, Host, hostswap_step_ns};
 use crate::policy::{Action, Decision, HostView, VmId, VmView};
+use crate::rng::{self, Rng};
 use crate::units::{PAGE_SIZE, pages};
+
+/// Stream of the host's random choices (victims, samples), under the scenario seed.
+const HOST_STREAM: u64 = u64::MAX;
 
 /// The simulated machine.
 pub struct SimulatedHost {
@@ -17,9 +21,25 @@ pub struct SimulatedHost {
     pub(crate) events: EventQueue,
     /// Simulated time of the event being handled.
     pub(crate) now: u64,
+    rng: Rng,
+    sample_pages: u32,
+    sample_period_ns: u64,
 }
 
 impl SimulatedHost {
+    /// The machine, with its host's random stream drawn from `seed`.
+    pub(crate) fn new(
+        host: Host,
+        guests: Vec<Guest>,
+        datastores: Vec<Datastore>,
+        events: EventQueue,
+        seed: u64,
+        sample_pages: u32,
+        sample_period_ns: u64,
+    ) -> Self {
+        Self { host, guests, datastores, events, now: 0, rng: rng::stream(seed, &[HOST_STREAM]), sample_pages, sample_period_ns }
+    }
+
     /// Machine memory and its VMs.
     pub fn host(&self) -> &Host {
         &self.host
@@ -42,12 +62,45 @@ impl SimulatedHost {
     }
 
     /// Hands a guest's event to it; `limit` is how far its vCPUs may account resident hits.
-    pub(crate) fn handle_guest(&mut self, guest: u32, ev: Event, limit: u64) -> Result<(), String> {
+    pub(crate) fn handle_guest(&mut self, guest: u32, ev: GuestEvent, limit: u64) -> Result<(), String> {
         let now = self.now;
         let (g, mut env) = self.split(guest as usize);
         g.handle(now, limit, ev, &mut env);
+        self.settle()
+    }
+
+    /// Runs a host daemon's event.
+    pub(crate) fn handle_host(&mut self, ev: Event) -> Result<(), String> {
+        let now = self.now;
+        let mut mems: Vec<&mut dyn GuestMemory> = self.guests.iter_mut().map(|g| g as &mut dyn GuestMemory).collect();
+        match ev {
+            Event::HostSample => {
+                self.host.sample_period(self.sample_pages, now, &mut self.rng, &mut mems);
+                self.events.push(now + self.sample_period_ns, Event::HostSample);
+            }
+            Event::HostReclaim => {
+                let more = self.host.reclaim_step(now, &mut self.rng, &mut mems, &mut self.datastores, &mut self.events);
+                self.host.daemon_scheduled = more;
+                if more {
+                    self.events.push(now + hostswap_step_ns(), Event::HostReclaim);
+                }
+            }
+            Event::HostIoDone { vm, io } => self.host.io_done(vm, io),
+            _ => unreachable!("not a host event: {ev:?}"),
+        }
+        self.settle()
+    }
+
+    /// After any step: tell guests about pages the host took, and end the run on a fatal condition.
+    fn settle(&mut self) -> Result<(), String> {
+        if self.host.has_invalidations() {
+            for i in 0..self.guests.len() {
+                let (g, mut env) = self.split(i);
+                g.apply_invalidations(&mut env);
+            }
+        }
         match self.host.fatal.take() {
-            Some(e) => Err(format!("at t={:.3}s: {e}", now as f64 / 1e9)),
+            Some(e) => Err(format!("at t={:.3}s: {e}", self.now as f64 / 1e9)),
             None => Ok(()),
         }
     }
@@ -55,6 +108,13 @@ impl SimulatedHost {
     fn index(&self, id: VmId) -> Result<usize, String> {
         let i = id.0 as usize;
         if i < self.guests.len() { Ok(i) } else { Err(format!("decision for VM #{} but the host has {} VMs", id.0, self.guests.len())) }
+    }
+
+    fn wake_daemon(&mut self) {
+        if !self.host.daemon_scheduled {
+            self.host.daemon_scheduled = true;
+            self.events.push(self.now, Event::HostReclaim);
+        }
     }
 }
 
@@ -80,12 +140,22 @@ impl Backend for SimulatedHost {
                 major_faults: g.vmstat.get(Counter::PgMajFault),
                 memory_stall_ns: g.memory_stall_ns(),
                 committed: g.committed_as() * PAGE_SIZE,
+                balloon_size: h.ballooned * PAGE_SIZE,
+                balloon_target: h.balloon_target * PAGE_SIZE,
+                balloon_max: h.balloon_max * PAGE_SIZE,
+                swapped: h.swapped * PAGE_SIZE,
+                compressed: h.zip().used() * PAGE_SIZE,
+                swap_target: h.swap_target * PAGE_SIZE,
+                active_sample: h.sample().last,
+                active_sample_now: (h.sample().pages.len() as u64, h.sample().touched),
+                active_periods: h.sample().periods,
             })
             .collect();
         HostView {
             time_ns: self.now,
             host_memory: self.host.total_frames() * PAGE_SIZE,
             host_free: self.host.free_frames() * PAGE_SIZE,
+            hypervisor: self.host.hypervisor_frames() * PAGE_SIZE,
             vms,
         }
     }
@@ -94,6 +164,16 @@ impl Backend for SimulatedHost {
         let i = self.index(d.vm)?;
         match d.action {
             Action::SetGrantLimit { bytes } => self.host.set_grant_limit(i as u32, pages(bytes)),
+            Action::SetBalloonTarget { bytes } => {
+                self.host.set_balloon_target(i as u32, pages(bytes));
+                let now = self.now;
+                let (g, mut env) = self.split(i);
+                g.balloon_notify(now, &mut env);
+            }
+            Action::SetSwapTarget { bytes } => {
+                self.host.set_swap_target(i as u32, pages(bytes));
+                self.wake_daemon();
+            }
         }
         Ok(())
     }

@@ -7,43 +7,56 @@ use std::collections::BinaryHeap;
 /// Something that happens at a simulated instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// A vCPU of a guest runs its current process (or picks one).
-    Vcpu {
-        /// Guest index.
+    /// Something for one guest's actors.
+    Guest {
+        /// Guest (VM) index.
         guest: u32,
-        /// vCPU index.
-        vcpu: u32,
+        /// What.
+        ev: GuestEvent,
     },
-    /// A block request of a guest completed.
-    IoDone {
-        /// Guest index.
-        guest: u32,
-        /// Request number in the guest's table.
-        bio: u32,
+    /// The host's reclaim daemon (host swap and compression) takes its next step.
+    HostReclaim,
+    /// A host swap I/O request completed.
+    HostIoDone {
+        /// VM index.
+        vm: u32,
+        /// Request number.
+        io: u32,
     },
-    /// A guest's kswapd runs.
-    Kswapd {
-        /// Guest index.
-        guest: u32,
-    },
-    /// A guest's writeback flusher runs (periodic or kicked).
-    Flusher {
-        /// Guest index.
-        guest: u32,
-    },
-    /// A sleeping or not-yet-started process becomes runnable.
-    Wake {
-        /// Guest index.
-        guest: u32,
-        /// Process index.
-        pid: u32,
-    },
+    /// The host's active-memory sampler ends a period and starts the next.
+    HostSample,
     /// The memory policy runs.
     PolicyTick,
     /// Counters are sampled.
     Sample,
     /// Counters are captured at a boundary of the report window.
     Window,
+}
+
+/// An event for a guest's actors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GuestEvent {
+    /// A vCPU runs its current process (or picks one).
+    Vcpu {
+        /// vCPU index.
+        vcpu: u32,
+    },
+    /// A block request completed.
+    IoDone {
+        /// Request number in the guest's table.
+        bio: u32,
+    },
+    /// kswapd runs.
+    Kswapd,
+    /// The writeback flusher runs (periodic or kicked).
+    Flusher,
+    /// A sleeping or not-yet-started process becomes runnable.
+    Wake {
+        /// Process index.
+        pid: u32,
+    },
+    /// The balloon driver's work runs.
+    Balloon,
 }
 
 #[derive(Debug)]
@@ -120,10 +133,10 @@ mod tests {
         let mut q = EventQueue::new();
         q.push(5, Event::Sample);
         q.push(3, Event::PolicyTick);
-        q.push(5, Event::Kswapd { guest: 0 });
+        q.push(5, Event::Guest { guest: 0, ev: GuestEvent::Kswapd });
         assert_eq!(q.pop(), Some((3, Event::PolicyTick)));
         assert_eq!(q.pop(), Some((5, Event::Sample)));
-        assert_eq!(q.pop(), Some((5, Event::Kswapd { guest: 0 })));
+        assert_eq!(q.pop(), Some((5, Event::Guest { guest: 0, ev: GuestEvent::Kswapd })));
         assert_eq!(q.pop(), None);
     }
 }

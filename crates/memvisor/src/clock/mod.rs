@@ -2,4 +2,4 @@
 
 mod events;
 
-pub use events::{Event, EventQueue};
+pub use events::{Event, EventQueue, GuestEvent};

@@ -6,6 +6,7 @@ use super::lru::{LruList, NR_LISTS};
 use super::page::{NONE, PG_DIRTY, PG_MAPPED, PG_RECLAIM, PG_WRITEBACK, PageKind};
 use super::process::{PTE_MASK, PTE_PRESENT, PTE_SWAP};
 use super::{Counter, Env, Guest, Replacement};
+use crate::host::PageState;
 
 impl Guest {
     /// Checks every invariant; the error names the first violation.
@@ -68,8 +69,18 @@ impl Guest {
                     return err(format!("page {p} ({kind:?}) on list {l:?}"));
                 }
             }
-            if kind != PageKind::Free && !env.host.is_backed(self.id, p) {
-                return err(format!("page {p} in use ({kind:?}) but not backed by a host frame"));
+            let host = env.host.vms()[self.id as usize].p2m().get(p).state();
+            match kind {
+                PageKind::Balloon if host != PageState::Ballooned => {
+                    return err(format!("balloon page {p} is {host:?} on the host"));
+                }
+                PageKind::Free if host == PageState::Ballooned => {
+                    return err(format!("free page {p} is still ballooned on the host"));
+                }
+                PageKind::Anon | PageKind::File | PageKind::Kernel if host == PageState::Ballooned || host == PageState::Unbacked => {
+                    return err(format!("page {p} in use ({kind:?}) but {host:?} on the host"));
+                }
+                _ => {}
             }
             let io = self.pages.io[i];
             if io != NONE && self.bios.iter().all(|(b, bio)| b != io || !bio.pages.contains(&p)) {
@@ -115,6 +126,14 @@ impl Guest {
         counts[PageKind::Kernel as usize] += (self.cfg.memory_pages - managed) as u64;
         if let Some(p) = (managed..self.cfg.memory_pages).find(|&p| !env.host.is_backed(self.id, p)) {
             return err(format!("kernel page {p} is not backed by a host frame"));
+        }
+        if counts[PageKind::Balloon as usize] != self.balloon.size() || env.host.vms()[self.id as usize].ballooned != self.balloon.size() {
+            return err(format!(
+                "{} balloon pages, the driver holds {}, the host counts {}",
+                counts[PageKind::Balloon as usize],
+                self.balloon.size(),
+                env.host.vms()[self.id as usize].ballooned
+            ));
         }
         if counts != self.pages.count {
             return err(format!("page kind counts {counts:?} != tracked {:?}", self.pages.count));

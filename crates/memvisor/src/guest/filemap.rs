@@ -26,6 +26,8 @@ pub struct File {
     pub dirtied_when: Option<u64>,
     /// Processes in `fsync()` waiting for the file's writeback to drain.
     pub fsync_waiters: Vec<u32>,
+    /// The scenario workload whose process created it (what its data looks like).
+    pub workload: usize,
 }
 
 /// How far a page-cache operation got.
@@ -54,6 +56,7 @@ impl Guest {
             nr_writeback: 0,
             dirtied_when: None,
             fsync_waiters: Vec::new(),
+            workload: self.procs[pid as usize].workload_index,
         });
         self.fs_next += pages as u64 * PAGE_SIZE;
         self.procs[pid as usize].files.push(id);
@@ -91,7 +94,7 @@ impl Guest {
     fn grab_page(&mut self, pid: u32, file: u32, index: u32, now: u64, env: &mut Env) -> Result<(u32, u64), Stall> {
         let p = self.files[file as usize].pages[index as usize];
         if p != NONE {
-            return Ok((p, 0));
+            return Ok((p, self.host_touch(p, now, env).0));
         }
         let (p, host_ns) = self.alloc_page(pid, PageKind::File, file, index, now, env)?;
         self.files[file as usize].pages[index as usize] = p;
@@ -233,7 +236,8 @@ impl Guest {
                 }
             }
             self.mark_page_accessed(p);
-            *now += self.cfg.costs.page_copy_ns;
+            let (wait, _) = self.host_touch(p, *now, env);
+            *now += self.cfg.costs.page_copy_ns + wait;
             *first += 1;
             *count -= 1;
         }

@@ -10,7 +10,7 @@
 use super::page_alloc::SWAP_CLUSTER_MAX;
 use super::vmscan::{DEF_PRIORITY, ScanControl};
 use super::{Counter, Env, Guest};
-use crate::clock::Event;
+use crate::clock::GuestEvent;
 
 /// MAX_RECLAIM_RETRIES: fruitless passes over all priorities before kswapd gives up (mm/internal.h).
 const MAX_RECLAIM_RETRIES: u32 = 16;
@@ -60,7 +60,7 @@ impl Guest {
         if self.kswapd.state == KswapdState::Sleeping {
             self.kswapd = Kswapd { state: KswapdState::Scheduled, busy_until: now, ..Kswapd::default() };
             self.vmstat.inc(Counter::KswapdWake);
-            env.events.push(now, Event::Kswapd { guest: self.id });
+            env.schedule(self.id, now, GuestEvent::Kswapd);
         }
     }
 
@@ -101,7 +101,7 @@ impl Guest {
             // Nothing reclaimable: allocators fall back on the OOM killer.
             KswapdState::Sleeping
         } else {
-            env.events.push(now + spent.max(1), Event::Kswapd { guest: self.id });
+            env.schedule(self.id, now + spent.max(1), GuestEvent::Kswapd);
             KswapdState::Scheduled
         };
     }
@@ -110,7 +110,7 @@ impl Guest {
     pub(super) fn kswapd_io_done(&mut self, now: u64, env: &mut Env) {
         if self.kswapd.state == KswapdState::Throttled {
             self.kswapd.state = KswapdState::Scheduled;
-            env.events.push(now.max(self.kswapd.busy_until), Event::Kswapd { guest: self.id });
+            env.schedule(self.id, now.max(self.kswapd.busy_until), GuestEvent::Kswapd);
         }
     }
 }

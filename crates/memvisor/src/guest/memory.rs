@@ -7,6 +7,7 @@ use super::page::{NONE, PG_DIRTY, PG_MAPPED, PG_READAHEAD, PG_YOUNG, PageKind};
 use super::page_alloc::Stall;
 use super::process::{PTE_MASK, PTE_PRESENT, PTE_SWAP};
 use super::{Counter, Env, Guest, Replacement};
+use crate::host::Access;
 
 /// Largest readahead hit count the kernel keeps (`SWAP_RA_HITS_MAX`, 8 bits).
 const SWAP_RA_HITS_MAX: u32 = 0xff;
@@ -28,8 +29,10 @@ impl Guest {
         let pte = self.procs[pid as usize].mm.pte[vpn as usize];
         let dram = refs as u64 * self.cfg.costs.dram_access_ns;
         if pte & PTE_PRESENT != 0 {
-            self.reference(pid, vpn, pte & PTE_MASK, write);
-            Touch::Done(dram)
+            let p = pte & PTE_MASK;
+            let (wait, plain) = self.host_touch(p, now, env);
+            self.reference(pid, vpn, p, write, plain);
+            Touch::Done(dram + wait)
         } else if pte & PTE_SWAP != 0 {
             self.do_swap_page(pid, vpn, pte & PTE_MASK, write, now, env)
         } else {
@@ -39,7 +42,9 @@ impl Guest {
 
     /// A reference to a mapped page: what the MMU does (accessed and dirty bits), plus the move to
     /// the head of the recency list in exact-LRU mode.
-    fn reference(&mut self, pid: u32, vpn: u32, p: u32, write: bool) {
+    /// `plain`: the host backs the page with nothing pending, so later references may be accounted
+    /// in bulk.
+    fn reference(&mut self, pid: u32, vpn: u32, p: u32, write: bool, plain: bool) {
         let linux = self.cfg.replacement == Replacement::Linux;
         if linux {
             self.pages.set(p, PG_YOUNG);
@@ -54,9 +59,27 @@ impl Guest {
                 self.delete_from_swap_cache(p, true);
             }
         }
-        if linux {
+        if linux && plain {
             self.update_fast(pid, vpn, p);
+        } else if linux {
+            self.procs[pid as usize].mm.set_fast(vpn, false, false);
         }
+    }
+
+    /// The guest touches page `p` at `now` (a process's reference, a copy, a device reading it):
+    /// what the host must do first. Returns the time the touch waits and whether the page is now
+    /// plainly backed. Pages the host took from this guest meanwhile are invalidated here.
+    pub(super) fn host_touch(&mut self, p: u32, now: u64, env: &mut Env) -> (u64, bool) {
+        let r = match env.host_access(self.id, p, now) {
+            Access::Ready => (0, true),
+            Access::NewFrame => (self.cfg.costs.host_back_ns, true),
+            Access::Wait(t) => (t.saturating_sub(now), false),
+            Access::Refused => (0, false),
+        };
+        if env.host.has_invalidations() {
+            self.apply_invalidations(env);
+        }
+        r
     }
 
     /// Recomputes a mapped page's fast bits from its state. Exact-LRU mode has no fast path: every
@@ -68,13 +91,13 @@ impl Guest {
     }
 
     /// Maps page `p` at `vpn` of its owner, as a fault completes.
-    pub(super) fn map_page(&mut self, pid: u32, vpn: u32, p: u32, write: bool) {
+    pub(super) fn map_page(&mut self, pid: u32, vpn: u32, p: u32, write: bool, plain: bool) {
         let mm = &mut self.procs[pid as usize].mm;
         mm.pte[vpn as usize] = PTE_PRESENT | p;
         mm.rss += 1;
         self.pages.set(p, PG_MAPPED | PG_YOUNG);
         self.vmstat.inc(Counter::PgFault);
-        self.reference(pid, vpn, p, write);
+        self.reference(pid, vpn, p, write, plain);
     }
 
     /// First touch of an anonymous page: allocate, zero, map (`do_anonymous_page`). Every first
@@ -89,7 +112,7 @@ impl Guest {
         // An anonymous page has no copy anywhere else: it is dirty from birth.
         self.pages.set(p, PG_DIRTY);
         self.lru_add_new(p, false);
-        self.map_page(pid, vpn, p, write);
+        self.map_page(pid, vpn, p, write, true);
         self.procs[pid as usize].stats.minflt += 1;
         Touch::Done(self.cfg.costs.minor_fault_ns + host_ns)
     }
@@ -122,10 +145,11 @@ impl Guest {
                 ra.hits = (ra.hits + 1).min(SWAP_RA_HITS_MAX);
             }
             self.procs[pid as usize].mm.swapents -= 1;
-            self.map_page(pid, vpn, p, write);
+            let (wait, plain) = self.host_touch(p, now, env);
+            self.map_page(pid, vpn, p, write, plain);
             self.free_swap_if_full(p);
             self.procs[pid as usize].stats.minflt += 1;
-            return Touch::Done(self.cfg.costs.minor_fault_ns);
+            return Touch::Done(self.cfg.costs.minor_fault_ns + wait);
         }
         match self.swapin_readahead(pid, vpn, slot, write, now, env) {
             Ok(spent) => {

@@ -6,6 +6,7 @@
 //! submits I/O to its datastore's device queue.
 
 mod access;
+mod balloon;
 mod bio;
 mod check;
 mod filemap;
@@ -23,6 +24,7 @@ mod vmscan;
 mod vmstat;
 mod writeback;
 
+pub use balloon::{Balloon, BalloonDriver};
 pub use bio::{Bio, BioKind};
 use bio::{Submission, Waited, runs};
 pub use lru::LruList;
@@ -31,9 +33,9 @@ pub use page_alloc::Watermarks;
 pub use process::{ProcState, ProcStats, Process};
 pub use vmstat::{Counter, NR_COUNTERS, VmStat};
 
-use crate::clock::{Event, EventQueue};
+use crate::clock::{Event, EventQueue, GuestEvent};
 use crate::devices::{Datastore, VirtualDisk};
-use crate::host::Host;
+use crate::host::{Content, GuestMemory, Host};
 use crate::units::PAGE_SIZE;
 use crate::workloads::{TraceSource, WorkloadEntry};
 use bio::BioTable;
@@ -213,6 +215,8 @@ pub struct Costs {
     pub page_copy_ns: u64,
     /// Reclaim's CPU time per page scanned (kswapd's pace; a direct reclaimer's stall).
     pub reclaim_scan_ns: u64,
+    /// The balloon driver's time per page taken or released (allocate or free, hand to the host).
+    pub balloon_page_ns: u64,
 }
 
 impl Default for Costs {
@@ -231,6 +235,9 @@ impl Default for Costs {
             // memory-cgroup-limited sweep, less its faults at 1.5 us each, per page scanned;
             // median of 7 runs (2.2-3.6 us). An upper bound: swap I/O submission is included.
             reclaim_scan_ns: 3_200,
+            // Not measured: taken equal to the minor-fault cost above, since ballooning a page is
+            // the same allocator work plus a host unmap of comparable cost.
+            balloon_page_ns: 1_500,
         }
     }
 }
@@ -254,6 +261,8 @@ pub struct GuestConfig {
     pub sysctl: Sysctl,
     /// Transparent huge pages (for their effect on `min_free_kbytes`).
     pub transparent_hugepage: Thp,
+    /// The balloon driver.
+    pub balloon: BalloonDriver,
     /// CPU costs.
     pub costs: Costs,
     /// Scheduler time slice.
@@ -287,8 +296,22 @@ pub struct Env<'a> {
     pub events: &'a mut EventQueue,
     /// Datastores (devices).
     pub datastores: &'a mut [Datastore],
-    /// The host's frame table.
+    /// The host's memory.
     pub host: &'a mut Host,
+}
+
+impl Env<'_> {
+    /// Schedules an event for guest `guest`'s actors at time `t`.
+    #[inline]
+    pub fn schedule(&mut self, guest: u32, t: u64, ev: GuestEvent) {
+        self.events.push(t, Event::Guest { guest, ev });
+    }
+
+    /// The host's side of guest `vm` touching its page `ppn` at `now`.
+    #[inline]
+    pub fn host_access(&mut self, vm: u32, ppn: u32, now: u64) -> crate::host::Access {
+        self.host.access(vm, ppn, now, self.datastores, self.events)
+    }
 }
 
 /// A running guest.
@@ -330,6 +353,46 @@ pub struct Guest {
     finite_left: u32,
     /// Messages about notable guest events (OOM kills), with their time.
     pub log: Vec<(u64, String)>,
+    balloon: Balloon,
+}
+
+impl GuestMemory for Guest {
+    fn invalidate(&mut self, ppn: u32) {
+        if (ppn as usize) < self.pages.len() && self.pages.kind[ppn as usize] == PageKind::Anon && self.pages.has(ppn, page::PG_MAPPED) {
+            let (pid, vpn) = (self.pages.owner[ppn as usize], self.pages.index[ppn as usize]);
+            self.procs[pid as usize].mm.set_fast(vpn, false, false);
+        }
+    }
+
+    fn touched_after(&self, ppn: u32, t: u64) -> bool {
+        (ppn as usize) < self.pages.len()
+            && self.pages.kind[ppn as usize] == PageKind::Anon
+            && self.pages.has(ppn, page::PG_MAPPED)
+            && self.procs[self.pages.owner[ppn as usize] as usize].ahead.touched_after(self.pages.index[ppn as usize], t)
+    }
+
+    fn content(&self, ppn: u32) -> Content {
+        if ppn as usize >= self.pages.len() {
+            return Content::Generic;
+        }
+        let workload = match self.pages.kind[ppn as usize] {
+            PageKind::Anon if self.pages.owner[ppn as usize] != NONE => self.procs[self.pages.owner[ppn as usize] as usize].workload_index,
+            PageKind::File => self.files[self.pages.owner[ppn as usize] as usize].workload,
+            _ => return Content::Generic,
+        };
+        self.cfg.workloads[workload].spec.content(self.pages.kind[ppn as usize] == PageKind::File)
+    }
+}
+
+impl Guest {
+    /// Tells the guest's mappings about pages the host took meanwhile.
+    pub(crate) fn apply_invalidations(&mut self, env: &mut Env) {
+        let mut pages = Vec::new();
+        env.host.take_invalidations(self.id, &mut pages);
+        for p in pages {
+            self.invalidate(p);
+        }
+    }
 }
 
 impl Guest {
@@ -368,8 +431,10 @@ impl Guest {
             live: 0,
             finite_left: 0,
             log: Vec::new(),
+            balloon: Balloon::new(cfg.balloon),
             cfg,
         };
+        g.balloon_boot(env);
         for (wi, w) in g.cfg.workloads.clone().iter().enumerate() {
             for (k, workload) in w.spec.processes(traces, crate::rng::derive(g.cfg.seed, &[wi as u64]))?.into_iter().enumerate() {
                 let pid = g.procs.len() as u32;
@@ -379,15 +444,21 @@ impl Guest {
                 if w.spec.is_finite() {
                     g.finite_left += 1;
                 }
-                env.events.push(w.start_ns, Event::Wake { guest: id, pid });
+                env.schedule(id, w.start_ns, GuestEvent::Wake { pid });
             }
         }
         Ok(g)
     }
 
-    /// MemTotal in pages.
+    /// MemTotal in pages: a virtio balloon without `deflate_on_oom` takes its pages out of it.
     pub fn mem_total(&self) -> u64 {
-        (self.cfg.memory_pages - self.cfg.reserved_pages) as u64
+        let managed = (self.cfg.memory_pages - self.cfg.reserved_pages) as u64;
+        if self.balloon.shrinks_mem_total() { managed - self.balloon.size() } else { managed }
+    }
+
+    /// The balloon driver's state.
+    pub fn balloon(&self) -> &Balloon {
+        &self.balloon
     }
 
     /// Whether every finite workload has finished (true at once if there are none).
@@ -450,23 +521,19 @@ impl Guest {
     }
 
     /// Handles an event addressed to this guest.
-    pub fn handle(&mut self, now: u64, limit: u64, ev: Event, env: &mut Env) {
+    pub fn handle(&mut self, now: u64, limit: u64, ev: GuestEvent, env: &mut Env) {
         self.sched.start_now = Some(NONE);
-        self.dispatch(now, limit, ev, env);
+        match ev {
+            GuestEvent::Vcpu { vcpu } => self.run_vcpu(vcpu, now, limit, env),
+            GuestEvent::IoDone { bio } => self.io_done(bio, now, env),
+            GuestEvent::Kswapd => self.kswapd_run(now, env),
+            GuestEvent::Flusher => self.flusher_run(now, env),
+            GuestEvent::Wake { pid } => self.wake(pid, now, env),
+            GuestEvent::Balloon => self.balloon_run(now, env),
+        }
         let started = self.sched.start_now.take();
         if let Some(v) = started.filter(|&v| v != NONE) {
             self.run_vcpu(v, now, limit, env);
-        }
-    }
-
-    fn dispatch(&mut self, now: u64, limit: u64, ev: Event, env: &mut Env) {
-        match ev {
-            Event::Vcpu { vcpu, .. } => self.run_vcpu(vcpu, now, limit, env),
-            Event::IoDone { bio, .. } => self.io_done(bio, now, env),
-            Event::Kswapd { .. } => self.kswapd_run(now, env),
-            Event::Flusher { .. } => self.flusher_run(now, env),
-            Event::Wake { pid, .. } => self.wake(pid, now, env),
-            Event::PolicyTick | Event::Sample | Event::Window => unreachable!("host events"),
         }
     }
 
@@ -496,7 +563,14 @@ impl Guest {
                 }
                 fault = k.fault;
             }
-            let done = self.device_io(now, sub.base + run[0].0 as u64 * PAGE_SIZE, run.len(), write, env);
+            // A write reads the pages: any the host took must come back first (double paging).
+            let mut start = now;
+            if write {
+                for &p in &pages {
+                    start = start.max(now + self.host_touch(p, now, env).0);
+                }
+            }
+            let done = self.device_io(start, sub.base + run[0].0 as u64 * PAGE_SIZE, run.len(), write, env);
             let id = self.bios.next_id();
             for &p in &pages {
                 self.pages.io[p as usize] = id;
@@ -505,7 +579,7 @@ impl Guest {
                 holder = Some(id);
             }
             self.bios.insert(Bio { kind: sub.kind, pages, waiters, file: sub.file, kthread: sub.kthread, fault });
-            env.events.push(done, Event::IoDone { guest: self.id, bio: id });
+            env.schedule(self.id, done, GuestEvent::IoDone { bio: id });
         }
         holder
     }
@@ -517,7 +591,7 @@ impl Guest {
             self.pages.io[p as usize] = NONE;
         }
         match bio.kind {
-            BioKind::SwapRead => self.swap_read_done(&bio),
+            BioKind::SwapRead => self.swap_read_done(&bio, env),
             BioKind::FileRead => self.file_read_done(&bio),
             BioKind::SwapWrite | BioKind::FileWrite => self.write_done(&bio),
         }

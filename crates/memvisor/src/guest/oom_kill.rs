@@ -1,17 +1,35 @@
-//! The OOM killer (`mm/oom_kill.c`): when reclaim can free nothing and nothing is in flight, kill
-//! the process with the most memory (resident plus swapped, `oom_badness`).
+//! The OOM killer (`mm/oom_kill.c`): when reclaim can free nothing and nothing is in flight, the
+//! OOM notifiers run first (a virtio balloon with `deflate_on_oom` gives pages back); if none freed
+//! anything, kill the process with the most memory (resident plus swapped, `oom_badness`).
 
 use super::{Counter, Env, Guest};
 
+/// What an out-of-memory situation ended in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Oom {
+    /// An OOM notifier freed memory; nobody was killed.
+    Freed,
+    /// This process was killed.
+    Killed(u32),
+    /// There was nothing to kill.
+    NoVictim,
+}
+
 impl Guest {
-    /// Kills the biggest live process; returns its pid, or `None` if there is none.
-    pub(super) fn oom_kill(&mut self, now: u64, _env: &mut Env) -> Option<u32> {
-        let victim = self
+    /// Frees memory through the OOM notifiers, or kills the biggest live process.
+    pub(super) fn oom_kill(&mut self, now: u64, env: &mut Env) -> Oom {
+        if self.balloon_oom_deflate(env) {
+            return Oom::Freed;
+        }
+        let Some(victim) = self
             .procs
             .iter()
             .filter(|p| !p.ended() && p.state != super::ProcState::New)
-            .max_by_key(|p| (p.mm.rss + p.mm.swapents, std::cmp::Reverse(p.pid)))?
-            .pid;
+            .max_by_key(|p| (p.mm.rss + p.mm.swapents, std::cmp::Reverse(p.pid)))
+            .map(|p| p.pid)
+        else {
+            return Oom::NoVictim;
+        };
         let p = &self.procs[victim as usize];
         let msg = format!(
             "Out of memory: killed process {} ({}) total-vm:{}kB, anon-rss:{}kB, swap:{}kB",
@@ -25,6 +43,6 @@ impl Guest {
         self.vmstat.inc(Counter::OomKill);
         self.throttled.retain(|&q| q != victim);
         self.exit_process(victim, now, true);
-        Some(victim)
+        Oom::Killed(victim)
     }
 }

@@ -3,9 +3,9 @@
 //! allocating process reclaims for itself (direct reclaim) and, if that frees nothing at once,
 //! waits for writeback to complete; with nothing left to reclaim the OOM killer picks a victim.
 
+use super::oom_kill::Oom;
 use super::page::{NONE, PageKind};
 use super::{Counter, Env, Guest, Replacement, Sysctl, Thp};
-use crate::host::Access;
 
 /// Pages per pageblock on x86-64 (2 MiB of 4 KiB pages), khugepaged's unit.
 const PAGEBLOCK_NR_PAGES: u64 = 512;
@@ -105,7 +105,7 @@ impl Guest {
         loop {
             let free = self.pages.nr_free();
             if self.cfg.replacement == Replacement::ExactLru {
-                if free == 0 && self.evict_exact(now, env) == Some(pid) {
+                if free == 0 && matches!(self.evict_exact(now, env), Some(Oom::Killed(v)) if v == pid) {
                     return Err(Stall::Killed);
                 }
             } else if free <= self.wmark.low {
@@ -118,7 +118,8 @@ impl Guest {
             let floor = if self.cfg.replacement == Replacement::Linux { self.wmark.min } else { 0 };
             if self.pages.nr_free() > floor {
                 let p = self.pages.take_free(kind, owner, index).expect("free page");
-                let host = if env.host.access(self.id, p) == Access::NewFrame { self.cfg.costs.host_back_ns } else { 0 };
+                // Zeroing the page touches it: the host backs it, or brings back what it took.
+                let (host, _) = self.host_touch(p, now + spent, env);
                 return Ok((p, spent + host));
             }
             if self.reclaim_in_flight() {
@@ -128,9 +129,10 @@ impl Guest {
                 }
                 return Err(Stall::Wait(spent));
             }
-            let victim = self.oom_kill(now, env);
-            if victim == Some(pid) || victim.is_none() {
-                return Err(Stall::Killed);
+            match self.oom_kill(now, env) {
+                Oom::Freed => {}
+                Oom::Killed(v) if v != pid => {}
+                Oom::Killed(_) | Oom::NoVictim => return Err(Stall::Killed),
             }
         }
     }
@@ -156,7 +158,8 @@ impl Guest {
             return None;
         }
         let p = self.pages.take_free(kind, owner, index)?;
-        env.host.access(self.id, p);
+        // The device fills the page: the host backs it in its I/O path, not on a vCPU.
+        self.host_touch(p, now + spent, env);
         Some((p, spent))
     }
 

@@ -13,7 +13,7 @@ use super::filemap::Progress;
 use super::page::NONE;
 use super::process::ProcState;
 use super::{Env, Guest};
-use crate::clock::Event;
+use crate::clock::GuestEvent;
 use crate::workloads::Op;
 
 /// One vCPU.
@@ -64,7 +64,7 @@ impl Sched {
             if self.start_now == Some(NONE) {
                 self.start_now = Some(i as u32);
             } else {
-                env.events.push(now, Event::Vcpu { guest, vcpu: i as u32 });
+                env.schedule(guest, now, GuestEvent::Vcpu { vcpu: i as u32 });
             }
         }
     }
@@ -100,7 +100,7 @@ impl Guest {
             match ran {
                 Ran::Off => vc.current = NONE,
                 Ran::Resync => {
-                    env.events.push(now, Event::Vcpu { guest: self.id, vcpu: v });
+                    env.schedule(self.id, now, GuestEvent::Vcpu { vcpu: v });
                     return;
                 }
                 Ran::Window => {
@@ -113,7 +113,7 @@ impl Guest {
                         }
                     }
                     if now >= limit {
-                        env.events.push(now, Event::Vcpu { guest: self.id, vcpu: v });
+                        env.schedule(self.id, now, GuestEvent::Vcpu { vcpu: v });
                         return;
                     }
                 }
@@ -182,7 +182,7 @@ impl Guest {
                 }
                 Op::Sleep { ns } => {
                     proc.state = ProcState::Sleeping;
-                    env.events.push(now + *ns, Event::Wake { guest: self.id, pid });
+                    env.schedule(self.id, now + *ns, GuestEvent::Wake { pid });
                     return (now, Ran::Off);
                 }
                 Op::Mark { label } => {

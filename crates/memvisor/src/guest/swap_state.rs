@@ -117,7 +117,7 @@ impl Guest {
 
     /// A swap read completed: unlock the pages, map the faulting one into its process (the rest of
     /// `do_swap_page`), free pages whose owner went away meanwhile.
-    pub(super) fn swap_read_done(&mut self, bio: &Bio) {
+    pub(super) fn swap_read_done(&mut self, bio: &Bio, env: &Env) {
         for &p in &bio.pages {
             self.pages.clear(p, PG_LOCKED);
             if self.pages.owner[p as usize] == NONE {
@@ -134,7 +134,8 @@ impl Guest {
             let slot = self.pages.swap[p as usize];
             if self.procs[pid as usize].mm.pte[vpn as usize] == PTE_SWAP | slot {
                 self.procs[pid as usize].mm.swapents -= 1;
-                self.map_page(pid, vpn, p, write);
+                let plain = env.host.is_plain(self.id, p);
+                self.map_page(pid, vpn, p, write, plain);
                 // do_swap_page's should_try_to_free_swap, as on a swap-cache hit.
                 self.free_swap_if_full(p);
             }

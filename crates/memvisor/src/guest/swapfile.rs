@@ -3,75 +3,55 @@
 
 use super::page::NONE;
 use crate::bitmap::Bitmap;
+use crate::slots::Slots;
 
 /// A swap area on the guest's virtual disk, starting at byte 0 of the disk. Its tables cover the
-/// slots used so far (slots are allocated from the low end), so they grow with use.
+/// slots used so far, so they grow with use.
 #[derive(Clone, Debug)]
 pub struct SwapArea {
-    used: Bitmap,
+    slots: Slots,
     /// Slots whose device copy was written (so a read returns real data).
     written: Bitmap,
     /// Swap cache: the page holding each slot's contents in memory, or `NONE`.
     cache: Vec<u32>,
-    size: u32,
-    cursor: usize,
-    nr_used: u64,
 }
 
 impl SwapArea {
     /// A swap area of `slots` pages.
     pub fn new(slots: u32) -> Self {
-        Self { used: Bitmap::default(), written: Bitmap::default(), cache: Vec::new(), size: slots, cursor: 0, nr_used: 0 }
+        Self { slots: Slots::new(slots), written: Bitmap::default(), cache: Vec::new() }
     }
 
     /// Total slots.
     pub fn size(&self) -> u64 {
-        self.size as u64
+        self.slots.size()
     }
 
     /// Slots in use.
     pub fn nr_used(&self) -> u64 {
-        self.nr_used
+        self.slots.nr_used()
     }
 
     /// Whether any slot is free.
     pub fn has_free(&self) -> bool {
-        self.nr_used < self.size()
+        self.nr_used() < self.size()
     }
 
-    /// Allocates a slot. Allocation continues after the previous slot, so pages evicted together
-    /// land next to each other and their writes merge, as the kernel's cluster allocator arranges.
+    /// Allocates a slot after the previous one.
     pub fn alloc(&mut self) -> Option<u32> {
-        if !self.has_free() {
-            return None;
+        let s = self.slots.alloc()?;
+        let len = self.slots.table_len();
+        if len > self.cache.len() {
+            self.written.grow(len);
+            self.cache.resize(len, NONE);
         }
-        let hw = self.used.len();
-        let s = match (self.cursor < hw).then(|| self.used.next_zero_in(self.cursor, hw)).flatten() {
-            Some(s) => s,
-            // Every slot past the tables' end is free.
-            None if self.cursor.max(hw) < self.size as usize => self.cursor.max(hw),
-            None => self.used.next_zero_in(0, self.cursor.min(hw)).expect("a free slot exists"),
-        };
-        if s >= hw {
-            self.used.grow(s + 1);
-            self.written.grow(s + 1);
-            self.cache.resize(s + 1, NONE);
-        }
-        self.used.set(s);
-        self.nr_used += 1;
-        self.cursor = s + 1;
-        if self.cursor >= self.size as usize {
-            self.cursor = 0;
-        }
-        Some(s as u32)
+        Some(s)
     }
 
     /// Frees a slot; says whether it held written data (which is now discarded).
     pub fn free(&mut self, s: u32) -> bool {
-        debug_assert!(self.used.get(s as usize));
         debug_assert_eq!(self.cache[s as usize], NONE);
-        self.used.clear(s as usize);
-        self.nr_used -= 1;
+        self.slots.free(s);
         let had = self.written.get(s as usize);
         self.written.clear(s as usize);
         had
@@ -79,7 +59,7 @@ impl SwapArea {
 
     /// Whether a slot is allocated.
     pub fn is_used(&self, s: u32) -> bool {
-        (s as usize) < self.used.len() && self.used.get(s as usize)
+        self.slots.is_used(s)
     }
 
     /// Records that a slot's contents were written to the device.

@@ -10,6 +10,7 @@
 
 use super::bio::{Bio, BioKind, Submission};
 use super::lru::LruList;
+use super::oom_kill::Oom;
 use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_MAPPED, PG_RECLAIM, PG_REFERENCED, PG_WRITEBACK, PG_YOUNG, PageKind};
 use super::page_alloc::SWAP_CLUSTER_MAX;
 use super::{Counter, Env, Guest};
@@ -356,7 +357,7 @@ impl Guest {
     /// the device but the frame is reused at once, as a textbook LRU cache reuses a slot. With swap
     /// full the OOM killer runs instead; its victim is returned (the caller must not hand a page to
     /// a process that has just been killed).
-    pub(super) fn evict_exact(&mut self, now: u64, env: &mut Env) -> Option<u32> {
+    pub(super) fn evict_exact(&mut self, now: u64, env: &mut Env) -> Option<Oom> {
         // Pages with a read or write in flight cannot go; they rotate past (only possible when
         // several processes fault at once).
         let mut victim = None;
@@ -375,7 +376,7 @@ impl Guest {
                 let mut slot = self.pages.swap[p as usize];
                 if slot == NONE {
                     let Some(s) = self.swap.alloc() else {
-                        return self.oom_kill(now, env);
+                        return Some(self.oom_kill(now, env));
                     };
                     slot = s;
                     self.add_to_swap_cache(p, slot);

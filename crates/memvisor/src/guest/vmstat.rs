@@ -48,10 +48,14 @@ pub enum Counter {
     NrWritten,
     /// Swap slots whose written contents were discarded (memvisor).
     SwapDiscard,
+    /// Pages the balloon driver took (`balloon_inflate`).
+    BalloonInflate,
+    /// Pages the balloon driver gave back (`balloon_deflate`).
+    BalloonDeflate,
 }
 
 /// Number of counters.
-pub const NR_COUNTERS: usize = 21;
+pub const NR_COUNTERS: usize = 23;
 
 impl Counter {
     /// Column names with units, in counter order.
@@ -77,6 +81,8 @@ impl Counter {
         "nr_dirtied_pages",
         "nr_written_pages",
         "swap_discard_pages",
+        "balloon_inflate_pages",
+        "balloon_deflate_pages",
     ];
 }
 

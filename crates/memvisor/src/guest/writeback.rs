@@ -12,7 +12,7 @@ use super::filemap::MAX_REQUEST_PAGES;
 use super::lru::LruList;
 use super::page::{NONE, PG_DIRTY, PG_WRITEBACK};
 use super::{Counter, Env, Guest};
-use crate::clock::Event;
+use crate::clock::GuestEvent;
 
 /// MAX_WRITEBACK_PAGES: the flusher writes at most this much per round (fs/fs-writeback.c).
 const MAX_WRITEBACK_PAGES: u64 = 1024;
@@ -61,7 +61,7 @@ impl Guest {
     fn kick_flusher(&mut self, now: u64, env: &mut Env) {
         if !self.flusher.kicked {
             self.flusher.kicked = true;
-            env.events.push(now, Event::Flusher { guest: self.id });
+            env.schedule(self.id, now, GuestEvent::Flusher);
         }
     }
 
@@ -70,7 +70,7 @@ impl Guest {
         if self.flusher.timer.is_none() {
             let at = now + self.cfg.sysctl.dirty_writeback_centisecs as u64 * 10_000_000;
             self.flusher.timer = Some(at);
-            env.events.push(at, Event::Flusher { guest: self.id });
+            env.schedule(self.id, at, GuestEvent::Flusher);
         }
     }
 

@@ -1,14 +1,38 @@
 //! The host: machine memory, each VM's physical-to-machine map ([`P2m`]), per-VM resource settings
-//! and admission control. Frames are counted, not named: a private frame is identified by the one
-//! page it backs. Guest pages are backed lazily, when the guest first touches them.
+//! and admission control, and the mechanisms that take memory back from guests: the balloon back
+//! end, host swap, the compression cache and the active-memory sampler. Frames are counted, not
+//! named: a private frame is identified by the one page it backs.
+//!
+//! Mechanisms work toward targets a policy sets (balloon size, pages kept swapped or compressed)
+//! at their own rates; none decides how much to take or from whom.
 
 mod admission;
+mod balloon_backend;
+mod compressibility;
+mod hostswap;
 mod p2m;
+mod profile;
+mod sampler;
+mod zip;
 
 pub use admission::{AdmissionVm, admit};
-pub use p2m::{Entry, P2m, PageState, flags};
+pub use compressibility::{Compressibility, Content};
+pub use hostswap::{HostIo, SwapFile};
 
-use crate::units::fmt_bytes;
+/// Host CPU a reclaim-daemon step spends before yielding.
+pub fn hostswap_step_ns() -> u64 {
+    hostswap::STEP_NS
+}
+pub use p2m::{Entry, P2m, PageState, flags};
+pub use profile::HostProfile;
+pub use sampler::Sample;
+pub use zip::{ZIP_SLOT_BYTES, ZipCache};
+
+use std::collections::HashMap;
+
+use crate::clock::EventQueue;
+use crate::devices::Datastore;
+use crate::units::{PAGE_SIZE, fmt_bytes};
 
 /// Per-VM resource settings (ESX terms; DESIGN.md section 4).
 #[derive(Clone, Debug, PartialEq)]
@@ -21,6 +45,47 @@ pub struct VmResources {
     pub shares: u64,
     /// Machine memory the virtualization layer needs for this VM, bytes.
     pub overhead: u64,
+}
+
+/// CPU costs of the host's reclamation, per page (DESIGN.md section 3).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostCosts {
+    /// Host CPU to swap a page out (the write is the device's): 48.9 us, Difference Engine
+    /// (Gupta et al., OSDI 2008), table 2.
+    pub swap_out_ns: u64,
+    /// Compressing a page: 29.7 us, same table.
+    pub compress_ns: u64,
+    /// Decompressing a page: 10.4 us, same table.
+    pub decompress_ns: u64,
+}
+
+impl Default for HostCosts {
+    fn default() -> Self {
+        Self { swap_out_ns: 48_900, compress_ns: 29_700, decompress_ns: 10_400 }
+    }
+}
+
+/// Per-VM host counters (esxtop names in the comments).
+#[derive(Clone, Debug, Default)]
+pub struct HostVmStats {
+    /// Pages written to the swap file (SWW, cumulative).
+    pub swap_out: u64,
+    /// Pages read back from the swap file (SWR, cumulative).
+    pub swap_in: u64,
+    /// Pages compressed into the cache (ZIP, cumulative).
+    pub zip: u64,
+    /// Pages decompressed (UNZIP, cumulative).
+    pub unzip: u64,
+    /// Compressed pages pushed out of a full cache to the swap file.
+    pub zip_evicted: u64,
+    /// Swap-outs cancelled because the guest touched the page while it was being written.
+    pub swap_out_cancelled: u64,
+    /// Time the VM's vCPUs stalled on the host: swap-ins, decompression, waiting for a frame, ns.
+    pub host_wait_ns: u64,
+    /// Pages the balloon driver handed over (cumulative).
+    pub ballooned_total: u64,
+    /// Pages the balloon driver took back (cumulative).
+    pub unballooned_total: u64,
 }
 
 /// One VM as the host sees it.
@@ -37,12 +102,48 @@ pub struct HostVm {
     pub overhead_frames: u64,
     /// Cap on `granted` set by the policy (`SetGrantLimit`), in frames.
     pub grant_limit: u64,
+    /// Balloon size the policy asks for, pages (MCTLTGT).
+    pub balloon_target: u64,
+    /// Pages in the balloon (MCTLSZ).
+    pub ballooned: u64,
+    /// Most pages the balloon may hold (MCTLMAX).
+    pub balloon_max: u64,
+    /// Pages the policy wants kept compressed or swapped (SWTGT).
+    pub swap_target: u64,
+    /// Pages in the swap file (SWCUR).
+    pub swapped: u64,
+    swapfile: SwapFile,
+    zip: ZipCache,
+    /// Counters.
+    pub stats: HostVmStats,
+    sample: Sample,
+    /// Pages being read back, and when each read completes.
+    reading: HashMap<u32, u64>,
+    /// Pages being written out: in-flight swap-outs that still hold their frame.
+    swapping_out: u64,
+    /// Distribution of compressed sizes of the VM's pages, by content.
+    zip_sizes: Compressibility,
 }
 
 impl HostVm {
     /// Where each guest page lives.
     pub fn p2m(&self) -> &P2m {
         &self.p2m
+    }
+
+    /// The compression cache.
+    pub fn zip(&self) -> &ZipCache {
+        &self.zip
+    }
+
+    /// The active-memory sampler's state.
+    pub fn sample(&self) -> &Sample {
+        &self.sample
+    }
+
+    /// Pages reclaimed by host swap and compression, done or in flight.
+    pub fn reclaimed(&self) -> u64 {
+        self.swapped + self.zip.used() + self.swapping_out
     }
 }
 
@@ -53,8 +154,23 @@ pub enum Access {
     Ready,
     /// The host backed the page now with a zeroed frame (the guest pays `host_back_ns`).
     NewFrame,
+    /// The vCPU stalls until this time (swap-in, decompression, a frame being freed), then the
+    /// page is backed.
+    Wait(u64),
     /// The host cannot back the page; the run ends with `Host::fatal`.
     Refused,
+}
+
+/// What the host's mechanisms need from the guest whose pages they handle, without reaching into
+/// its internals.
+pub trait GuestMemory {
+    /// The host took page `ppn` away: the guest's next reference to it must come to the host
+    /// (its fast-path assumptions about the page no longer hold).
+    fn invalidate(&mut self, ppn: u32);
+    /// Whether a process referenced `ppn` after time `t` (a vCPU running ahead of the host).
+    fn touched_after(&self, ppn: u32, t: u64) -> bool;
+    /// What the page holds, for its compressed size.
+    fn content(&self, ppn: u32) -> Content;
 }
 
 /// The host's memory.
@@ -62,7 +178,20 @@ pub enum Access {
 pub struct Host {
     total: u64,
     free: u64,
+    /// Frames the hypervisor itself holds.
+    hypervisor: u64,
     vms: Vec<HostVm>,
+    /// Host swap is available (a swap file per VM).
+    pub swap_enabled: bool,
+    /// Costs of reclamation.
+    pub costs: HostCosts,
+    /// Host swap I/O in flight.
+    io: Vec<Option<HostIo>>,
+    io_free: Vec<u32>,
+    /// Pages whose guest mappings must be invalidated, per VM, not yet told to the guest.
+    invalidations: Vec<(u32, u32)>,
+    /// Whether the reclaim daemon has a step scheduled.
+    pub(crate) daemon_scheduled: bool,
     /// A condition that ends the run (machine memory exhausted with no host reclaim).
     pub fatal: Option<String>,
 }
@@ -70,15 +199,74 @@ pub struct Host {
 impl Host {
     /// A host with `frames` machine frames and no VMs.
     pub fn new(frames: u64) -> Self {
-        Self { total: frames, free: frames, vms: Vec::new(), fatal: None }
+        Self {
+            total: frames,
+            free: frames,
+            hypervisor: 0,
+            vms: Vec::new(),
+            swap_enabled: true,
+            costs: HostCosts::default(),
+            io: Vec::new(),
+            io_free: Vec::new(),
+            invalidations: Vec::new(),
+            daemon_scheduled: false,
+            fatal: None,
+        }
     }
 
-    /// Powers on a VM of `memory_pages` guest pages, taking its overhead frames now.
-    pub fn add_vm(&mut self, name: String, memory_pages: u32, res: VmResources) -> u32 {
+    /// Takes `frames` for the hypervisor itself (vmkernel, service console); returns false if the
+    /// host does not have them.
+    pub fn reserve_hypervisor(&mut self, frames: u64) -> bool {
+        if frames > self.free {
+            return false;
+        }
+        self.free -= frames;
+        self.hypervisor += frames;
+        true
+    }
+
+    /// Frames the hypervisor holds.
+    pub fn hypervisor_frames(&self) -> u64 {
+        self.hypervisor
+    }
+
+    /// Powers on a VM of `memory_pages` guest pages, taking its overhead frames now. Its swap file
+    /// lives at byte `swap_base` of datastore `swap_datastore`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn add_vm(
+        &mut self,
+        name: String,
+        memory_pages: u32,
+        res: VmResources,
+        swap_datastore: u32,
+        swap_base: u64,
+        zip_max_bytes: u64,
+        balloon_max: u64,
+        zip_sizes: Compressibility,
+    ) -> u32 {
         let id = self.vms.len() as u32;
         let overhead_frames = crate::units::pages(res.overhead).min(self.free);
         self.free -= overhead_frames;
-        self.vms.push(HostVm { name, p2m: P2m::new(memory_pages), granted: 0, overhead_frames, grant_limit: u64::MAX, res });
+        self.vms.push(HostVm {
+            name,
+            p2m: P2m::new(memory_pages),
+            granted: 0,
+            overhead_frames,
+            grant_limit: u64::MAX,
+            balloon_target: 0,
+            ballooned: 0,
+            balloon_max,
+            swap_target: 0,
+            swapped: 0,
+            swapfile: SwapFile::new(memory_pages, swap_datastore, swap_base),
+            zip: ZipCache::new(zip_max_bytes),
+            stats: HostVmStats::default(),
+            sample: Sample::default(),
+            reading: HashMap::new(),
+            swapping_out: 0,
+            zip_sizes,
+            res,
+        });
         id
     }
 
@@ -92,6 +280,17 @@ impl Host {
         self.vms[vm as usize].grant_limit = frames;
     }
 
+    /// Sets the balloon size a VM's driver works toward, capped at the VM's balloon maximum.
+    pub fn set_balloon_target(&mut self, vm: u32, pages: u64) {
+        let v = &mut self.vms[vm as usize];
+        v.balloon_target = pages.min(v.balloon_max);
+    }
+
+    /// Sets how many of a VM's pages the host keeps compressed or swapped.
+    pub fn set_swap_target(&mut self, vm: u32, pages: u64) {
+        self.vms[vm as usize].swap_target = pages;
+    }
+
     /// Machine frames in all.
     pub fn total_frames(&self) -> u64 {
         self.total
@@ -102,42 +301,35 @@ impl Host {
         self.free
     }
 
-    /// The guest of VM `vm` touches page `ppn`: backs it if it is not. Running out of frames (or
-    /// past the VM's grant limit) with no host reclaim mechanism ends the run through `fatal`,
-    /// never a panic.
+    /// Whether a guest page is backed.
     #[inline]
-    pub fn access(&mut self, vm: u32, ppn: u32) -> Access {
-        let v = &mut self.vms[vm as usize];
-        let e = v.p2m.get(ppn);
-        if e.is_backed() {
-            return Access::Ready;
-        }
-        debug_assert_eq!(e.state(), PageState::Unbacked, "a guest touched a page in state {:?}", e.state());
-        if v.granted >= v.grant_limit {
-            self.fatal.get_or_insert_with(|| {
-                format!(
-                    "VM '{}' reached its grant limit of {} and the host has no reclaim mechanism to enforce it",
-                    v.name,
-                    fmt_bytes(v.grant_limit * crate::units::PAGE_SIZE)
-                )
-            });
-            return Access::Refused;
-        }
-        if self.free == 0 {
-            self.fatal.get_or_insert_with(|| {
-                format!(
-                    "host machine memory exhausted ({}) while backing VM '{}': the configured guests need more than the \
-                     host has, and no host reclaim mechanism (balloon, host swap) is available to this policy",
-                    fmt_bytes(self.total * crate::units::PAGE_SIZE),
-                    v.name
-                )
-            });
-            return Access::Refused;
-        }
-        self.free -= 1;
-        v.granted += 1;
-        v.p2m.set(ppn, Entry::new(PageState::Backed));
-        Access::NewFrame
+    pub fn is_backed(&self, vm: u32, ppn: u32) -> bool {
+        self.vms[vm as usize].p2m.get(ppn).is_backed()
+    }
+
+    /// Whether a guest page is backed with nothing pending (no sample, swap-out or read): a touch
+    /// of it costs the host nothing.
+    #[inline]
+    pub fn is_plain(&self, vm: u32, ppn: u32) -> bool {
+        let e = self.vms[vm as usize].p2m.get(ppn);
+        e.is_backed() && e.flags() == 0
+    }
+
+    /// The pages of VM `vm` whose guest mappings must be invalidated, taken.
+    pub fn take_invalidations(&mut self, vm: u32, out: &mut Vec<u32>) {
+        self.invalidations.retain(|&(v, p)| {
+            if v == vm {
+                out.push(p);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    /// Whether any VM's mappings await invalidation.
+    pub fn has_invalidations(&self) -> bool {
+        !self.invalidations.is_empty()
     }
 
     /// Backs pages `start..end` of a VM at once (a kernel area its boot touches).
@@ -148,31 +340,185 @@ impl Host {
             self.fatal.get_or_insert_with(|| format!("host machine memory exhausted while booting VM '{}'", v.name));
             return;
         }
-        debug_assert!((start..end).all(|p| v.p2m.get(p).state() == PageState::Unbacked));
         v.p2m.set_range(start, end, Entry::new(PageState::Backed));
         self.free -= n;
         v.granted += n;
     }
 
-    /// Whether a guest page is backed.
+    /// The guest of VM `vm` touches page `ppn` at `now`. Backs it if it is unbacked, brings it back
+    /// if it was compressed or swapped (the vCPU waits), cancels a swap-out in flight, and notes a
+    /// touch of a sampled page. Running out of frames with host swap off ends the run through
+    /// `fatal`, never a panic.
     #[inline]
-    pub fn is_backed(&self, vm: u32, ppn: u32) -> bool {
-        self.vms[vm as usize].p2m.get(ppn).is_backed()
+    pub fn access(&mut self, vm: u32, ppn: u32, now: u64, ds: &mut [Datastore], events: &mut EventQueue) -> Access {
+        let e = self.vms[vm as usize].p2m.get(ppn);
+        if e.is_backed() && e.flags() == 0 {
+            return Access::Ready;
+        }
+        self.access_slow(vm, ppn, e, now, ds, events)
     }
 
-    /// Checks that every frame is free or owned exactly once: each VM's backed pages are its
-    /// granted frames, and granted, overhead and free frames add up to the machine's.
+    fn access_slow(&mut self, vm: u32, ppn: u32, e: Entry, now: u64, ds: &mut [Datastore], events: &mut EventQueue) -> Access {
+        let v = &mut self.vms[vm as usize];
+        match e.state() {
+            PageState::Backed => {
+                let mut e = e;
+                if e.flags() & flags::SAMPLED != 0 {
+                    v.sample.touched += 1;
+                    e = e.with_flag(flags::SAMPLED, false);
+                }
+                if e.flags() & flags::SWAPOUT != 0 {
+                    // The write in flight is wasted: the page stays.
+                    e = e.with_flag(flags::SWAPOUT, false);
+                    v.swapping_out -= 1;
+                    v.stats.swap_out_cancelled += 1;
+                }
+                let wait = if e.flags() & flags::READING != 0 { v.reading.get(&ppn).copied().filter(|&t| t > now) } else { None };
+                if wait.is_none() && e.flags() & flags::READING != 0 {
+                    e = e.with_flag(flags::READING, false);
+                    v.reading.remove(&ppn);
+                }
+                v.p2m.set(ppn, e);
+                match wait {
+                    Some(t) => {
+                        v.stats.host_wait_ns += t - now;
+                        Access::Wait(t)
+                    }
+                    None => Access::Ready,
+                }
+            }
+            PageState::Unbacked => match self.take_frame(vm, ppn, now, ds, events) {
+                Some(t) if t <= now => Access::NewFrame,
+                Some(t) => Access::Wait(t),
+                None => Access::Refused,
+            },
+            PageState::Compressed(slot) => {
+                let Some(t) = self.take_frame(vm, ppn, now, ds, events) else { return Access::Refused };
+                let v = &mut self.vms[vm as usize];
+                let frames = v.zip.frames();
+                v.zip.remove(slot);
+                self.free += frames - v.zip.frames();
+                v.stats.unzip += 1;
+                let done = t.max(now) + self.costs.decompress_ns;
+                v.stats.host_wait_ns += done - now;
+                v.p2m.set(ppn, Entry::new(PageState::Backed));
+                Access::Wait(done)
+            }
+            PageState::Swapped(slot) => {
+                let Some(t) = self.take_frame(vm, ppn, now, ds, events) else { return Access::Refused };
+                let v = &mut self.vms[vm as usize];
+                let done = v.swapfile.read(slot, t.max(now), ds);
+                v.swapfile.free(slot);
+                v.swapped -= 1;
+                v.stats.swap_in += 1;
+                v.stats.host_wait_ns += done - now;
+                v.p2m.set(ppn, Entry::new(PageState::Backed).with_flag(flags::READING, true));
+                v.reading.insert(ppn, done);
+                Access::Wait(done)
+            }
+            PageState::Ballooned => {
+                self.fatal.get_or_insert_with(|| format!("VM '{}' touched guest page {ppn}, which is in its balloon", v.name));
+                Access::Refused
+            }
+            PageState::Shared(_) => unreachable!("page sharing is not built yet"),
+        }
+    }
+
+    /// A frame for page `ppn` of `vm`, which becomes backed (counted as granted). Returns when the
+    /// frame is usable: now if one is free and the VM is under its grant limit; otherwise the host
+    /// swaps out another page of the same VM and the frame is usable once that write completes
+    /// (direct host reclaim, as a memory cgroup reclaims from itself at its limit). `None` if
+    /// nothing can be freed.
+    fn take_frame(&mut self, vm: u32, ppn: u32, now: u64, ds: &mut [Datastore], events: &mut EventQueue) -> Option<u64> {
+        let v = &mut self.vms[vm as usize];
+        if self.free > 0 && v.granted < v.grant_limit {
+            self.free -= 1;
+            v.granted += 1;
+            v.p2m.set(ppn, Entry::new(PageState::Backed));
+            return Some(now);
+        }
+        let why = if v.granted >= v.grant_limit {
+            format!("VM '{}' reached its grant limit of {}", v.name, fmt_bytes(v.grant_limit * PAGE_SIZE))
+        } else {
+            format!("host machine memory ({}) is exhausted while backing VM '{}'", fmt_bytes(self.total * PAGE_SIZE), v.name)
+        };
+        if !self.swap_enabled {
+            self.fatal.get_or_insert_with(|| format!("{why}, and host swap is off"));
+            return None;
+        }
+        let Some(victim) = hostswap::random_victim(v, now, vm, None) else {
+            self.fatal.get_or_insert_with(|| format!("{why}, and the VM has no other page the host could swap out"));
+            return None;
+        };
+        // The victim's frame passes to the new page once the victim's contents are on disk.
+        let Some(done) = self.swap_out_now(vm, victim, now, ds, events) else {
+            let v = &self.vms[vm as usize];
+            self.fatal.get_or_insert_with(|| format!("{why}, and VM '{}' has no free slot in its host swap file", v.name));
+            return None;
+        };
+        let v = &mut self.vms[vm as usize];
+        v.granted += 1;
+        v.p2m.set(ppn, Entry::new(PageState::Backed));
+        v.stats.host_wait_ns += done.saturating_sub(now);
+        Some(done)
+    }
+
+    /// Checks that every frame is free or owned exactly once, that every guest page is in exactly
+    /// one host state and the counters agree with the maps.
     pub fn check(&self) -> Result<(), String> {
         let mut owned = 0;
         for v in &self.vms {
-            let backed = v.p2m.iter().filter(|(_, e)| e.is_backed()).count() as u64;
-            if backed != v.granted {
-                return Err(format!("VM '{}': granted {} frames but {backed} pages are backed", v.name, v.granted));
+            let (mut backed, mut ballooned, mut swapped, mut zipped, mut out, mut reading) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);
+            for (ppn, e) in v.p2m.iter() {
+                match e.state() {
+                    PageState::Backed => {
+                        backed += 1;
+                        out += (e.flags() & flags::SWAPOUT != 0) as u64;
+                        if e.flags() & flags::READING != 0 {
+                            reading += 1;
+                            if !v.reading.contains_key(&ppn) {
+                                return Err(format!("VM '{}': page {ppn} reading with no read recorded", v.name));
+                            }
+                        }
+                    }
+                    PageState::Ballooned => ballooned += 1,
+                    PageState::Swapped(s) => {
+                        swapped += 1;
+                        if !v.swapfile.is_used(s) {
+                            return Err(format!("VM '{}': page {ppn} swapped to free slot {s}", v.name));
+                        }
+                    }
+                    PageState::Compressed(s) => {
+                        zipped += 1;
+                        if v.zip.page(s) != Some(ppn) {
+                            return Err(format!("VM '{}': page {ppn} compressed in slot {s} which holds {:?}", v.name, v.zip.page(s)));
+                        }
+                    }
+                    PageState::Unbacked | PageState::Shared(_) => {}
+                }
             }
-            owned += v.granted + v.overhead_frames;
+            let counts = [(backed, v.granted, "granted"), (ballooned, v.ballooned, "ballooned"), (swapped, v.swapped, "swapped")];
+            for (seen, counted, what) in counts {
+                if seen != counted {
+                    return Err(format!("VM '{}': {counted} pages counted {what} but {seen} in the map", v.name));
+                }
+            }
+            if zipped != v.zip.used() || out != v.swapping_out || reading != v.reading.len() as u64 {
+                return Err(format!(
+                    "VM '{}': map has {zipped} compressed, {out} swapping out, {reading} reading; counted {}, {}, {}",
+                    v.name,
+                    v.zip.used(),
+                    v.swapping_out,
+                    v.reading.len()
+                ));
+            }
+            owned += v.granted + v.overhead_frames + v.zip.frames();
         }
-        if owned + self.free != self.total {
-            return Err(format!("frames lost: {owned} owned + {} free != {} in all", self.free, self.total));
+        if owned + self.hypervisor + self.free != self.total {
+            return Err(format!(
+                "frames lost or counted twice: {owned} owned by VMs + {} by the hypervisor + {} free != {} in all",
+                self.hypervisor, self.free, self.total
+            ));
         }
         Ok(())
     }

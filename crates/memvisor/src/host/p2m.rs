@@ -80,6 +80,19 @@ impl Entry {
         self.0 >> 60 == BACKED
     }
 
+    /// The payload: the slot of a compressed or swapped page, the frame of a shared one, and the
+    /// swap slot a swap-out in flight writes to.
+    #[inline]
+    pub fn payload(self) -> u32 {
+        self.0 as u32
+    }
+
+    /// The entry with another payload.
+    #[inline]
+    pub fn with_payload(self, x: u32) -> Self {
+        Self(self.0 & !0xffff_ffff | x as u64)
+    }
+
     /// The flags.
     #[inline]
     pub fn flags(self) -> u16 {

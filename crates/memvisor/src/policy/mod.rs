@@ -41,6 +41,24 @@ pub struct VmView {
     pub memory_stall_ns: u64,
     /// Guest Committed_AS, bytes.
     pub committed: u64,
+    /// Pages in the balloon, bytes (MCTLSZ; virtio `actual`).
+    pub balloon_size: u64,
+    /// Balloon target, bytes (MCTLTGT).
+    pub balloon_target: u64,
+    /// Largest balloon the host allows, bytes (MCTLMAX).
+    pub balloon_max: u64,
+    /// Memory in the host's swap file, bytes (SWCUR).
+    pub swapped: u64,
+    /// Memory in the compression cache, bytes (uncompressed size).
+    pub compressed: u64,
+    /// Memory the host keeps compressed or swapped, bytes (SWTGT).
+    pub swap_target: u64,
+    /// Active-memory sampling, last complete period: (pages sampled, pages touched).
+    pub active_sample: (u64, u64),
+    /// Active-memory sampling, current period so far: (pages sampled, pages touched).
+    pub active_sample_now: (u64, u64),
+    /// Complete sampling periods so far.
+    pub active_periods: u64,
 }
 
 /// What a policy sees.
@@ -52,6 +70,8 @@ pub struct HostView {
     pub host_memory: u64,
     /// Host free memory, bytes.
     pub host_free: u64,
+    /// Memory the hypervisor itself holds, bytes.
+    pub hypervisor: u64,
     /// One entry per VM, in power-on order.
     pub vms: Vec<VmView>,
 }
@@ -68,6 +88,17 @@ impl HostView {
 pub enum Action {
     /// Cap the machine memory granted to the VM (ESX limit; cgroup memory.max).
     SetGrantLimit {
+        /// Bytes.
+        bytes: u64,
+    },
+    /// Balloon size for the VM's driver to work toward (ESX MCTLTGT; QMP `balloon`, which takes
+    /// the guest's size, i.e. memory less this).
+    SetBalloonTarget {
+        /// Bytes.
+        bytes: u64,
+    },
+    /// Memory the host keeps compressed or swapped for the VM (ESX SWTGT).
+    SetSwapTarget {
         /// Bytes.
         bytes: u64,
     },
@@ -109,6 +140,8 @@ impl std::fmt::Display for Action {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self {
             Self::SetGrantLimit { bytes } => write!(f, "set grant limit {}", crate::units::fmt_bytes(*bytes)),
+            Self::SetBalloonTarget { bytes } => write!(f, "set balloon target {}", crate::units::fmt_bytes(*bytes)),
+            Self::SetSwapTarget { bytes } => write!(f, "set swap target {}", crate::units::fmt_bytes(*bytes)),
         }
     }
 }

@@ -59,11 +59,21 @@ mod tests {
             major_faults: 0,
             memory_stall_ns: 0,
             committed: 0,
+            balloon_size: 0,
+            balloon_target: 0,
+            balloon_max: 0,
+            swapped: 0,
+            compressed: 0,
+            swap_target: 0,
+            active_sample: (0, 0),
+            active_sample_now: (0, 0),
+            active_periods: 0,
         };
         let view = HostView {
             time_ns: 0,
             host_memory: 8 << 30,
             host_free: 8 << 30,
+            hypervisor: 0,
             vms: vec![vm(0, "a", 2 << 30, 2 << 30), vm(7, "b", 4 << 30, 1 << 30)],
         };
         let d = Static.decide(&view);

@@ -60,6 +60,13 @@ pub struct RawScenario {
 #[serde(deny_unknown_fields)]
 pub struct RawHost {
     pub memory: Spanned<Qty>,
+    pub profile: Option<Spanned<String>>,
+    pub hypervisor: Option<Spanned<Qty>>,
+    pub swap: Option<Spanned<bool>>,
+    pub zip_max_percent: Option<Spanned<i64>>,
+    pub balloon_max_percent: Option<Spanned<i64>>,
+    pub sample_period: Option<Spanned<Qty>>,
+    pub sample_pages: Option<Spanned<i64>>,
     pub policy: Option<Spanned<String>>,
     pub sample_interval: Option<Spanned<Qty>>,
     pub lookahead: Option<Spanned<Qty>>,
@@ -74,6 +81,10 @@ pub struct RawCosts {
     pub host_back: Option<Spanned<Qty>>,
     pub page_copy: Option<Spanned<Qty>>,
     pub reclaim_scan: Option<Spanned<Qty>>,
+    pub balloon_page: Option<Spanned<Qty>>,
+    pub compress: Option<Spanned<Qty>>,
+    pub decompress: Option<Spanned<Qty>>,
+    pub host_swap_out: Option<Spanned<Qty>>,
 }
 
 /// `[[datastore]]`.
@@ -106,6 +117,8 @@ pub struct RawVm {
     pub replacement: Option<Spanned<String>>,
     pub kernel_reserved: Option<Spanned<Qty>>,
     pub transparent_hugepage: Option<Spanned<String>>,
+    pub balloon: Option<Spanned<String>>,
+    pub host_swap_datastore: Option<Spanned<String>>,
     pub sysctl: Option<BTreeMap<Spanned<String>, Spanned<i64>>>,
     pub workload: Option<Vec<Spanned<RawWorkload>>>,
 }

@@ -6,7 +6,8 @@ use toml::Spanned;
 use super::raw::{Qty, RawScenario, RawVm, RawWorkload};
 use super::{ScenarioError, Source};
 use crate::devices::{DeviceKind, DeviceSpec};
-use crate::guest::{Costs, GuestConfig, Replacement, Sysctl, Thp, Watermarks};
+use crate::guest::{BalloonDriver, Costs, GuestConfig, Replacement, Sysctl, Thp, Watermarks};
+use crate::host::{HostCosts, HostProfile};
 use crate::policy::POLICY_NAMES;
 use crate::units::{self, PAGE_SIZE};
 use crate::workloads::{FileIo, Idle, Random, Stress, TraceReplay, WorkloadEntry, WorkloadSpec};
@@ -18,6 +19,22 @@ pub struct HostSpec {
     pub memory: u64,
     /// Policy name.
     pub policy: String,
+    /// The kind of hypervisor (its defaults).
+    pub profile: HostProfile,
+    /// Memory the hypervisor itself holds, bytes.
+    pub hypervisor: u64,
+    /// Whether the host can swap guest memory (a swap file per VM).
+    pub swap: bool,
+    /// Compression cache per VM, percent of its memory (0: none).
+    pub zip_max_percent: u32,
+    /// Largest balloon, percent of a VM's memory.
+    pub balloon_max_percent: u32,
+    /// Active-memory sampling period.
+    pub sample_period_ns: u64,
+    /// Pages sampled per VM per period.
+    pub sample_pages: u32,
+    /// Costs of the host's reclamation.
+    pub costs: HostCosts,
     /// Counter sampling interval.
     pub sample_interval_ns: u64,
     /// How far a vCPU may account resident-page hits past the next event elsewhere (simulation
@@ -52,6 +69,8 @@ pub struct VmSpec {
     pub os: String,
     /// Datastore index.
     pub datastore: usize,
+    /// Datastore of the VM's host swap file (by default its own).
+    pub swap_datastore: usize,
 }
 
 /// What the summary's report table shows.
@@ -184,14 +203,46 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
     }
 
     let h = raw.host.get_ref();
+    let memory = c.bytes(&h.memory, "host.memory")?;
+    let profile = HostProfile::parse(c.choice(&h.profile, "host.profile", "kvm", HostProfile::NAMES)?).expect("checked");
+    let mut host_costs = HostCosts::default();
+    if let Some(rc) = &raw.costs {
+        host_costs.compress_ns = c.opt_ns(&rc.compress, "costs.compress", host_costs.compress_ns)?;
+        host_costs.decompress_ns = c.opt_ns(&rc.decompress, "costs.decompress", host_costs.decompress_ns)?;
+        host_costs.swap_out_ns = c.opt_ns(&rc.host_swap_out, "costs.host_swap_out", host_costs.swap_out_ns)?;
+    }
     let host = HostSpec {
-        memory: c.bytes(&h.memory, "host.memory")?,
+        memory,
+        profile,
+        hypervisor: c.opt_bytes(&h.hypervisor, "host.hypervisor", profile.hypervisor_memory(memory))?,
+        swap: h.swap.as_ref().is_none_or(|b| *b.get_ref()),
+        zip_max_percent: c.int(&h.zip_max_percent, "host.zip_max_percent", profile.zip_max_percent() as u64, 0, 100)? as u32,
+        balloon_max_percent: c.int(&h.balloon_max_percent, "host.balloon_max_percent", profile.balloon_max_percent() as u64, 0, 100)?
+            as u32,
+        // ESX `Mem.SamplePeriod`, 60 s (ESX 4.0+; 30 s in ESX 2.x and the paper).
+        sample_period_ns: c.opt_ns(&h.sample_period, "host.sample_period", 60_000_000_000)?,
+        sample_pages: c.int(&h.sample_pages, "host.sample_pages", profile.sample_pages() as u64, 0, 1 << 20)? as u32,
+        costs: host_costs,
         policy: c.choice(&h.policy, "host.policy", "static", POLICY_NAMES)?.to_string(),
         sample_interval_ns: c.opt_ns(&h.sample_interval, "host.sample_interval", DEFAULT_SAMPLE_NS)?,
         lookahead_ns: c.opt_ns(&h.lookahead, "host.lookahead", DEFAULT_LOOKAHEAD_NS)?,
     };
     if host.memory < PAGE_SIZE {
         return c.err(h.memory.span(), "host.memory", "must be at least one page (4KiB)");
+    }
+    if host.hypervisor >= host.memory {
+        return c.err(
+            h.memory.span(),
+            "host.hypervisor",
+            format!(
+                "the hypervisor's {} leaves nothing of the host's {}",
+                units::fmt_bytes(host.hypervisor),
+                units::fmt_bytes(host.memory)
+            ),
+        );
+    }
+    if host.sample_period_ns == 0 {
+        return c.err(h.sample_period.as_ref().unwrap().span(), "host.sample_period", "must be longer than zero");
     }
     if host.sample_interval_ns == 0 {
         return c.err(h.sample_interval.as_ref().unwrap().span(), "host.sample_interval", "must be longer than zero");
@@ -204,6 +255,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         costs.host_back_ns = c.opt_ns(&rc.host_back, "costs.host_back", costs.host_back_ns)?;
         costs.page_copy_ns = c.opt_ns(&rc.page_copy, "costs.page_copy", costs.page_copy_ns)?;
         costs.reclaim_scan_ns = c.opt_ns(&rc.reclaim_scan, "costs.reclaim_scan", costs.reclaim_scan_ns)?;
+        costs.balloon_page_ns = c.opt_ns(&rc.balloon_page, "costs.balloon_page", costs.balloon_page_ns)?;
     }
 
     let mut datastores: Vec<DatastoreSpec> = Vec::new();
@@ -232,7 +284,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
 
     let mut vms: Vec<VmSpec> = Vec::new();
     for v in &raw.vm {
-        for mut spec in resolve_vm(&c, v.get_ref(), &datastores, &costs)? {
+        for mut spec in resolve_vm(&c, v.get_ref(), &datastores, &costs, host.profile)? {
             spec.guest.seed = crate::rng::derive(seed, &[vms.len() as u64]);
             if vms.iter().any(|x| x.guest.name == spec.guest.name) {
                 return c.err(v.get_ref().name.span(), "vm.name", format!("two VMs are named '{}'", spec.guest.name));
@@ -314,7 +366,7 @@ pub fn report_column_known(col: &str) -> bool {
     counter(col)
 }
 
-fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs) -> Result<Vec<VmSpec>, ScenarioError> {
+fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs, profile: HostProfile) -> Result<Vec<VmSpec>, ScenarioError> {
     let base_name = v.name.get_ref().trim().to_string();
     if base_name.is_empty() || base_name.contains(['/', '\\', '.']) {
         return c.err(v.name.span(), "vm.name", "must be a non-empty name without '/', '\\' or '.'");
@@ -340,25 +392,37 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs) -
             ),
         );
     }
-    let limit = c.opt_bytes(&v.limit, &f("limit"), memory)?;
-    if limit < memory {
+    let limit = c.opt_bytes(&v.limit, &f("limit"), memory)?.min(memory);
+    if limit < reservation {
         return c.err(
             v.limit.as_ref().unwrap().span(),
             &f("limit"),
-            "a limit below the VM's memory needs host reclaim (balloon or host swap), which memvisor does not have yet",
+            format!(
+                "{} is below the reservation {}; a limit can be no lower than the reservation",
+                units::fmt_bytes(limit),
+                units::fmt_bytes(reservation)
+            ),
         );
     }
     // ESX "normal" shares: 10 per MB of configured memory.
     let shares = c.int(&v.shares, &f("shares"), 10 * (memory >> 20), 1, u32::MAX as u64)?;
-    // KubeVirt's published estimate of per-VM overhead: 0.2 % of guest memory + 218 MiB
-    // (virt-launcher, QEMU) + 8 MiB per vCPU.
-    let overhead = c.opt_bytes(&v.overhead, &f("overhead"), memory / 500 + (218 << 20) + 8 * (1 << 20) * vcpus as u64)?;
+    // The profile's per-VM overhead (host/profile.rs cites each).
+    let overhead = c.opt_bytes(&v.overhead, &f("overhead"), profile.vm_overhead(memory, vcpus))?;
+    let balloon = match &v.balloon {
+        Some(b) => BalloonDriver::parse(c.choice(&v.balloon, &f("balloon"), "", BalloonDriver::NAMES)?)
+            .ok_or_else(|| c.src.error(Some(b.span()), &f("balloon"), "unknown driver"))?,
+        None => profile.balloon(),
+    };
     let os = c.choice(&v.os, &f("os"), "linux", &["linux"])?.to_string();
-    let ds_name = v.datastore.get_ref();
-    let datastore = datastores.iter().position(|d| &d.name == ds_name).ok_or_else(|| {
-        let names: Vec<&str> = datastores.iter().map(|d| d.name.as_str()).collect();
-        c.src.error(Some(v.datastore.span()), &f("datastore"), format!("no datastore named '{ds_name}' (have: {})", names.join(", ")))
-    })?;
+    let find = |name: &Spanned<String>, field: &str| {
+        datastores.iter().position(|d| &d.name == name.get_ref()).ok_or_else(|| {
+            let names: Vec<&str> = datastores.iter().map(|d| d.name.as_str()).collect();
+            c.src.error(Some(name.span()), &f(field), format!("no datastore named '{}' (have: {})", name.get_ref(), names.join(", ")))
+        })
+    };
+    let datastore = find(&v.datastore, "datastore")?;
+    // ESX keeps a VM's swap file with the VM's files unless told otherwise.
+    let swap_datastore = v.host_swap_datastore.as_ref().map(|d| find(d, "host_swap_datastore")).transpose()?.unwrap_or(datastore);
     // Installers' classic rule: swap as large as memory.
     let swap = c.opt_bytes(&v.swap, &f("swap"), memory)?;
     let swap_pages = match &v.swap {
@@ -411,6 +475,7 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs) -
                 replacement,
                 sysctl: sysctl.clone(),
                 transparent_hugepage: thp,
+                balloon,
                 costs: costs.clone(),
                 sched_slice_ns: GuestConfig::default_sched_slice_ns(vcpus),
                 workloads: workloads.clone(),
@@ -422,6 +487,7 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs) -
             overhead,
             os: os.clone(),
             datastore,
+            swap_datastore,
         })
         .collect())
 }

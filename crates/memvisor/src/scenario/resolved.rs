@@ -38,6 +38,13 @@ impl Scenario {
                 ("policy", s(&self.host.policy)),
                 ("sample_interval", s(fmt_duration(self.host.sample_interval_ns))),
                 ("lookahead", s(fmt_duration(self.host.lookahead_ns))),
+                ("profile", s(self.host.profile.name())),
+                ("hypervisor", s(fmt_bytes(self.host.hypervisor))),
+                ("swap", Value::Boolean(self.host.swap)),
+                ("zip_max_percent", i(self.host.zip_max_percent as u64)),
+                ("balloon_max_percent", i(self.host.balloon_max_percent as u64)),
+                ("sample_period", s(fmt_duration(self.host.sample_period_ns))),
+                ("sample_pages", i(self.host.sample_pages as u64)),
             ]),
         );
         let c = &self.costs;
@@ -49,6 +56,10 @@ impl Scenario {
                 ("host_back", s(fmt_duration(c.host_back_ns))),
                 ("page_copy", s(fmt_duration(c.page_copy_ns))),
                 ("reclaim_scan", s(fmt_duration(c.reclaim_scan_ns))),
+                ("balloon_page", s(fmt_duration(c.balloon_page_ns))),
+                ("compress", s(fmt_duration(self.host.costs.compress_ns))),
+                ("decompress", s(fmt_duration(self.host.costs.decompress_ns))),
+                ("host_swap_out", s(fmt_duration(self.host.costs.swap_out_ns))),
             ]),
         );
         let ds = self
@@ -122,6 +133,8 @@ impl Scenario {
                     ("shares", i(v.shares)),
                     ("overhead", s(fmt_bytes(v.overhead))),
                     ("os", s(&v.os)),
+                    ("balloon", s(g.balloon.name())),
+                    ("host_swap_datastore", s(&self.datastores[v.swap_datastore].name)),
                     ("datastore", s(&self.datastores[v.datastore].name)),
                     ("swap", s(fmt_bytes(g.swap_pages as u64 * PAGE_SIZE))),
                     ("replacement", s(g.replacement.name())),

@@ -161,6 +161,16 @@ impl WorkloadSpec {
         }
     }
 
+    /// What its pages hold (anonymous memory, or the data of files it writes), for how well they
+    /// compress.
+    pub fn content(&self, file: bool) -> crate::host::Content {
+        use crate::host::Content;
+        match self {
+            Self::Stress(_) if !file => Content::Stress,
+            _ => Content::Generic,
+        }
+    }
+
     /// Whether the workload finishes on its own.
     pub fn is_finite(&self) -> bool {
         match self {

@@ -1,0 +1,57 @@
+//! The balloon's host side: a page the guest's driver hands over gives its frame (or swap slot,
+//! or compressed copy) back to the host; a page the driver takes back is unbacked until the guest
+//! touches it again.
+
+use super::{Entry, Host, PageState, flags};
+
+impl Host {
+    /// The balloon driver of VM `vm` took guest page `ppn`.
+    pub fn balloon(&mut self, vm: u32, ppn: u32) {
+        let v = &mut self.vms[vm as usize];
+        let e = v.p2m.get(ppn);
+        match e.state() {
+            PageState::Backed => {
+                if e.flags() & flags::SWAPOUT != 0 {
+                    v.swapping_out -= 1;
+                }
+                if e.flags() & flags::READING != 0 {
+                    v.reading.remove(&ppn);
+                }
+                if e.flags() & flags::SAMPLED != 0 {
+                    // A sampled page that leaves counts as not touched.
+                    v.sample.lost += 1;
+                }
+                v.granted -= 1;
+                self.free += 1;
+            }
+            PageState::Swapped(slot) => {
+                v.swapfile.free(slot);
+                v.swapped -= 1;
+            }
+            PageState::Compressed(slot) => {
+                let frames = v.zip.frames();
+                v.zip.remove(slot);
+                self.free += frames - v.zip.frames();
+            }
+            PageState::Unbacked => {}
+            PageState::Ballooned | PageState::Shared(_) => unreachable!("ballooning a page in state {:?}", e.state()),
+        }
+        v.p2m.set(ppn, Entry::new(PageState::Ballooned));
+        v.ballooned += 1;
+        v.stats.ballooned_total += 1;
+    }
+
+    /// The balloon driver of VM `vm` released guest page `ppn` back to its guest.
+    pub fn unballoon(&mut self, vm: u32, ppn: u32) {
+        let v = &mut self.vms[vm as usize];
+        debug_assert_eq!(v.p2m.get(ppn).state(), PageState::Ballooned);
+        v.p2m.set(ppn, Entry::new(PageState::Unbacked));
+        v.ballooned -= 1;
+        v.stats.unballooned_total += 1;
+    }
+
+    /// The balloon size VM `vm`'s driver should work toward.
+    pub fn balloon_target(&self, vm: u32) -> u64 {
+        self.vms[vm as usize].balloon_target
+    }
+}

@@ -1,0 +1,238 @@
+//! Host swap (DESIGN.md section 4): the host takes pages behind the guest's back. Victims are drawn
+//! at random among a VM's backed pages, with no knowledge of their use (so a hot kernel page can go);
+//! each is first offered to the VM's compression cache (kept if it compresses to half a page) and
+//! otherwise written to the VM's swap file on its datastore. A later touch stalls the vCPU until the
+//! page is back. A guest that pages out a page the host has swapped must first have it read back:
+//! double paging arises by itself.
+//!
+//! The reclaim daemon works toward each VM's swap target at the host CPU's pace: each step spends
+//! `STEP_NS` of host CPU at the per-page costs, then sleeps until its next step.
+
+use super::{Entry, GuestMemory, Host, HostVm, P2m, PageState, flags};
+use crate::clock::{Event, EventQueue};
+use crate::devices::Datastore;
+use crate::rng::Rng;
+use crate::slots::Slots;
+use crate::units::PAGE_SIZE;
+use rand::Rng as _;
+
+/// Host CPU a reclaim step spends before yielding (the daemon's time slice): 1 ms.
+pub const STEP_NS: u64 = 1_000_000;
+
+/// A VM's swap file: as large as the VM's memory (ESX creates a .vswp of the configured memory
+/// less the reservation; the whole memory is the upper bound), on a datastore.
+#[derive(Clone, Debug)]
+pub struct SwapFile {
+    slots: Slots,
+    datastore: u32,
+    base: u64,
+}
+
+impl SwapFile {
+    /// A swap file of `pages` slots at byte `base` of datastore `datastore`.
+    pub fn new(pages: u32, datastore: u32, base: u64) -> Self {
+        Self { slots: Slots::new(pages), datastore, base }
+    }
+
+    /// Reads slot `s` at `now`; returns when the data is in.
+    pub fn read(&self, s: u32, now: u64, ds: &mut [Datastore]) -> u64 {
+        ds[self.datastore as usize].device.submit(now, self.base + s as u64 * PAGE_SIZE, PAGE_SIZE, false)
+    }
+
+    /// Writes slot `s` at `now`; returns when the data is out.
+    fn write(&self, s: u32, now: u64, ds: &mut [Datastore]) -> u64 {
+        ds[self.datastore as usize].device.submit(now, self.base + s as u64 * PAGE_SIZE, PAGE_SIZE, true)
+    }
+
+    /// Frees a slot.
+    pub fn free(&mut self, s: u32) {
+        self.slots.free(s);
+    }
+
+    /// Whether a slot is in use.
+    pub fn is_used(&self, s: u32) -> bool {
+        self.slots.is_used(s)
+    }
+
+    /// Slots in use.
+    pub fn used(&self) -> u64 {
+        self.slots.nr_used()
+    }
+}
+
+/// A host swap write in flight.
+#[derive(Clone, Copy, Debug)]
+pub struct HostIo {
+    /// Guest page being written.
+    pub ppn: u32,
+    /// Its slot in the swap file.
+    pub slot: u32,
+}
+
+/// A page of `p2m` drawn uniformly among those `ok` accepts: rejection sampling over the VM's pages,
+/// then, when accepted pages are rare, a scan from a random start.
+pub fn random_page(p2m: &P2m, rng: &mut Rng, ok: impl Fn(Entry) -> bool) -> Option<u32> {
+    let n = p2m.len();
+    if n == 0 {
+        return None;
+    }
+    for _ in 0..64 {
+        let p = rng.random_range(0..n);
+        if ok(p2m.get(p)) {
+            return Some(p);
+        }
+    }
+    let start = rng.random_range(0..n);
+    (start..n).chain(0..start).find(|&p| ok(p2m.get(p)))
+}
+
+/// Whether the host may take a page in this state: backed, nothing in flight.
+fn takeable(e: Entry) -> bool {
+    e.is_backed() && e.flags() & (flags::SWAPOUT | flags::READING) == 0
+}
+
+/// A victim for direct host reclaim in VM `vm`: the first takeable page from a position derived
+/// from the time (the daemon's random stream is not reachable from a guest's fault), other than
+/// `except`.
+pub(super) fn random_victim(v: &HostVm, now: u64, vm: u32, except: Option<u32>) -> Option<u32> {
+    let n = v.p2m.len();
+    if n == 0 {
+        return None;
+    }
+    let start = (crate::rng::derive(now, &[vm as u64]) % n as u64) as u32;
+    (start..n).chain(0..start).find(|&p| Some(p) != except && takeable(v.p2m.get(p)))
+}
+
+impl Host {
+    /// Direct host reclaim: swaps page `victim` of `vm` out now. The victim's frame is handed to the
+    /// caller (so `granted` drops by one here); returns when the write completes, or `None` if the
+    /// swap file is full.
+    pub(super) fn swap_out_now(&mut self, vm: u32, victim: u32, now: u64, ds: &mut [Datastore], _events: &mut EventQueue) -> Option<u64> {
+        let v = &mut self.vms[vm as usize];
+        let slot = v.swapfile.slots.alloc()?;
+        let done = v.swapfile.write(slot, now + self.costs.swap_out_ns, ds);
+        v.p2m.set(victim, Entry::new(PageState::Swapped(slot)));
+        v.swapped += 1;
+        v.granted -= 1;
+        v.stats.swap_out += 1;
+        self.invalidations.push((vm, victim));
+        Some(done)
+    }
+
+    /// One step of the reclaim daemon at `now`: for each VM below its swap target, in turn, take
+    /// random victims until the step's CPU is spent. Returns whether more work remains.
+    pub fn reclaim_step(
+        &mut self,
+        now: u64,
+        rng: &mut Rng,
+        guests: &mut [&mut dyn GuestMemory],
+        ds: &mut [Datastore],
+        events: &mut EventQueue,
+    ) -> bool {
+        let mut spent = 0;
+        let mut progress = true;
+        while spent < STEP_NS && progress {
+            progress = false;
+            for (vm, g) in guests.iter_mut().enumerate() {
+                if self.vms[vm].reclaimed() >= self.vms[vm].swap_target || spent >= STEP_NS {
+                    continue;
+                }
+                let g = &mut **g;
+                let v = &self.vms[vm];
+                let Some(p) = random_page(&v.p2m, rng, takeable) else { continue };
+                if g.touched_after(p, now + spent) {
+                    // The guest is using it at this very moment: a swap-out would be cancelled.
+                    spent += self.costs.swap_out_ns;
+                    progress = true;
+                    continue;
+                }
+                spent += self.reclaim_page(vm as u32, p, now + spent, rng, g, ds, events);
+                progress = true;
+            }
+        }
+        self.vms.iter().any(|v| v.reclaimed() < v.swap_target)
+    }
+
+    /// Compresses page `p` into the cache if it fits, else starts its swap-out. Returns the host
+    /// CPU spent.
+    #[allow(clippy::too_many_arguments)]
+    fn reclaim_page(
+        &mut self,
+        vm: u32,
+        p: u32,
+        now: u64,
+        rng: &mut Rng,
+        g: &mut dyn GuestMemory,
+        ds: &mut [Datastore],
+        events: &mut EventQueue,
+    ) -> u64 {
+        let content = g.content(p);
+        g.invalidate(p);
+        let v = &mut self.vms[vm as usize];
+        let mut spent = 0;
+        if !v.zip.is_disabled() {
+            spent += self.costs.compress_ns;
+            let size = v.zip_sizes.draw(content, rng);
+            if size <= super::ZIP_SLOT_BYTES {
+                if v.zip.is_full() {
+                    // The oldest compressed page goes to the swap file to make room.
+                    let (slot, old) = v.zip.oldest().expect("a full cache holds pages");
+                    let Some(s) = v.swapfile.slots.alloc() else { return spent };
+                    v.swapfile.write(s, now, ds);
+                    v.zip.remove(slot);
+                    v.p2m.set(old, Entry::new(PageState::Swapped(s)));
+                    v.swapped += 1;
+                    v.stats.swap_out += 1;
+                    v.stats.zip_evicted += 1;
+                }
+                let frames = v.zip.frames();
+                let slot = v.zip.insert(p);
+                v.p2m.set(p, Entry::new(PageState::Compressed(slot)));
+                v.granted -= 1;
+                // The freed frame, less any frame the cache grew by.
+                self.free += 1;
+                self.free -= v.zip.frames() - frames;
+                v.stats.zip += 1;
+                return spent;
+            }
+        }
+        let Some(slot) = v.swapfile.slots.alloc() else { return spent };
+        spent += self.costs.swap_out_ns;
+        let done = v.swapfile.write(slot, now + spent, ds);
+        let e = v.p2m.get(p).with_flag(flags::SWAPOUT, true).with_payload(slot);
+        v.p2m.set(p, e);
+        v.swapping_out += 1;
+        let io = HostIo { ppn: p, slot };
+        let id = match self.io_free.pop() {
+            Some(i) => {
+                self.io[i as usize] = Some(io);
+                i
+            }
+            None => {
+                self.io.push(Some(io));
+                (self.io.len() - 1) as u32
+            }
+        };
+        events.push(done, Event::HostIoDone { vm, io: id });
+        spent
+    }
+
+    /// A swap-out write completed: the frame is freed, unless the guest touched or ballooned the
+    /// page meanwhile (then the copy on disk is discarded).
+    pub fn io_done(&mut self, vm: u32, id: u32) {
+        let io = self.io[id as usize].take().expect("host I/O in flight");
+        self.io_free.push(id);
+        let v = &mut self.vms[vm as usize];
+        let e = v.p2m.get(io.ppn);
+        if e.is_backed() && e.flags() & flags::SWAPOUT != 0 && e.payload() == io.slot {
+            v.p2m.set(io.ppn, Entry::new(PageState::Swapped(io.slot)));
+            v.swapping_out -= 1;
+            v.swapped += 1;
+            v.granted -= 1;
+            v.stats.swap_out += 1;
+            self.free += 1;
+        } else {
+            v.swapfile.free(io.slot);
+        }
+    }
+}

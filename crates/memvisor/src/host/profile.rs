@@ -1,0 +1,106 @@
+//! Host profiles: the defaults a kind of hypervisor brings, each with its source. A scenario picks
+//! one with `host.profile` and may override any value.
+
+use crate::guest::BalloonDriver;
+
+/// A kind of host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostProfile {
+    /// Linux with KVM and QEMU.
+    Kvm,
+    /// VMware ESX 3.5 / 4.x, the seeds' era (seeds 000 and 001).
+    Esx,
+}
+
+impl HostProfile {
+    /// Names as written in scenario files.
+    pub const NAMES: &'static [&'static str] = &["kvm", "esx"];
+
+    /// Parses a scenario name.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "kvm" => Self::Kvm,
+            "esx" => Self::Esx,
+            _ => return None,
+        })
+    }
+
+    /// The scenario name.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// Memory the hypervisor itself holds on a host of `memory` bytes.
+    pub fn hypervisor_memory(self, _memory: u64) -> u64 {
+        match self {
+            // The host kernel and system services are not modelled; each VM's QEMU process is its
+            // overhead.
+            Self::Kvm => 0,
+            // "For ESX, the service console typically uses 272MB and the VMkernel uses a smaller
+            // amount of memory" (vSphere Resource Management Guide 4.0 U1, "Understanding Memory
+            // Overhead"); the VMkernel's own size is not published: 128 MB is taken (ESX 2.x's was
+            // about 24 MB; its drivers grew). docs/sources/host-reclamation.md, section 5.
+            Self::Esx => (272 + 128) << 20,
+        }
+    }
+
+    /// Per-VM overhead memory for a VM of `memory` bytes and `vcpus` vCPUs.
+    pub fn vm_overhead(self, memory: u64, vcpus: u32) -> u64 {
+        match self {
+            // KubeVirt's published estimate: 0.2 % of guest memory + 218 MiB (virt-launcher,
+            // QEMU) + 8 MiB per vCPU.
+            Self::Kvm => memory / 500 + (218 << 20) + 8 * (1 << 20) * vcpus as u64,
+            // ESX/ESXi 4.0's overhead table (Resource Management Guide, table 3-2), interpolated
+            // linearly in memory: 1 vCPU 123.73 MB at 1 GB to 222.30 MB at 8 GB; 2 vCPUs 176.05 MB
+            // at 1 GB to 242.51 MB at 4 GB; each further vCPU as the second added.
+            Self::Esx => {
+                let gb = memory as f64 / (1u64 << 30) as f64;
+                let one = 123.73 + (222.30 - 123.73) / 7.0 * (gb - 1.0);
+                let two = 176.05 + (242.51 - 176.05) / 3.0 * (gb - 1.0);
+                let mb = one + (two - one) * vcpus.saturating_sub(1) as f64;
+                (mb.max(0.0) * 1048576.0) as u64
+            }
+        }
+    }
+
+    /// The balloon driver a guest of this host runs by default.
+    pub fn balloon(self) -> BalloonDriver {
+        match self {
+            // libvirt adds a virtio memballoon device by default, without deflate-on-oom.
+            Self::Kvm => BalloonDriver::Virtio { deflate_on_oom: false },
+            // VMware Tools' vmmemctl / vmw_balloon.
+            Self::Esx => BalloonDriver::Vmw,
+        }
+    }
+
+    /// Largest balloon, percent of guest memory.
+    pub fn balloon_max_percent(self) -> u32 {
+        match self {
+            // QEMU sets no cap of its own.
+            Self::Kvm => 100,
+            // ESX `Mem.CtlMaxPercent`, 65 (DESIGN.md section 4).
+            Self::Esx => 65,
+        }
+    }
+
+    /// Pages the active-memory sampler takes from each VM per period (0: no sampling).
+    pub fn sample_pages(self) -> u32 {
+        match self {
+            // KVM has no such sampler; idle page tracking is opt-in.
+            Self::Kvm => 0,
+            // "By default, ESX Server samples 100 pages for each 30 second period" (Waldspurger,
+            // OSDI 2002, 5.3); later ESX keeps the count and samples every 60 s.
+            Self::Esx => 100,
+        }
+    }
+
+    /// Compression cache size, percent of guest memory (0: none).
+    pub fn zip_max_percent(self) -> u32 {
+        match self {
+            // QEMU/KVM has no per-VM compression cache (zswap compresses the host's own swap).
+            Self::Kvm => 0,
+            // ESX 4.1+ `Mem.MemZipMaxPct`, 10.
+            Self::Esx => 10,
+        }
+    }
+}
