@@ -287,7 +287,7 @@ impl Simulation {
             e.set_item("time_s", d.time_ns as f64 / 1e9)?;
             e.set_item("policy", d.policy)?;
             e.set_item("vm", d.vm)?;
-            e.set_item("vm_id", d.vm_id.0)?;
+            e.set_item("vm_id", d.vm_id.map(|v| v.0))?;
             e.set_item("action", d.action)?;
             e.set_item("reason", d.reason)?;
             decisions.append(e)?;

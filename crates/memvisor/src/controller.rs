@@ -11,9 +11,9 @@ pub struct DecisionRecord {
     pub time_ns: u64,
     /// Policy name.
     pub policy: String,
-    /// The VM's stable id.
-    pub vm_id: VmId,
-    /// The VM's name.
+    /// The VM's stable id, or `None` for a host-wide decision.
+    pub vm_id: Option<VmId>,
+    /// The VM's name, or "host".
     pub vm: String,
     /// What was asked for.
     pub action: String,
@@ -43,7 +43,10 @@ impl Controller {
     pub fn tick(&mut self, backend: &mut dyn Backend) -> Result<(), String> {
         let view = backend.observe();
         for d in self.policy.decide(&view) {
-            let name = view.vm(d.vm).map_or_else(|| format!("#{}", d.vm.0), |v| v.name.clone());
+            let name = match d.vm {
+                None => "host".to_string(),
+                Some(id) => view.vm(id).map_or_else(|| format!("#{}", id.0), |v| v.name.clone()),
+            };
             backend.apply(&d)?;
             self.log.push(DecisionRecord {
                 time_ns: view.time_ns,

@@ -80,7 +80,7 @@ impl Simulation {
         if let Some(e) = host.fatal.take() {
             return Err(e);
         }
-        let policy = policy::by_name(&s.host.policy).ok_or_else(|| format!("unknown policy '{}'", s.host.policy))?;
+        let policy = policy::build(&s.host.policy).ok_or_else(|| format!("unknown policy '{}'", s.host.policy.name))?;
         events.push(0, Event::Sample);
         events.push(0, Event::PolicyTick);
         if s.host.sample_pages > 0 {
@@ -303,7 +303,7 @@ impl Simulation {
             host: HostSummary {
                 memory_mib: mib(self.world.host.total_frames()),
                 free_mib: mib(self.world.host.free_frames()),
-                policy: s.host.policy.clone(),
+                policy: s.host.policy.name.clone(),
             },
             vms,
             datastores,

@@ -24,6 +24,11 @@ pub struct SimulatedHost {
     rng: Rng,
     sample_pages: u32,
     sample_period_ns: u64,
+    /// The memory state the policy last declared (for the time series).
+    pub(crate) memory_state: &'static str,
+    /// VMs whose vCPUs the policy stopped, and their vCPU events held meanwhile.
+    blocked: Vec<bool>,
+    parked: Vec<Vec<GuestEvent>>,
 }
 
 impl SimulatedHost {
@@ -37,7 +42,20 @@ impl SimulatedHost {
         sample_pages: u32,
         sample_period_ns: u64,
     ) -> Self {
-        Self { host, guests, datastores, events, now: 0, rng: rng::stream(seed, &[HOST_STREAM]), sample_pages, sample_period_ns }
+        let n = guests.len();
+        Self {
+            host,
+            guests,
+            datastores,
+            events,
+            now: 0,
+            rng: rng::stream(seed, &[HOST_STREAM]),
+            sample_pages,
+            sample_period_ns,
+            memory_state: "",
+            blocked: vec![false; n],
+            parked: vec![Vec::new(); n],
+        }
     }
 
     /// Machine memory and its VMs.
@@ -63,9 +81,15 @@ impl SimulatedHost {
 
     /// Hands a guest's event to it; `limit` is how far its vCPUs may account resident hits.
     pub(crate) fn handle_guest(&mut self, guest: u32, ev: GuestEvent, limit: u64) -> Result<(), String> {
+        if self.blocked[guest as usize] && matches!(ev, GuestEvent::Vcpu { .. }) {
+            // A blocked VM's vCPUs do not run; they resume where they stopped when it is unblocked.
+            self.parked[guest as usize].push(ev);
+            return Ok(());
+        }
         let now = self.now;
+        let may_run = !self.blocked[guest as usize];
         let (g, mut env) = self.split(guest as usize);
-        g.handle(now, limit, ev, &mut env);
+        g.handle(now, limit, ev, may_run, &mut env);
         self.settle()
     }
 
@@ -132,6 +156,7 @@ impl Backend for SimulatedHost {
                 reservation: h.res.reservation,
                 limit: h.res.limit,
                 shares: h.res.shares,
+                overhead: h.overhead_frames * PAGE_SIZE,
                 granted: h.granted * PAGE_SIZE,
                 guest_total: g.mem_total() * PAGE_SIZE,
                 guest_free: g.pages.nr_free() * PAGE_SIZE,
@@ -161,7 +186,12 @@ impl Backend for SimulatedHost {
     }
 
     fn apply(&mut self, d: &Decision) -> Result<(), String> {
-        let i = self.index(d.vm)?;
+        if let Action::SetMemoryState { state } = d.action {
+            self.memory_state = state;
+            return Ok(());
+        }
+        let id = d.vm.ok_or_else(|| format!("'{}' needs a VM", d.action))?;
+        let i = self.index(id)?;
         match d.action {
             Action::SetGrantLimit { bytes } => self.host.set_grant_limit(i as u32, pages(bytes)),
             Action::SetBalloonTarget { bytes } => {
@@ -174,6 +204,15 @@ impl Backend for SimulatedHost {
                 self.host.set_swap_target(i as u32, pages(bytes));
                 self.wake_daemon();
             }
+            Action::SetBlocked { blocked } => {
+                self.blocked[i] = blocked;
+                if !blocked {
+                    for ev in std::mem::take(&mut self.parked[i]) {
+                        self.events.push(self.now, Event::Guest { guest: i as u32, ev });
+                    }
+                }
+            }
+            Action::SetMemoryState { .. } => unreachable!("handled above"),
         }
         Ok(())
     }

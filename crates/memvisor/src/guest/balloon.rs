@@ -10,12 +10,17 @@
 //!   `deflate_on_oom` ballooned pages leave MemTotal (`adjust_managed_page_count`); with it they
 //!   count as used and the guest's OOM notifier releases OOM_VBALLOON_DEFAULT_PAGES = 256 pages
 //!   instead of killing.
-//! - `vmw` (Linux `drivers/misc/vmw_balloon.c`, ESX, 3.x-4.19): the work polls the host's target
-//!   every second. It allocates without sleeping (no reclaim) first, as fast as it can; when such an
-//!   allocation fails the guest is under pressure, and for the next VMW_BALLOON_SLOW_CYCLES = 4
-//!   polls it allocates with reclaim at `rate_alloc` pages per poll (512 to 2,048, rising by 16 per
-//!   poll that met its rate). It releases at `rate_free` pages per poll (512 to 16,384). Ballooned
-//!   pages count as used; MemTotal stays.
+//! - `vmw` (Linux `drivers/misc/vmware_balloon.c` 2.6.34-3.x and VMware Tools' vmmemctl, the seeds'
+//!   era): the work polls the host's target every second. It allocates without sleeping (no direct
+//!   reclaim) first, at most VMW_BALLOON_NOSLEEP_ALLOC_MAX = 16,384 pages per poll; when such an
+//!   allocation fails the guest is under pressure, and for the next VMW_BALLOON_SLOW_CYCLES = 4 polls
+//!   it allocates with reclaim at `rate_alloc` pages per poll (512 to 2,048, rising by 16 per poll
+//!   that met its rate, halved when a sleeping allocation fails). It releases at `rate_free` pages
+//!   per poll (512 to 16,384). Ballooned pages count as used; MemTotal stays. The seed-era driver's
+//!   sleeping allocations could invoke the guest's OOM killer; here, as the issue asks and as
+//!   4.20+ drivers do (__GFP_NORETRY), they fail instead.
+//!
+//! Sources: docs/sources/host-reclamation.md, sections 1 and 2.
 
 use super::page::PageKind;
 use super::{Counter, Env, Guest};
@@ -27,6 +32,8 @@ const VIRTIO_PFNS_MAX: u64 = 256;
 const VIRTIO_OUT_OF_PUFF_NS: u64 = 200_000_000;
 /// Pages the virtio OOM notifier releases (OOM_VBALLOON_DEFAULT_PAGES).
 const VIRTIO_OOM_PAGES: usize = 256;
+/// vmw_balloon's cap on non-sleeping allocations per poll (VMW_BALLOON_NOSLEEP_ALLOC_MAX).
+const VMW_NOSLEEP_MAX: u64 = 16_384;
 /// vmw_balloon's work period: one second (`round_jiffies_relative(HZ)`).
 const VMW_PERIOD_NS: u64 = 1_000_000_000;
 /// vmw_balloon's sleeping-allocation rates, pages per poll (VMW_BALLOON_RATE_ALLOC_MIN/MAX/INC).
@@ -195,7 +202,7 @@ impl Guest {
     /// polls found the guest under pressure), then sleeping ones at `rate_alloc` per poll.
     fn vmw_inflate(&mut self, want: u64, now: u64, env: &mut Env) -> u64 {
         let b = &mut self.balloon;
-        let (mut can_sleep, mut rate) = if b.slow_cycles > 0 { (true, b.rate_alloc) } else { (false, u64::MAX) };
+        let (mut can_sleep, mut rate) = if b.slow_cycles > 0 { (true, b.rate_alloc) } else { (false, VMW_NOSLEEP_MAX) };
         let (mut taken, mut spent, mut failed) = (0u64, 0u64, false);
         while taken < want {
             match self.balloon_alloc(can_sleep, now + spent, env) {
@@ -248,22 +255,19 @@ impl Guest {
     }
 
     /// Allocates one page for the balloon and hands it to the host; returns the time it took, or
-    /// `None` if the allocator failed. Without `can_sleep` only free pages above the low watermark
-    /// are taken and kswapd is not woken (vmw's NOSLEEP flags); with it the allocation may wake
-    /// kswapd and reclaim directly, but fails rather than calling the OOM killer (__GFP_NORETRY).
+    /// `None` if the allocator failed. Every allocation wakes kswapd below the low watermark and
+    /// may take free pages down to the min watermark; without `can_sleep` it does no direct reclaim
+    /// (vmw's NOSLEEP flags lack __GFP_WAIT); with it it reclaims directly, but fails rather than
+    /// calling the OOM killer (__GFP_NORETRY).
     fn balloon_alloc(&mut self, can_sleep: bool, now: u64, env: &mut Env) -> Option<u64> {
         let mut spent = 0;
-        let floor = if can_sleep {
-            if self.pages.nr_free() <= self.wmark.low {
-                self.wakeup_kswapd(now, env);
-                if self.pages.nr_free() <= self.wmark.min {
-                    spent += self.try_to_free_pages(now, env) * self.cfg.costs.reclaim_scan_ns;
-                }
+        if self.pages.nr_free() <= self.wmark.low {
+            self.wakeup_kswapd(now, env);
+            if can_sleep && self.pages.nr_free() <= self.wmark.min {
+                spent += self.try_to_free_pages(now, env) * self.cfg.costs.reclaim_scan_ns;
             }
-            self.wmark.min
-        } else {
-            self.wmark.low
-        };
+        }
+        let floor = self.wmark.min;
         if self.pages.nr_free() <= floor {
             return None;
         }

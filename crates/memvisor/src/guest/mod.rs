@@ -520,8 +520,9 @@ impl Guest {
         self.procs.iter().map(|p| p.stats.stall_ns).sum()
     }
 
-    /// Handles an event addressed to this guest.
-    pub fn handle(&mut self, now: u64, limit: u64, ev: GuestEvent, env: &mut Env) {
+    /// Handles an event addressed to this guest. A vCPU woken meanwhile runs at once, unless the
+    /// host has stopped the VM's vCPUs (`may_run` false): then its turn is scheduled like any other.
+    pub fn handle(&mut self, now: u64, limit: u64, ev: GuestEvent, may_run: bool, env: &mut Env) {
         self.sched.start_now = Some(NONE);
         match ev {
             GuestEvent::Vcpu { vcpu } => self.run_vcpu(vcpu, now, limit, env),
@@ -533,7 +534,11 @@ impl Guest {
         }
         let started = self.sched.start_now.take();
         if let Some(v) = started.filter(|&v| v != NONE) {
-            self.run_vcpu(v, now, limit, env);
+            if may_run {
+                self.run_vcpu(v, now, limit, env);
+            } else {
+                env.schedule(self.id, now, GuestEvent::Vcpu { vcpu: v });
+            }
         }
     }
 

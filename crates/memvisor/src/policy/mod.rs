@@ -2,8 +2,12 @@
 //! returns [`Decision`]s, each with the reason a human can read. It never touches mechanism
 //! internals, so the same policy object can drive the simulated host or a live one.
 
+mod esx;
+mod esx_states;
 mod static_partition;
 
+pub use esx::Esx;
+pub use esx_states::{StateTable, TABLES as ESX_STATE_TABLES, min_free};
 pub use static_partition::Static;
 
 /// A VM's stable identity: given at power-on, never reused, kept when other VMs come and go.
@@ -25,6 +29,8 @@ pub struct VmView {
     pub limit: u64,
     /// Shares.
     pub shares: u64,
+    /// Memory the virtualization layer holds for the VM, bytes (ESX OVHD).
+    pub overhead: u64,
     /// Machine memory backing the VM, bytes (esxtop GRANT; cgroup memory.current).
     pub granted: u64,
     /// Guest-reported total and free memory, bytes (virtio-balloon stats).
@@ -102,13 +108,24 @@ pub enum Action {
         /// Bytes.
         bytes: u64,
     },
+    /// Stop (or resume) running the VM's vCPUs until memory is freed (ESX's low state).
+    SetBlocked {
+        /// Whether it is blocked.
+        blocked: bool,
+    },
+    /// The host's memory state as the policy judges it (ESX high, soft, hard, low), for the record
+    /// and the time series (host-wide).
+    SetMemoryState {
+        /// State name.
+        state: &'static str,
+    },
 }
 
 /// One decision with its reason.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Decision {
-    /// The VM it is for.
-    pub vm: VmId,
+    /// The VM it is for; `None` for the host as a whole.
+    pub vm: Option<VmId>,
     /// What to do.
     pub action: Action,
     /// Why, in words an operator can read.
@@ -126,12 +143,27 @@ pub trait Policy: Send + Sync {
 }
 
 /// Policy names a scenario may use.
-pub const POLICY_NAMES: &[&str] = &["static"];
+pub const POLICY_NAMES: &[&str] = &["static", "esx"];
 
-/// Builds a policy by scenario name.
-pub fn by_name(name: &str) -> Option<Box<dyn Policy>> {
-    match name {
+/// A policy's settings from the scenario.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicySpec {
+    /// Policy name.
+    pub name: String,
+    /// `esx`: the free-memory state table.
+    pub esx_states: &'static str,
+    /// `esx`: the idle memory tax, 0..1 (`Mem.IdleTax`, 75 %).
+    pub idle_tax: f64,
+}
+
+/// Builds a policy from its settings.
+pub fn build(spec: &PolicySpec) -> Option<Box<dyn Policy>> {
+    match spec.name.as_str() {
         "static" => Some(Box::new(Static)),
+        "esx" => {
+            let table = ESX_STATE_TABLES.iter().find(|t| t.name == spec.esx_states)?;
+            Some(Box::new(Esx::new(table, spec.idle_tax)))
+        }
         _ => None,
     }
 }
@@ -142,6 +174,9 @@ impl std::fmt::Display for Action {
             Self::SetGrantLimit { bytes } => write!(f, "set grant limit {}", crate::units::fmt_bytes(*bytes)),
             Self::SetBalloonTarget { bytes } => write!(f, "set balloon target {}", crate::units::fmt_bytes(*bytes)),
             Self::SetSwapTarget { bytes } => write!(f, "set swap target {}", crate::units::fmt_bytes(*bytes)),
+            Self::SetBlocked { blocked: true } => write!(f, "block"),
+            Self::SetBlocked { blocked: false } => write!(f, "unblock"),
+            Self::SetMemoryState { state } => write!(f, "memory state {state}"),
         }
     }
 }

@@ -23,7 +23,7 @@ impl Policy for Static {
             .map(|vm| {
                 let cap = vm.memory.min(vm.limit);
                 Decision {
-                    vm: vm.id,
+                    vm: Some(vm.id),
                     action: Action::SetGrantLimit { bytes: cap },
                     reason: format!(
                         "static partitioning: '{}' keeps the {} it was configured with{}; nothing is reclaimed",
@@ -51,6 +51,7 @@ mod tests {
             reservation: 0,
             limit,
             shares: 1000,
+            overhead: 0,
             granted: 0,
             guest_total: 0,
             guest_free: 0,
@@ -78,7 +79,7 @@ mod tests {
         };
         let d = Static.decide(&view);
         assert_eq!(d[0].action, Action::SetGrantLimit { bytes: 2 << 30 });
-        assert_eq!((d[1].vm, &d[1].action), (VmId(7), &Action::SetGrantLimit { bytes: 1 << 30 }));
+        assert_eq!((d[1].vm, &d[1].action), (Some(VmId(7)), &Action::SetGrantLimit { bytes: 1 << 30 }));
         assert!(d[1].reason.contains("limited"));
     }
 }

@@ -68,6 +68,8 @@ pub struct RawHost {
     pub sample_period: Option<Spanned<Qty>>,
     pub sample_pages: Option<Spanned<i64>>,
     pub policy: Option<Spanned<String>>,
+    pub esx_states: Option<Spanned<String>>,
+    pub idle_tax: Option<Spanned<i64>>,
     pub sample_interval: Option<Spanned<Qty>>,
     pub lookahead: Option<Spanned<Qty>>,
 }

@@ -8,7 +8,7 @@ use super::{ScenarioError, Source};
 use crate::devices::{DeviceKind, DeviceSpec};
 use crate::guest::{BalloonDriver, Costs, GuestConfig, Replacement, Sysctl, Thp, Watermarks};
 use crate::host::{HostCosts, HostProfile};
-use crate::policy::POLICY_NAMES;
+use crate::policy::{ESX_STATE_TABLES, POLICY_NAMES, PolicySpec};
 use crate::units::{self, PAGE_SIZE};
 use crate::workloads::{FileIo, Idle, Random, Stress, TraceReplay, WorkloadEntry, WorkloadSpec};
 
@@ -17,8 +17,8 @@ use crate::workloads::{FileIo, Idle, Random, Stress, TraceReplay, WorkloadEntry,
 pub struct HostSpec {
     /// Machine memory, bytes.
     pub memory: u64,
-    /// Policy name.
-    pub policy: String,
+    /// The policy and its settings.
+    pub policy: PolicySpec,
     /// The kind of hypervisor (its defaults).
     pub profile: HostProfile,
     /// Memory the hypervisor itself holds, bytes.
@@ -223,7 +223,15 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         sample_period_ns: c.opt_ns(&h.sample_period, "host.sample_period", 60_000_000_000)?,
         sample_pages: c.int(&h.sample_pages, "host.sample_pages", profile.sample_pages() as u64, 0, 1 << 20)? as u32,
         costs: host_costs,
-        policy: c.choice(&h.policy, "host.policy", "static", POLICY_NAMES)?.to_string(),
+        policy: PolicySpec {
+            name: c.choice(&h.policy, "host.policy", "static", POLICY_NAMES)?.to_string(),
+            esx_states: {
+                let names: Vec<&str> = ESX_STATE_TABLES.iter().map(|t| t.name).collect();
+                let n = c.choice(&h.esx_states, "host.esx_states", "esx3", &names)?;
+                ESX_STATE_TABLES.iter().find(|t| t.name == n).expect("checked").name
+            },
+            idle_tax: c.int(&h.idle_tax, "host.idle_tax", 75, 0, 99)? as f64 / 100.0,
+        },
         sample_interval_ns: c.opt_ns(&h.sample_interval, "host.sample_interval", DEFAULT_SAMPLE_NS)?,
         lookahead_ns: c.opt_ns(&h.lookahead, "host.lookahead", DEFAULT_LOOKAHEAD_NS)?,
     };

@@ -35,7 +35,9 @@ impl Scenario {
             "host".into(),
             table(vec![
                 ("memory", s(fmt_bytes(self.host.memory))),
-                ("policy", s(&self.host.policy)),
+                ("policy", s(&self.host.policy.name)),
+                ("esx_states", s(self.host.policy.esx_states)),
+                ("idle_tax", i((self.host.policy.idle_tax * 100.0).round() as u64)),
                 ("sample_interval", s(fmt_duration(self.host.sample_interval_ns))),
                 ("lookahead", s(fmt_duration(self.host.lookahead_ns))),
                 ("profile", s(self.host.profile.name())),

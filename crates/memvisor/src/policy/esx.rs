@@ -1,0 +1,308 @@
+//! `esx`: VMware ESX's memory scheduler (Waldspurger, "Memory Resource Management in VMware ESX
+//! Server", OSDI 2002; docs/sources/host-reclamation.md, section 3).
+//!
+//! Every VM gets a reservation (floor), a limit (ceiling) and shares. When the VMs want more than
+//! the host can give while keeping its free-memory goal, memory is revoked from the VM that pays
+//! the least for it: the one with the lowest adjusted shares per page
+//! rho = S / (P (f + k (1 - f))), k = 1 / (1 - tax), where f is the VM's active fraction, so idle
+//! memory is taxed (75 % by default). The active fraction comes from the host's page sampling:
+//! the maximum of a slow and a fast moving average and of the fast one updated with the current
+//! period's touches so far, so an estimate rises quickly and decays slowly.
+//!
+//! The host's free memory puts it in a state (a table of `esx_states`); the state decides how the
+//! VMs' excess over their targets is reclaimed: by ballooning, by host swapping (with compression
+//! first where the host has a cache), and in the lowest state by blocking VMs above their target.
+
+use std::collections::BTreeMap;
+
+use super::esx_states::{StateTable, TABLES};
+use super::{Action, Decision, HostView, Policy, VmId, VmView};
+use crate::units::{PAGE_SIZE, fmt_bytes};
+
+/// `Mem.BalancePeriod`: targets are recomputed every 15 s (ESXi 4.0 Resource Management Guide,
+/// table B-2), and at once when the state changes.
+const BALANCE_PERIOD_NS: u64 = 15_000_000_000;
+/// The state is checked every second: the balloon driver polls its target as often.
+const TICK_NS: u64 = 1_000_000_000;
+/// Gains of the fast and slow moving averages of the active fraction, per sample period. Not
+/// published: a fast average that follows within a couple of periods, a slow one that carries a
+/// working set over about ten (docs/sources/host-reclamation.md, 3.2).
+const FAST_GAIN: f64 = 0.5;
+const SLOW_GAIN: f64 = 0.1;
+/// Memory revoked per step of the min-funding revocation, pages (4 MiB: fine enough for targets
+/// that are hundreds of MB apart, coarse enough to stay cheap for many VMs).
+const REVOKE_STEP: u64 = 1024;
+
+/// One VM's active-memory estimate.
+#[derive(Clone, Debug)]
+struct Active {
+    slow: f64,
+    fast: f64,
+    periods: u64,
+}
+
+impl Active {
+    /// The estimate: the maximum of the slow average, the fast one, and the fast one updated with
+    /// the current period so far. Fully active until a period has been sampled.
+    fn estimate(&self, now: (u64, u64)) -> f64 {
+        if self.periods == 0 {
+            return 1.0;
+        }
+        let (n, t) = now;
+        let current = if n > 0 { self.fast + FAST_GAIN * (t as f64 / n as f64 - self.fast) } else { 0.0 };
+        self.slow.max(self.fast).max(current)
+    }
+}
+
+/// The policy.
+#[derive(Clone, Debug)]
+pub struct Esx {
+    table: &'static StateTable,
+    tax: f64,
+    state: usize,
+    active: BTreeMap<VmId, Active>,
+    last_balance: Option<u64>,
+    /// Per VM, the targets last set: (balloon, swap, blocked).
+    set: BTreeMap<VmId, (u64, u64, bool)>,
+}
+
+impl Esx {
+    /// The scheduler with a state table and an idle tax (0..1).
+    pub fn new(table: &'static StateTable, tax: f64) -> Self {
+        Self { table, tax, state: 0, active: BTreeMap::new(), last_balance: None, set: BTreeMap::new() }
+    }
+
+    /// The default: the ESX 3.x/4.0 table and a 75 % idle tax (`Mem.IdleTax`).
+    pub fn standard() -> Self {
+        Self::new(TABLES[0], 0.75)
+    }
+
+    /// The current state's name.
+    pub fn state(&self) -> &'static str {
+        self.table.states[self.state].name
+    }
+
+    fn update_active(&mut self, v: &VmView) -> f64 {
+        let a = self.active.entry(v.id).or_insert(Active { slow: 1.0, fast: 1.0, periods: 0 });
+        if v.active_periods > a.periods {
+            let (n, t) = v.active_sample;
+            let f = if n > 0 { t as f64 / n as f64 } else { 1.0 };
+            if a.periods == 0 {
+                a.slow = f;
+                a.fast = f;
+            } else {
+                a.fast += FAST_GAIN * (f - a.fast);
+                a.slow += SLOW_GAIN * (f - a.slow);
+            }
+            a.periods = v.active_periods;
+        }
+        a.estimate(v.active_sample_now)
+    }
+
+    /// Adjusted shares per page.
+    fn rho(&self, shares: u64, pages: u64, active: f64) -> f64 {
+        let k = 1.0 / (1.0 - self.tax.min(0.999));
+        shares as f64 / (pages.max(1) as f64 * (active + k * (1.0 - active)))
+    }
+
+    /// Min-funding revocation: each VM's allocation target, in pages, so that the VMs together
+    /// hold at most `available` pages. A VM starts from what it holds (within its reservation and
+    /// limit); while the total is too large, the VM with the lowest rho gives up a step.
+    fn targets(&self, vms: &[(&VmView, f64)], available: u64) -> Vec<u64> {
+        let floor: Vec<u64> = vms.iter().map(|(v, _)| v.reservation / PAGE_SIZE).collect();
+        let mut alloc: Vec<u64> =
+            vms.iter().zip(&floor).map(|((v, _), &f)| (v.granted / PAGE_SIZE).clamp(f, v.memory.min(v.limit) / PAGE_SIZE)).collect();
+        let mut total: u64 = alloc.iter().sum();
+        while total > available {
+            let pick = (0..vms.len())
+                .filter(|&i| alloc[i] > floor[i])
+                .min_by(|&a, &b| self.rho(vms[a].0.shares, alloc[a], vms[a].1).total_cmp(&self.rho(vms[b].0.shares, alloc[b], vms[b].1)));
+            let Some(i) = pick else { break };
+            let step = REVOKE_STEP.min(alloc[i] - floor[i]).min(total - available);
+            alloc[i] -= step;
+            total -= step;
+        }
+        alloc
+    }
+}
+
+impl Policy for Esx {
+    fn name(&self) -> &str {
+        "esx"
+    }
+
+    fn period_ns(&self) -> Option<u64> {
+        Some(TICK_NS)
+    }
+
+    fn decide(&mut self, view: &HostView) -> Vec<Decision> {
+        let mut out = Vec::new();
+        let actives: Vec<f64> = view.vms.iter().map(|v| self.update_active(v)).collect();
+        let state = self.table.next(self.state, view.host_free, view.host_memory);
+        let basis = self.table.basis_bytes(view.host_memory);
+        let free_pct = view.host_free as f64 / view.host_memory as f64 * 100.0;
+        let changed = state != self.state;
+        if changed || self.last_balance.is_none() {
+            let s = &self.table.states[state];
+            out.push(Decision {
+                vm: None,
+                action: Action::SetMemoryState { state: s.name },
+                reason: format!(
+                    "free memory {} ({free_pct:.2} % of {}) {} the {} threshold of table {}: state {} ({})",
+                    fmt_bytes(view.host_free),
+                    fmt_bytes(view.host_memory),
+                    if state >= self.state { "is below" } else { "has recovered past" },
+                    self.table.states[state.max(self.state)].name,
+                    self.table.name,
+                    s.name,
+                    match (s.does.balloon, s.does.swap, s.does.block) {
+                        (_, _, true) => "balloon, swap and block VMs above target",
+                        (_, true, _) => "swap and balloon",
+                        (true, _, _) => "balloon",
+                        _ => "no reclamation",
+                    }
+                ),
+            });
+            self.state = state;
+        }
+        let due = self.last_balance.is_none_or(|t| view.time_ns >= t + BALANCE_PERIOD_NS);
+        if !(changed || due) {
+            return out;
+        }
+        self.last_balance = Some(view.time_ns);
+        let does = self.table.states[self.state].does;
+        // What the VMs may hold together: the host less the hypervisor, the VMs' overhead and the
+        // free memory the table aims to keep.
+        let overhead: u64 = view.vms.iter().map(|v| v.overhead).sum();
+        let goal = (basis * self.table.goal) as u64;
+        let available = view.host_memory.saturating_sub(view.hypervisor + overhead + goal) / PAGE_SIZE;
+        let vms: Vec<(&VmView, f64)> = view.vms.iter().zip(actives.iter().copied()).collect();
+        let targets = self.targets(&vms, available);
+        for ((v, active), target) in vms.iter().zip(targets) {
+            let held = v.granted / PAGE_SIZE;
+            let (balloon_now, reclaimed) = (v.balloon_size / PAGE_SIZE, (v.swapped + v.compressed) / PAGE_SIZE);
+            let need = held.saturating_sub(target);
+            let slack = target.saturating_sub(held);
+            let cap = v.balloon_max / PAGE_SIZE;
+            let balloon =
+                if does.balloon || need == 0 { (balloon_now + need).saturating_sub(slack).min(cap) } else { balloon_now.min(cap) };
+            // Swapping takes what the balloon will not: favoured in the swap states.
+            let swap = if does.swap {
+                reclaimed + need.saturating_sub(balloon.saturating_sub(balloon_now))
+            } else {
+                reclaimed.min(v.swap_target / PAGE_SIZE)
+            };
+            let blocked = does.block && need > 0;
+            let old = self.set.get(&v.id).copied().unwrap_or((0, 0, false));
+            let rho = self.rho(v.shares, held, *active);
+            let why = |what: &str| {
+                format!(
+                    "state {}, host free {}: '{}' holds {} with target {} (reservation {}, shares {}, active {:.0} %, rho {:.3e}); {what}",
+                    self.table.states[self.state].name,
+                    fmt_bytes(view.host_free),
+                    v.name,
+                    fmt_bytes(held * PAGE_SIZE),
+                    fmt_bytes(target * PAGE_SIZE),
+                    fmt_bytes(v.reservation),
+                    v.shares,
+                    active * 100.0,
+                    rho
+                )
+            };
+            if balloon != old.0 {
+                out.push(Decision {
+                    vm: Some(v.id),
+                    action: Action::SetBalloonTarget { bytes: balloon * PAGE_SIZE },
+                    reason: why(&format!(
+                        "balloon {} now, {} more to reclaim, cap {}",
+                        fmt_bytes(balloon_now * PAGE_SIZE),
+                        fmt_bytes(need * PAGE_SIZE),
+                        fmt_bytes(cap * PAGE_SIZE)
+                    )),
+                });
+            }
+            if swap != old.1 {
+                out.push(Decision {
+                    vm: Some(v.id),
+                    action: Action::SetSwapTarget { bytes: swap * PAGE_SIZE },
+                    reason: why(&format!(
+                        "{} swapped or compressed now, the balloon cannot take the rest in time",
+                        fmt_bytes(reclaimed * PAGE_SIZE)
+                    )),
+                });
+            }
+            if blocked != old.2 {
+                out.push(Decision {
+                    vm: Some(v.id),
+                    action: Action::SetBlocked { blocked },
+                    reason: why(if blocked { "blocked until memory is freed" } else { "free memory recovered" }),
+                });
+            }
+            self.set.insert(v.id, (balloon, swap, blocked));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vm(id: u32, shares: u64, granted_gib: u64, active: (u64, u64)) -> VmView {
+        VmView {
+            id: VmId(id),
+            name: format!("vm{id}"),
+            memory: 4 << 30,
+            reservation: 0,
+            limit: 4 << 30,
+            shares,
+            overhead: 0,
+            granted: granted_gib << 30,
+            guest_total: 4 << 30,
+            guest_free: 0,
+            swap_in: 0,
+            swap_out: 0,
+            major_faults: 0,
+            memory_stall_ns: 0,
+            committed: 0,
+            balloon_size: 0,
+            balloon_target: 0,
+            balloon_max: (4 << 30) * 65 / 100,
+            swapped: 0,
+            compressed: 0,
+            swap_target: 0,
+            active_sample: active,
+            active_sample_now: (100, 0),
+            active_periods: 1,
+        }
+    }
+
+    fn balloon_targets(tax: f64) -> (u64, u64) {
+        let mut p = Esx::new(TABLES[0], tax);
+        // Two VMs holding 4 GiB each on a 8 GiB host with nothing free: one active (all sampled
+        // pages touched), one idle (none).
+        let view = HostView {
+            time_ns: 0,
+            host_memory: 8 << 30,
+            host_free: 0,
+            hypervisor: 0,
+            vms: vec![vm(0, 1000, 4, (100, 100)), vm(1, 1000, 4, (100, 0))],
+        };
+        let mut t = (0, 0);
+        for d in p.decide(&view) {
+            if let (Some(id), Action::SetBalloonTarget { bytes }) = (d.vm, d.action) {
+                if id == VmId(0) { t.0 = bytes } else { t.1 = bytes }
+            }
+        }
+        t
+    }
+
+    #[test]
+    fn the_idle_tax_takes_from_the_idle_vm_first() {
+        let (active, idle) = balloon_targets(0.75);
+        assert_eq!(active, 0, "with a 75 % tax the active VM keeps its memory");
+        assert!(idle > 400 << 20, "the idle VM gives up the goal's worth: {idle}");
+        let (active, idle) = balloon_targets(0.0);
+        assert!(active.abs_diff(idle) <= REVOKE_STEP * PAGE_SIZE, "no tax: equal shares lose equally ({active} vs {idle})");
+    }
+}
