@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import click
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+import pandas as pd
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Column, Table
+from rich.text import Text
 
 from memvisor import _core, api
 from memvisor.console import USAGE, MemvisorError, Terminated, err, fmt, out, sigterm_as_interrupt
-from memvisor.params import ByteSize, IntList
+from memvisor.params import ByteSize, IntList, KeyValues
 from memvisor.runfolder import RunFolder
 from memvisor.tracecmd import trace
 
@@ -91,6 +94,61 @@ def _print_report(results: list[api.RunResult]) -> None:
             cells = ([r.variant] if r.variant else []) + [row["vm"]] + [fmt(row.get(c)) for c in cols]
             t.add_row(*cells, fmt(r.summary["sim_time_s"]), f"{r.wall_s:.2f}")
     out.print(t)
+
+
+@main.command("sweep")
+@click.argument("spec")
+@click.option("--vary", required=True, type=KeyValues(), help="The key to vary and its values, e.g. vm.g.memory=256MiB,512MiB.")
+@click.option("--column", help="Report column to show (default: the scenario's first).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a scenario value at every point.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: the number of CPUs).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table as CSV.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def sweep_cmd(spec: str, vary: tuple[str, tuple[str, ...]], column: str | None, sets: tuple[str, ...], jobs: int | None, csv_path: Path | None, quiet: bool) -> None:
+    """Run every variant of a case or scenario file at each value of one key; show one report
+    value of the first VM (of each VM, without variants) as a table, a row per value, with the
+    biggest jump between neighbouring columns. A run that fails shows its error in its cell; the
+    others go on, and the exit status is then 1."""
+    from memvisor.sweep import JUMP, failed_cells, plan, run_grid
+    from memvisor.traces import write_bytes_atomically
+
+    key, values = vary
+    if csv_path is not None and not csv_path.parent.is_dir():
+        raise MemvisorError(f"--csv {csv_path}: no directory {csv_path.parent}", USAGE)
+    try:
+        grid = plan(spec, key, values, column, sets)
+    except _core.ScenarioError as e:
+        raise MemvisorError(str(e), USAGE) from None
+    try:
+        with Progress(
+            TextColumn("{task.description}", markup=False),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            disable=quiet,
+        ) as bar:
+            task = bar.add_task(f"sweep {key}", total=grid.runs)
+            df = run_grid(grid, jobs, progress=lambda done, total: bar.update(task, completed=done))
+    except BrokenProcessPool as e:
+        raise MemvisorError(f"a worker process died: {e}", 1) from None
+    if csv_path is not None:
+        try:
+            write_bytes_atomically(csv_path, df.to_csv().encode("utf-8"))
+        except OSError as e:
+            raise MemvisorError(f"--csv {csv_path}: {e.strerror or e}", 1) from None
+    cols = [c for c in df.columns if c != JUMP]
+    # The key can be long (vm.kali.workload.desktop.active): folded, never cut short.
+    t = Table(Column(key, overflow="fold"), *cols, JUMP, title=f"{spec}: {grid.column}" + ("" if grid.scenarios[0][0].variant is None else " of the first VM"))
+    for value, row in df.iterrows():
+        cells = [Text(x, style="red") if isinstance(x, str) else fmt(None if pd.isna(x) else x) for x in (row[c] for c in cols)]
+        t.add_row(str(value), *cells, row[JUMP])
+    out.print(t)
+    if csv_path is not None:
+        out.print(f"csv: {csv_path}")
+    failed = failed_cells(df)
+    if failed:
+        raise MemvisorError(f"{len(failed)} of {len(df) * len(cols)} cells show a failed run", 1)
 
 
 @main.command()

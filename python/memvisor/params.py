@@ -51,3 +51,27 @@ class ByteSize(click.ParamType):
             return _core.parse_bytes(str(value))
         except ValueError as e:
             self.fail(str(e), param, ctx)
+
+
+class KeyValues(click.ParamType):
+    """A scenario key and the values to give it in turn, e.g. `vm.g.memory=256MiB,512MiB`."""
+
+    name = "key=values"
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "KEY=V1,V2,..."
+
+    def convert(self, value, param: click.Parameter | None, ctx: click.Context | None) -> tuple[str, tuple[str, ...]]:
+        if isinstance(value, tuple):
+            return value
+        key, eq, rest = str(value).partition("=")
+        key = key.strip()
+        if not eq or not key:
+            self.fail(f"{value!r}: give a key and values, e.g. vm.g.memory=256MiB,512MiB", param, ctx)
+        values = [v.strip() for v in rest.split(",")]
+        if any(not v for v in values):
+            self.fail(f"{value!r}: an empty value; give values separated by commas", param, ctx)
+        twice = sorted({v for v in values if values.count(v) > 1})
+        if twice:
+            self.fail(f"{value!r}: {', '.join(twice)} given more than once", param, ctx)
+        return key, tuple(values)

@@ -1,0 +1,147 @@
+"""`memvisor sweep`: the table's shape, its independence from the number of workers, cells equal to
+single runs, and failures that are located (bad keys) or contained (a run that fails)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+import memvisor
+from conftest import SMALL, memvisor as run_cli
+from memvisor.sweep import JUMP, biggest_jump, failed_cells, sweep
+
+VARIANTS = SMALL + """
+[[variant]]
+name = "32MiB-file"
+set = { "vm.g.workload.file-io.size" = "32MiB" }
+
+[[variant]]
+name = "96MiB-file"
+set = { "vm.g.workload.file-io.size" = "96MiB" }
+"""
+
+
+def write(tmp_path: Path, text: str = VARIANTS) -> Path:
+    p = tmp_path / "s.toml"
+    p.write_text(text)
+    return p
+
+
+def test_a_row_per_value_a_column_per_variant_each_cell_a_single_run(tmp_path):
+    spec = str(write(tmp_path))
+    values = ["96MiB", "256MiB"]
+    df = sweep(spec, "vm.g.memory", values, column="runtime_s", jobs=2)
+    assert list(df.index) == values and df.index.name == "vm.g.memory"
+    assert list(df.columns) == ["32MiB-file", "96MiB-file", JUMP]
+    assert failed_cells(df) == []
+    for v in values:
+        for r in memvisor.run(spec, sets=[f"vm.g.memory={v}"]):
+            assert df.at[v, r.variant] == r.summary["vms"][0]["report"]["runtime_s"], (v, r.variant)
+        assert df.at[v, JUMP].startswith("32MiB→96MiB ×"), "the words the names share are dropped"
+
+
+def test_without_variants_a_column_per_vm(tmp_path):
+    two = SMALL + '[[vm]]\nname = "h"\nmemory = "128MiB"\ndatastore = "d"\nworkload = { kind = "file-io", size = "32MiB", read = true }\n'
+    spec = str(write(tmp_path, two))
+    df = sweep(spec, "vm.g.memory", ["96MiB", "256MiB"], jobs=1)
+    assert df.columns.name == "runtime_s", "the default column is the scenario's first report column"
+    assert list(df.columns) == ["g", "h", JUMP]
+    (r,) = memvisor.run(spec, sets=["vm.g.memory=256MiB"])
+    assert [df.at["256MiB", row["vm"]] for row in r.report_rows()] == [row["runtime_s"] for row in r.report_rows()]
+
+
+def test_the_table_does_not_depend_on_the_number_of_workers(tmp_path):
+    write(tmp_path)
+    tables = []
+    for jobs in ["1", "2"]:
+        r = run_cli("sweep", "s.toml", "--vary", "vm.g.memory=96MiB,128MiB,256MiB", "--jobs", jobs, "--csv", f"j{jobs}.csv", "--quiet", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert r.stderr == ""
+        tables.append((r.stdout.replace(f"j{jobs}.csv", ""), (tmp_path / f"j{jobs}.csv").read_text()))
+    assert tables[0] == tables[1]
+    csv = pd.read_csv(tmp_path / "j1.csv", index_col=0)
+    assert list(csv.index) == ["96MiB", "128MiB", "256MiB"] and list(csv.columns) == ["32MiB-file", "96MiB-file", JUMP]
+
+
+def test_a_bad_key_or_value_gets_one_located_error_before_anything_runs(tmp_path):
+    write(tmp_path)
+    for vary, where, expect in [
+        ("vm.nope.memory=128MiB,256MiB", "--set vm.nope.memory=128MiB", "no 'vm' entry named 'nope'"),
+        ("vm.g.memory=128MiB,lots", "--set vm.g.memory=lots", "'lots' does not start with a number"),
+    ]:
+        r = run_cli("sweep", "s.toml", "--vary", vary, "--csv", "t.csv", cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        (line,) = r.stderr.splitlines()
+        assert line.startswith(f"error: {where}") and expect in line, r.stderr
+        assert r.stdout == ""
+    r = run_cli("sweep", "s.toml", "--vary", "vm.g.memory=128MiB", "--column", "nope", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("error:") == 1 and "'nope' is not a report column" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+
+
+def test_a_failing_point_shows_in_its_cells_and_the_others_are_filled(tmp_path):
+    write(tmp_path)
+    r = run_cli("sweep", "s.toml", "--vary", "host.memory=64MiB,1GiB", "--csv", "t.csv", "--quiet", cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.splitlines() == ["error: 2 of 4 cells show a failed run"], r.stderr
+    assert "admission control refuses" in r.stdout and "Traceback" not in r.stdout + r.stderr
+    csv = pd.read_csv(tmp_path / "t.csv", index_col=0)
+    assert all(csv.loc["64MiB", c].startswith("admission control refuses to power on VM 'g'") for c in ["32MiB-file", "96MiB-file"])
+    assert all(float(csv.loc["1GiB", c]) > 0 for c in ["32MiB-file", "96MiB-file"])
+
+
+def test_biggest_jump_names_the_pair_and_the_factor():
+    names = [f"{i}-instances" for i in range(4, 9)]
+    assert biggest_jump(names, [0.0, 0.0, 2.0, 4.0, 49.6]) == "5→6 0→2.000", "a jump from zero wins"
+    assert biggest_jump(names, [1.0, 1.5, 3.0, 37.2, 40.0]) == "6→7 ×12.4"
+    assert biggest_jump(names, [40.0, 20.0, "failed", 1.0, None]) == "4→5 ×0.5"
+    assert biggest_jump(names, [0.0] * 5) == "-"
+    assert biggest_jump(["vm-a", "vm-b"], [1.0, 250.0]) == "a→b ×250"
+    assert biggest_jump(["1-instance", "2-instances"], [1.0, 2.0]) == "1-instance→2-instances ×2.00"
+
+
+LONG = SMALL.replace('name = "small"', 'name = "long"\nduration = "100000000s"').replace(
+    'sample_interval = "100ms"', 'sample_interval = "1h"'
+).replace('{ kind = "file-io", size = "64MiB", read = true }', '{ kind = "stress", pages = 1000 }')
+
+
+def workers_of(pid: int) -> list[int]:
+    """The pool's worker processes among `pid`'s children."""
+    kids = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and int((d / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid and b"spawn_main" in (d / "cmdline").read_bytes():
+                kids.append(int(d.name))
+        except (OSError, IndexError, ValueError):
+            pass
+    return kids
+
+
+def test_ctrl_c_ends_the_workers_and_leaves_no_csv(tmp_path):
+    """The runs cannot finish (three simulated years); Ctrl-C at a terminal signals the whole process
+    group, workers included."""
+    (tmp_path / "long.toml").write_text(LONG)
+    exe = Path(sys.executable).parent / "memvisor"
+    p = subprocess.Popen([str(exe), "sweep", "long.toml", "--vary", "vm.g.memory=128MiB,256MiB", "--jobs", "2", "--csv", "t.csv", "--quiet"],
+                         cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := workers_of(p.pid)) < 2:
+            assert p.poll() is None, f"the sweep ended before it was interrupted: {p.stderr.read()}"
+            assert time.monotonic() < deadline, "no workers after 60 s"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        os.killpg(p.pid, signal.SIGINT)
+        _, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, stderr
+    assert stderr.splitlines() == ["error: interrupted"], stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["long.toml"]
+    assert not any(Path(f"/proc/{w}").exists() for w in workers), "the workers were ended"
