@@ -189,7 +189,7 @@ impl Simulation {
     }
 
     fn snapshot(&self) -> Vec<Vec<f64>> {
-        self.world.guests.iter().zip(self.world.host.vms()).map(|(g, h)| metrics::row(g, h.granted)).collect()
+        self.world.guests.iter().zip(self.world.host.vms()).map(|(g, h)| metrics::row(g, h)).collect()
     }
 
     /// Runs `f` on guest `i` with the world it acts on, for unit tests of guest internals.
@@ -234,7 +234,7 @@ impl Simulation {
             .zip(self.world.host.vms())
             .enumerate()
             .map(|(i, (g, h))| {
-                let fin = metrics::row(g, h.granted);
+                let fin = metrics::row(g, h);
                 let counters: BTreeMap<String, f64> = cols.iter().zip(&fin).map(|(c, v)| (c.to_string(), *v)).collect();
                 let rates: BTreeMap<String, f64> = match (w0, w1) {
                     (Some(a), Some(b)) if span_s > 0.0 => {
@@ -249,7 +249,13 @@ impl Simulation {
                     .columns
                     .iter()
                     .map(|c| {
-                        let v = if let Some(base) = c.strip_suffix("/s") {
+                        let phase_rate = c.strip_suffix("_KiB/s").and_then(|p| {
+                            let bytes = g.cfg.workloads.iter().find_map(|w| w.spec.phase_bytes(p))?;
+                            phases.get(p).filter(|&&t| t > 0.0).map(|t| bytes as f64 / 1024.0 / t)
+                        });
+                        let v = if phase_rate.is_some() {
+                            phase_rate
+                        } else if let Some(base) = c.strip_suffix("/s") {
                             rates.get(base).copied()
                         } else if c == "runtime_s" {
                             runtime

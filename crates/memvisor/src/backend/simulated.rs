@@ -115,8 +115,12 @@ impl SimulatedHost {
         self.settle()
     }
 
-    /// After any step: tell guests about pages the host took, and end the run on a fatal condition.
+    /// After any step: tell guests about pages the host took, let the reclaim daemon resume if pages
+    /// came back below a target, and end the run on a fatal condition.
     fn settle(&mut self) -> Result<(), String> {
+        if std::mem::take(&mut self.host.reclaim_fell) && self.host.vms().iter().any(|v| v.reclaimed() < v.swap_target) {
+            self.wake_daemon();
+        }
         if self.host.has_invalidations() {
             for i in 0..self.guests.len() {
                 let (g, mut env) = self.split(i);

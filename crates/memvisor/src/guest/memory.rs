@@ -30,7 +30,7 @@ impl Guest {
         let dram = refs as u64 * self.cfg.costs.dram_access_ns;
         if pte & PTE_PRESENT != 0 {
             let p = pte & PTE_MASK;
-            let (wait, plain) = self.host_touch(p, now, env);
+            let (wait, plain) = self.host_touch(p, now, true, env);
             self.reference(pid, vpn, p, write, plain);
             Touch::Done(dram + wait)
         } else if pte & PTE_SWAP != 0 {
@@ -68,14 +68,18 @@ impl Guest {
 
     /// The guest touches page `p` at `now` (a process's reference, a copy, a device reading it):
     /// what the host must do first. Returns the time the touch waits and whether the page is now
-    /// plainly backed. Pages the host took from this guest meanwhile are invalidated here.
-    pub(super) fn host_touch(&mut self, p: u32, now: u64, env: &mut Env) -> (u64, bool) {
+    /// plainly backed; a wait on a vCPU (`vcpu`) is counted as the VM's host wait. Pages the host
+    /// took from this guest meanwhile are invalidated here.
+    pub(super) fn host_touch(&mut self, p: u32, now: u64, vcpu: bool, env: &mut Env) -> (u64, bool) {
         let r = match env.host_access(self.id, p, now) {
             Access::Ready => (0, true),
             Access::NewFrame => (self.cfg.costs.host_back_ns, true),
             Access::Wait(t) => (t.saturating_sub(now), false),
             Access::Refused => (0, false),
         };
+        if vcpu && r.0 > 0 {
+            env.host.note_wait(self.id, r.0);
+        }
         if env.host.has_invalidations() {
             self.apply_invalidations(env);
         }
@@ -145,7 +149,7 @@ impl Guest {
                 ra.hits = (ra.hits + 1).min(SWAP_RA_HITS_MAX);
             }
             self.procs[pid as usize].mm.swapents -= 1;
-            let (wait, plain) = self.host_touch(p, now, env);
+            let (wait, plain) = self.host_touch(p, now, true, env);
             self.map_page(pid, vpn, p, write, plain);
             self.free_swap_if_full(p);
             self.procs[pid as usize].stats.minflt += 1;
@@ -192,7 +196,7 @@ impl Guest {
         if !r.live {
             return;
         }
-        self.procs[pid as usize].mm.regions[region as usize].live = false;
+        self.procs[pid as usize].mm.unmap(region);
         for vpn in r.start..r.start + r.pages {
             let pte = self.procs[pid as usize].mm.pte[vpn as usize];
             let mm = &mut self.procs[pid as usize].mm;

@@ -572,7 +572,7 @@ impl Guest {
             let mut start = now;
             if write {
                 for &p in &pages {
-                    start = start.max(now + self.host_touch(p, now, env).0);
+                    start = start.max(now + self.host_touch(p, now, false, env).0);
                 }
             }
             let done = self.device_io(start, sub.base + run[0].0 as u64 * PAGE_SIZE, run.len(), write, env);

@@ -119,7 +119,7 @@ impl Guest {
             if self.pages.nr_free() > floor {
                 let p = self.pages.take_free(kind, owner, index).expect("free page");
                 // Zeroing the page touches it: the host backs it, or brings back what it took.
-                let (host, _) = self.host_touch(p, now + spent, env);
+                let (host, _) = self.host_touch(p, now + spent, true, env);
                 return Ok((p, spent + host));
             }
             if self.reclaim_in_flight() {
@@ -159,7 +159,7 @@ impl Guest {
         }
         let p = self.pages.take_free(kind, owner, index)?;
         // The device fills the page: the host backs it in its I/O path, not on a vCPU.
-        self.host_touch(p, now + spent, env);
+        self.host_touch(p, now + spent, false, env);
         Some((p, spent))
     }
 

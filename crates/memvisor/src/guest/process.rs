@@ -32,6 +32,8 @@ pub struct Mm {
     pub wfast: Bitmap,
     /// Regions in creation order; a region's id is its index.
     pub regions: Vec<Region>,
+    /// Ranges of unmapped regions, free for reuse: (start, pages).
+    holes: Vec<(u32, u32)>,
     /// Resident pages.
     pub rss: u64,
     /// Pages in swap (page-table entries holding a swap slot).
@@ -39,16 +41,34 @@ pub struct Mm {
 }
 
 impl Mm {
-    /// Adds a region of `pages` virtual pages and returns its id.
-    pub fn map(&mut self, pages: u32) -> u32 {
-        let start = self.pte.len() as u32;
-        let end = start as usize + pages as usize;
-        assert!(end < PTE_MASK as usize, "address space exhausted");
-        self.pte.resize(end, 0);
-        self.rfast.grow(end);
-        self.wfast.grow(end);
+    /// Adds a region of `pages` virtual pages and returns its id, or `None` if the address space
+    /// is exhausted. An unmapped range of the same size is reused, as `mmap` after `munmap` of the
+    /// same length usually returns the same address; so a process that maps and unmaps in a loop
+    /// (`stress --vm`) keeps a page table of one region's size.
+    pub fn map(&mut self, pages: u32) -> Option<u32> {
+        let start = match self.holes.iter().position(|&(_, n)| n == pages) {
+            Some(i) => self.holes.swap_remove(i).0,
+            None => {
+                let start = self.pte.len() as u32;
+                let end = start as usize + pages as usize;
+                if end >= PTE_MASK as usize {
+                    return None;
+                }
+                self.pte.resize(end, 0);
+                self.rfast.grow(end);
+                self.wfast.grow(end);
+                start
+            }
+        };
         self.regions.push(Region { start, pages, live: true });
-        (self.regions.len() - 1) as u32
+        Some((self.regions.len() - 1) as u32)
+    }
+
+    /// Records that a region's range is free again.
+    pub fn unmap(&mut self, region: u32) {
+        let r = &mut self.regions[region as usize];
+        r.live = false;
+        self.holes.push((r.start, r.pages));
     }
 
     /// Marks the fast bits of a page after its state changed.

@@ -140,7 +140,16 @@ impl Guest {
             }
             let progress = match &mut op {
                 Op::Map { pages } => {
-                    proc.mm.map(*pages);
+                    if proc.mm.map(*pages).is_none() {
+                        let msg = format!(
+                            "process {pid} ({}): mmap of {} failed, address space exhausted",
+                            proc.name,
+                            crate::units::fmt_bytes(*pages as u64 * crate::units::PAGE_SIZE)
+                        );
+                        self.log.push((now, msg));
+                        self.exit_process(pid, now, true);
+                        return (now, Ran::Off);
+                    }
                     Progress::Done
                 }
                 Op::Unmap { region } => {

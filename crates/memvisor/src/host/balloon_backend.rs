@@ -15,7 +15,7 @@ impl Host {
                     v.swapping_out -= 1;
                 }
                 if e.flags() & flags::READING != 0 {
-                    v.reading.remove(&ppn);
+                    v.reading.remove(ppn);
                 }
                 if e.flags() & flags::SAMPLED != 0 {
                     // A sampled page that leaves counts as not touched.

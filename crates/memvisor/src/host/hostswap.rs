@@ -129,6 +129,7 @@ impl Host {
         ds: &mut [Datastore],
         events: &mut EventQueue,
     ) -> bool {
+        self.finish_reads(now);
         let mut spent = 0;
         let mut progress = true;
         while spent < STEP_NS && progress {

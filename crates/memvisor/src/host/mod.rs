@@ -28,7 +28,8 @@ pub use profile::HostProfile;
 pub use sampler::Sample;
 pub use zip::{ZIP_SLOT_BYTES, ZipCache};
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 use crate::clock::EventQueue;
 use crate::devices::Datastore;
@@ -80,7 +81,8 @@ pub struct HostVmStats {
     pub zip_evicted: u64,
     /// Swap-outs cancelled because the guest touched the page while it was being written.
     pub swap_out_cancelled: u64,
-    /// Time the VM's vCPUs stalled on the host: swap-ins, decompression, waiting for a frame, ns.
+    /// Time the VM's vCPUs stalled on the host: swap-ins, decompression, waiting for a frame, ns
+    /// (device reads and writes that wait for the host are not counted: no vCPU waits there).
     pub host_wait_ns: u64,
     /// Pages the balloon driver handed over (cumulative).
     pub ballooned_total: u64,
@@ -118,7 +120,7 @@ pub struct HostVm {
     pub stats: HostVmStats,
     sample: Sample,
     /// Pages being read back, and when each read completes.
-    reading: HashMap<u32, u64>,
+    reading: Reads,
     /// Pages being written out: in-flight swap-outs that still hold their frame.
     swapping_out: u64,
     /// Distribution of compressed sizes of the VM's pages, by content.
@@ -144,6 +146,47 @@ impl HostVm {
     /// Pages reclaimed by host swap and compression, done or in flight.
     pub fn reclaimed(&self) -> u64 {
         self.swapped + self.zip.used() + self.swapping_out
+    }
+}
+
+/// Pages being read back from the swap file or decompressed: when each is in. A page's flag is
+/// cleared when it is touched after that, or when the reclaim daemon or the sampler next looks.
+#[derive(Clone, Debug, Default)]
+struct Reads {
+    done: HashMap<u32, u64>,
+    order: BinaryHeap<Reverse<(u64, u32)>>,
+}
+
+impl Reads {
+    fn insert(&mut self, ppn: u32, t: u64) {
+        self.done.insert(ppn, t);
+        self.order.push(Reverse((t, ppn)));
+    }
+
+    fn get(&self, ppn: u32) -> Option<u64> {
+        self.done.get(&ppn).copied()
+    }
+
+    fn remove(&mut self, ppn: u32) {
+        self.done.remove(&ppn);
+    }
+
+    fn len(&self) -> usize {
+        self.done.len()
+    }
+
+    /// Pages whose reads completed by `now`, forgotten.
+    fn finished(&mut self, now: u64, out: &mut Vec<u32>) {
+        while let Some(&Reverse((t, p))) = self.order.peek() {
+            if t > now {
+                break;
+            }
+            self.order.pop();
+            if self.done.get(&p) == Some(&t) {
+                self.done.remove(&p);
+                out.push(p);
+            }
+        }
     }
 }
 
@@ -192,6 +235,8 @@ pub struct Host {
     invalidations: Vec<(u32, u32)>,
     /// Whether the reclaim daemon has a step scheduled.
     pub(crate) daemon_scheduled: bool,
+    /// A VM's reclaimed memory fell (a page came back): the daemon may have work again.
+    pub(crate) reclaim_fell: bool,
     /// A condition that ends the run (machine memory exhausted with no host reclaim).
     pub fatal: Option<String>,
 }
@@ -210,6 +255,7 @@ impl Host {
             io_free: Vec::new(),
             invalidations: Vec::new(),
             daemon_scheduled: false,
+            reclaim_fell: false,
             fatal: None,
         }
     }
@@ -262,7 +308,7 @@ impl Host {
             zip: ZipCache::new(zip_max_bytes),
             stats: HostVmStats::default(),
             sample: Sample::default(),
-            reading: HashMap::new(),
+            reading: Reads::default(),
             swapping_out: 0,
             zip_sizes,
             res,
@@ -299,6 +345,23 @@ impl Host {
     /// Free machine frames.
     pub fn free_frames(&self) -> u64 {
         self.free
+    }
+
+    /// Clears the flag of pages whose reads completed by `now`, so they can be taken again.
+    pub(crate) fn finish_reads(&mut self, now: u64) {
+        let mut done = Vec::new();
+        for v in &mut self.vms {
+            v.reading.finished(now, &mut done);
+            for p in done.drain(..) {
+                let e = v.p2m.get(p);
+                v.p2m.set(p, e.with_flag(flags::READING, false));
+            }
+        }
+    }
+
+    /// Records that a vCPU of `vm` stalled `ns` on the host.
+    pub fn note_wait(&mut self, vm: u32, ns: u64) {
+        self.vms[vm as usize].stats.host_wait_ns += ns;
     }
 
     /// Whether a guest page is backed.
@@ -372,18 +435,16 @@ impl Host {
                     e = e.with_flag(flags::SWAPOUT, false);
                     v.swapping_out -= 1;
                     v.stats.swap_out_cancelled += 1;
+                    self.reclaim_fell = true;
                 }
-                let wait = if e.flags() & flags::READING != 0 { v.reading.get(&ppn).copied().filter(|&t| t > now) } else { None };
+                let wait = if e.flags() & flags::READING != 0 { v.reading.get(ppn).filter(|&t| t > now) } else { None };
                 if wait.is_none() && e.flags() & flags::READING != 0 {
                     e = e.with_flag(flags::READING, false);
-                    v.reading.remove(&ppn);
+                    v.reading.remove(ppn);
                 }
                 v.p2m.set(ppn, e);
                 match wait {
-                    Some(t) => {
-                        v.stats.host_wait_ns += t - now;
-                        Access::Wait(t)
-                    }
+                    Some(t) => Access::Wait(t),
                     None => Access::Ready,
                 }
             }
@@ -399,8 +460,8 @@ impl Host {
                 v.zip.remove(slot);
                 self.free += frames - v.zip.frames();
                 v.stats.unzip += 1;
+                self.reclaim_fell = true;
                 let done = t.max(now) + self.costs.decompress_ns;
-                v.stats.host_wait_ns += done - now;
                 v.p2m.set(ppn, Entry::new(PageState::Backed));
                 Access::Wait(done)
             }
@@ -411,7 +472,7 @@ impl Host {
                 v.swapfile.free(slot);
                 v.swapped -= 1;
                 v.stats.swap_in += 1;
-                v.stats.host_wait_ns += done - now;
+                self.reclaim_fell = true;
                 v.p2m.set(ppn, Entry::new(PageState::Backed).with_flag(flags::READING, true));
                 v.reading.insert(ppn, done);
                 Access::Wait(done)
@@ -425,10 +486,11 @@ impl Host {
     }
 
     /// A frame for page `ppn` of `vm`, which becomes backed (counted as granted). Returns when the
-    /// frame is usable: now if one is free and the VM is under its grant limit; otherwise the host
-    /// swaps out another page of the same VM and the frame is usable once that write completes
-    /// (direct host reclaim, as a memory cgroup reclaims from itself at its limit). `None` if
-    /// nothing can be freed.
+    /// frame is usable: now if one is free and the VM is under its grant limit. Otherwise the host
+    /// swaps out another page and the frame is usable once that write completes (direct host
+    /// reclaim): at its grant limit a VM reclaims from itself, as a memory cgroup does; when the
+    /// host is out of frames the page comes from the VM with the most memory above its reservation,
+    /// so no VM is reclaimed below its reservation. `None` if nothing can be freed.
     fn take_frame(&mut self, vm: u32, ppn: u32, now: u64, ds: &mut [Datastore], events: &mut EventQueue) -> Option<u64> {
         let v = &mut self.vms[vm as usize];
         if self.free > 0 && v.granted < v.grant_limit {
@@ -446,20 +508,32 @@ impl Host {
             self.fatal.get_or_insert_with(|| format!("{why}, and host swap is off"));
             return None;
         }
-        let Some(victim) = hostswap::random_victim(v, now, vm, None) else {
-            self.fatal.get_or_insert_with(|| format!("{why}, and the VM has no other page the host could swap out"));
+        let from = if v.granted >= v.grant_limit {
+            Some(vm)
+        } else {
+            self.vms
+                .iter()
+                .enumerate()
+                .map(|(i, o)| (o.granted.saturating_sub(o.res.reservation / PAGE_SIZE), i))
+                .filter(|&(excess, _)| excess > 0)
+                .max()
+                .map(|(_, i)| i as u32)
+        };
+        let victim =
+            from.and_then(|f| hostswap::random_victim(&self.vms[f as usize], now, f, Some(ppn).filter(|_| f == vm)).map(|p| (f, p)));
+        let Some((from, victim)) = victim else {
+            self.fatal.get_or_insert_with(|| format!("{why}, and no VM has memory above its reservation the host could swap out"));
             return None;
         };
         // The victim's frame passes to the new page once the victim's contents are on disk.
-        let Some(done) = self.swap_out_now(vm, victim, now, ds, events) else {
-            let v = &self.vms[vm as usize];
-            self.fatal.get_or_insert_with(|| format!("{why}, and VM '{}' has no free slot in its host swap file", v.name));
+        let Some(done) = self.swap_out_now(from, victim, now, ds, events) else {
+            let name = &self.vms[from as usize].name;
+            self.fatal.get_or_insert_with(|| format!("{why}, and VM '{name}' has no free slot in its host swap file"));
             return None;
         };
         let v = &mut self.vms[vm as usize];
         v.granted += 1;
         v.p2m.set(ppn, Entry::new(PageState::Backed));
-        v.stats.host_wait_ns += done.saturating_sub(now);
         Some(done)
     }
 
@@ -476,7 +550,7 @@ impl Host {
                         out += (e.flags() & flags::SWAPOUT != 0) as u64;
                         if e.flags() & flags::READING != 0 {
                             reading += 1;
-                            if !v.reading.contains_key(&ppn) {
+                            if v.reading.get(ppn).is_none() {
                                 return Err(format!("VM '{}': page {ppn} reading with no read recorded", v.name));
                             }
                         }

@@ -25,6 +25,7 @@ impl Host {
     /// Ends the current sampling period of every VM and starts the next with `size` random backed
     /// pages each (Waldspurger: 100).
     pub fn sample_period(&mut self, size: u32, now: u64, rng: &mut Rng, guests: &mut [&mut dyn GuestMemory]) {
+        self.finish_reads(now);
         for (vm, g) in self.vms.iter_mut().zip(guests.iter_mut()) {
             let s = &mut vm.sample;
             if s.periods > 0 || !s.pages.is_empty() {

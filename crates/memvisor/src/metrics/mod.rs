@@ -1,8 +1,11 @@
 //! Counters sampled into a time series: one row per VM per sample, columns named as operators know
-//! them (/proc/vmstat, /proc/meminfo, esxtop) with their unit in the name.
+//! them (/proc/vmstat, /proc/meminfo, esxtop) with their unit in the name. esxtop's rates (SWR/s,
+//! ZIP/s, ...) are kept as cumulative page counts (`SWR_pages`, ...): a rate is their difference
+//! over an interval, as for the vmstat counters.
 
 use crate::backend::SimulatedHost;
 use crate::guest::{Counter, Guest, LruList, NR_COUNTERS};
+use crate::host::HostVm;
 use crate::units::PAGE_SIZE;
 
 /// Gauge columns after the vmstat counters.
@@ -21,6 +24,18 @@ pub const GAUGES: &[&str] = &[
     "Committed_AS_KiB",
     "memory_stall_ms",
     "GRANT_MiB",
+    "MCTLSZ_MiB",
+    "MCTLTGT_MiB",
+    "MCTLMAX_MiB",
+    "SWCUR_MiB",
+    "SWTGT_MiB",
+    "SWR_pages",
+    "SWW_pages",
+    "CACHESZ_MiB",
+    "CACHEUSD_MiB",
+    "ZIP_pages",
+    "UNZIP_pages",
+    "host_wait_ms",
 ];
 
 /// All numeric columns, in row order.
@@ -29,8 +44,9 @@ pub fn columns() -> Vec<&'static str> {
 }
 
 /// Numeric values of one VM's row, in `columns()` order.
-pub fn row(g: &Guest, granted_frames: u64) -> Vec<f64> {
+pub fn row(g: &Guest, h: &HostVm) -> Vec<f64> {
     let kib = |pages: u64| (pages * PAGE_SIZE / 1024) as f64;
+    let mib = |pages: u64| (pages * PAGE_SIZE) as f64 / (1 << 20) as f64;
     let mut v: Vec<f64> = g.vmstat.values().iter().map(|&c| c as f64).collect();
     debug_assert_eq!(v.len(), NR_COUNTERS);
     v.extend([
@@ -47,7 +63,19 @@ pub fn row(g: &Guest, granted_frames: u64) -> Vec<f64> {
         kib(g.swap_used()),
         kib(g.committed_as()),
         g.memory_stall_ns() as f64 / 1e6,
-        (granted_frames * PAGE_SIZE) as f64 / (1 << 20) as f64,
+        mib(h.granted),
+        mib(h.ballooned),
+        mib(h.balloon_target),
+        mib(h.balloon_max),
+        mib(h.swapped),
+        mib(h.swap_target),
+        h.stats.swap_in as f64,
+        h.stats.swap_out as f64,
+        mib(h.zip().capacity()) / 2.0,
+        mib(h.zip().used()) / 2.0,
+        h.stats.zip as f64,
+        h.stats.unzip as f64,
+        h.stats.host_wait_ns as f64 / 1e6,
     ]);
     v
 }
@@ -59,6 +87,9 @@ pub struct TimeSeries {
     pub time_s: Vec<f64>,
     /// VM of each row.
     pub vm: Vec<String>,
+    /// The host's memory state at each row, as the policy last declared it (ESX high, soft, hard,
+    /// low; empty for policies without states).
+    pub state: Vec<&'static str>,
     /// Values; `values[c][r]` is column `c` of row `r`.
     pub values: Vec<Vec<f64>>,
 }
@@ -72,7 +103,8 @@ impl TimeSeries {
         for (g, h) in sim.guests.iter().zip(sim.host.vms()) {
             self.time_s.push(now as f64 / 1e9);
             self.vm.push(g.cfg.name.clone());
-            for (c, x) in row(g, h.granted).into_iter().enumerate() {
+            self.state.push(sim.memory_state);
+            for (c, x) in row(g, h).into_iter().enumerate() {
                 self.values[c].push(x);
             }
         }

@@ -186,9 +186,13 @@ impl Policy for Esx {
             let cap = v.balloon_max / PAGE_SIZE;
             let balloon =
                 if does.balloon || need == 0 { (balloon_now + need).saturating_sub(slack).min(cap) } else { balloon_now.min(cap) };
-            // Swapping takes what the balloon will not: favoured in the swap states.
+            // Swapping takes what the balloon will not: in the swap states whatever the balloon has
+            // not yet taken; in a balloon-only state what lies beyond the balloon's maximum (ESX
+            // swaps when "the maximum balloon size is reached", Resource Management Guide 4.0).
             let swap = if does.swap {
                 reclaimed + need.saturating_sub(balloon.saturating_sub(balloon_now))
+            } else if does.balloon {
+                reclaimed + (balloon_now + need).saturating_sub(cap)
             } else {
                 reclaimed.min(v.swap_target / PAGE_SIZE)
             };

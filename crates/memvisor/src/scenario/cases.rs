@@ -1,11 +1,18 @@
 //! The case studies shipped with memvisor, runnable by name (DESIGN.md section 6).
 
 /// (name, one-line description, scenario text).
-pub const CASES: &[(&str, &str, &str)] = &[(
-    "paging-stress",
-    "seed 003: a 2 GiB Linux guest under 1..8 stress instances; paging rate and 1 GiB write time",
-    include_str!("cases/paging-stress.toml"),
-)];
+pub const CASES: &[(&str, &str, &str)] = &[
+    (
+        "paging-stress",
+        "seed 003: a 2 GiB Linux guest under 1..8 stress instances; paging rate and 1 GiB write time",
+        include_str!("cases/paging-stress.toml"),
+    ),
+    (
+        "nfs-balloon",
+        "seed 001: a reserved VM running stress --vm starves a 1 GiB VM on NFS running bonnie++; 4 vs 8 GiB host",
+        include_str!("cases/nfs-balloon.toml"),
+    ),
+];
 
 /// The scenario text of a case, by name.
 pub fn case_text(name: &str) -> Option<&'static str> {

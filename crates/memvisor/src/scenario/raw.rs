@@ -133,7 +133,7 @@ pub struct RawWorkload {
     pub name: Option<Spanned<String>>,
     pub start: Option<Spanned<Qty>>,
     pub instances: Option<Spanned<i64>>,
-    pub pages: Option<Spanned<i64>>,
+    pub pages: Option<Spanned<Qty>>,
     pub passes: Option<Spanned<i64>>,
     pub size: Option<Spanned<Qty>>,
     pub block: Option<Spanned<Qty>>,
@@ -148,6 +148,10 @@ pub struct RawWorkload {
     pub write: Option<Spanned<bool>>,
     pub loops: Option<Spanned<i64>>,
     pub compute: Option<Spanned<Qty>>,
+    pub workers: Option<Spanned<i64>>,
+    pub bytes: Option<Spanned<Qty>>,
+    pub keep: Option<Spanned<bool>>,
+    pub rounds: Option<Spanned<i64>>,
 }
 
 /// `[report]`.

@@ -10,7 +10,7 @@ use crate::guest::{BalloonDriver, Costs, GuestConfig, Replacement, Sysctl, Thp, 
 use crate::host::{HostCosts, HostProfile};
 use crate::policy::{ESX_STATE_TABLES, POLICY_NAMES, PolicySpec};
 use crate::units::{self, PAGE_SIZE};
-use crate::workloads::{FileIo, Idle, Random, Stress, TraceReplay, WorkloadEntry, WorkloadSpec};
+use crate::workloads::{Bonnie, FileIo, Idle, Random, Stress, StressVm, TraceReplay, WorkloadEntry, WorkloadSpec};
 
 /// Host settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -351,7 +351,8 @@ fn resolve_report(c: &Ctx, raw: &RawScenario) -> Result<ReportSpec, ScenarioErro
                         "report.columns",
                         format!(
                             "unknown column '{col}': use a counter (e.g. pgpgin_KiB), a rate (pgpgin_KiB/s), \
-                             a phase duration (write_s, read_s) or runtime_s"
+                             a phase duration (write_s, rewrite_s, read_s), a phase rate (write_KiB/s, rewrite_KiB/s, \
+                             read_KiB/s) or runtime_s"
                         ),
                     );
                 }
@@ -365,13 +366,14 @@ fn resolve_report(c: &Ctx, raw: &RawScenario) -> Result<ReportSpec, ScenarioErro
 /// Whether a report column names something the summary provides.
 pub fn report_column_known(col: &str) -> bool {
     let counter = |n: &str| crate::metrics::columns().contains(&n);
+    let phase = |p: &str| matches!(p, "write" | "rewrite" | "read");
+    if let Some(p) = col.strip_suffix("_KiB/s").filter(|p| phase(p)) {
+        return phase(p);
+    }
     if let Some(base) = col.strip_suffix("/s") {
         return counter(base);
     }
-    if col == "runtime_s" || matches!(col, "write_s" | "read_s") {
-        return true;
-    }
-    counter(col)
+    col == "runtime_s" || col.strip_suffix("_s").is_some_and(phase) || counter(col)
 }
 
 fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs, profile: HostProfile) -> Result<Vec<VmSpec>, ScenarioError> {
@@ -380,7 +382,8 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs, p
         return c.err(v.name.span(), "vm.name", "must be a non-empty name without '/', '\\' or '.'");
     }
     let f = |field: &str| format!("vm.{base_name}.{field}");
-    let count = c.int(&v.count, &f("count"), 1, 1, 100_000)?;
+    // count = 0 leaves the VM out (a variant without it).
+    let count = c.int(&v.count, &f("count"), 1, 0, 100_000)?;
     let memory = c.bytes(&v.memory, &f("memory"))?;
     let memory_pages = page_count(c, &v.memory, &f("memory"), memory)?;
     if memory_pages == 0 {
@@ -467,7 +470,7 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs, p
     let mut workloads = Vec::new();
     if let Some(ws) = &v.workload {
         for w in ws {
-            workloads.push(resolve_workload(c, w, &base_name)?);
+            workloads.push(resolve_workload(c, w, &base_name, (memory_pages - reserved_pages) as u64 * PAGE_SIZE)?);
         }
     }
     let names: Vec<String> = if count == 1 { vec![base_name.clone()] } else { (1..=count).map(|i| format!("{base_name}-{i}")).collect() };
@@ -500,7 +503,8 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs, p
         .collect())
 }
 
-fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<WorkloadEntry, ScenarioError> {
+/// Resolves a workload of a VM whose MemTotal is `mem_total` bytes.
+fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64) -> Result<WorkloadEntry, ScenarioError> {
     let r = w.get_ref();
     let kind = r.kind.get_ref().as_str();
     let f = |field: &str| format!("vm.{vm}.workload.{kind}.{field}");
@@ -510,6 +514,8 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<Workl
         "idle" => &["footprint", "active", "period"],
         "trace" => &["file", "loops", "compute"],
         "random" => &["pages", "touches", "seed", "write"],
+        "stress-vm" => &["workers", "bytes", "keep", "rounds"],
+        "bonnie" => &["size"],
         _ => {
             return c.err(
                 r.kind.span(),
@@ -518,7 +524,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<Workl
             );
         }
     };
-    let present: [(&str, Option<std::ops::Range<usize>>); 16] = [
+    let present: [(&str, Option<std::ops::Range<usize>>); 20] = [
         ("instances", r.instances.as_ref().map(|x| x.span())),
         ("pages", r.pages.as_ref().map(|x| x.span())),
         ("passes", r.passes.as_ref().map(|x| x.span())),
@@ -535,6 +541,10 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<Workl
         ("touches", r.touches.as_ref().map(|x| x.span())),
         ("seed", r.seed.as_ref().map(|x| x.span())),
         ("write", r.write.as_ref().map(|x| x.span())),
+        ("workers", r.workers.as_ref().map(|x| x.span())),
+        ("bytes", r.bytes.as_ref().map(|x| x.span())),
+        ("keep", r.keep.as_ref().map(|x| x.span())),
+        ("rounds", r.rounds.as_ref().map(|x| x.span())),
     ];
     for (field, span) in present {
         if let Some(span) = span
@@ -551,12 +561,43 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<Workl
         let b = c.bytes(q, &f(field))?;
         page_count(c, q, &f(field), b)
     };
+    // A page count: a bare number of pages, or a size with a unit.
+    let page_number = |q: &Option<Spanned<Qty>>, field: &str, default: u32| -> Result<u32, ScenarioError> {
+        let Some(q) = q else { return Ok(default) };
+        let n = match q.get_ref().0.trim().parse::<u64>() {
+            Ok(n) => n,
+            Err(_) => units::pages(c.bytes(q, &f(field))?),
+        };
+        if n == 0 || n >= 1 << 30 {
+            return c.err(q.span(), &f(field), format!("{n} pages is out of range 1..{}", 1u64 << 30));
+        }
+        Ok(n as u32)
+    };
     let spec = match kind {
+        "stress-vm" => WorkloadSpec::StressVm(StressVm::new(
+            c.int(&r.workers, &f("workers"), 1, 1, 10_000)? as u32,
+            match &r.bytes {
+                Some(b) => pages_of(b, "bytes")?.max(1),
+                None => StressVm::DEFAULT_PAGES,
+            },
+            r.keep.as_ref().is_some_and(|b| *b.get_ref()),
+            r.rounds.as_ref().map(|_| c.int(&r.rounds, &f("rounds"), 1, 1, u32::MAX as u64)).transpose()?,
+        )),
+        "bonnie" => {
+            let pages = match &r.size {
+                Some(q) => pages_of(q, "size")?,
+                None => units::pages(Bonnie::default_bytes(mem_total)) as u32,
+            };
+            if pages == 0 {
+                return c.err(w.span(), &f("size"), "the file must be at least one page");
+            }
+            WorkloadSpec::Bonnie(Bonnie::new(pages))
+        }
         "stress" => {
             let passes = r.passes.as_ref().map(|_| c.int(&r.passes, &f("passes"), 1, 1, u32::MAX as u64)).transpose()?;
             WorkloadSpec::Stress(Stress::new(
                 c.int(&r.instances, &f("instances"), 1, 1, 10_000)? as u32,
-                c.int(&r.pages, &f("pages"), Stress::SEED_PAGES as u64, 1, (1 << 30) - 1)? as u32,
+                page_number(&r.pages, "pages", Stress::SEED_PAGES)?,
                 passes,
             ))
         }
@@ -585,7 +626,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str) -> Result<Workl
                 return c.err(w.span(), &f("pages"), "a random workload needs pages and touches, e.g. pages = 1000, touches = 100000");
             }
             WorkloadSpec::Random(Random::new(
-                c.int(&r.pages, &f("pages"), 1, 1, (1 << 30) - 1)? as u32,
+                page_number(&r.pages, "pages", 1)?,
                 c.int(&r.touches, &f("touches"), 0, 0, i64::MAX as u64)?,
                 r.seed.as_ref().map(|_| c.int(&r.seed, &f("seed"), 1, 1, i64::MAX as u64)).transpose()?,
                 r.write.as_ref().is_some_and(|b| *b.get_ref()),

@@ -117,6 +117,15 @@ impl Scenario {
                                 e.push(("loops", i(t.loops)));
                                 e.push(("compute", s(fmt_duration(t.compute_ns))));
                             }
+                            WorkloadSpec::StressVm(sv) => {
+                                e.push(("workers", i(sv.workers as u64)));
+                                e.push(("bytes", s(fmt_bytes(sv.pages as u64 * PAGE_SIZE))));
+                                e.push(("keep", Value::Boolean(sv.keep)));
+                                if let Some(n) = sv.rounds {
+                                    e.push(("rounds", i(n)));
+                                }
+                            }
+                            WorkloadSpec::Bonnie(b) => e.push(("size", s(fmt_bytes(b.pages as u64 * PAGE_SIZE)))),
                             WorkloadSpec::Idle(id) => {
                                 e.push(("footprint", s(fmt_bytes(id.footprint_pages as u64 * PAGE_SIZE))));
                                 e.push(("active", s(fmt_bytes(id.active_pages as u64 * PAGE_SIZE))));

@@ -5,17 +5,21 @@
 //! same workload could drive a real process.
 
 mod access;
+mod bonnie;
 mod fileio;
 mod idle;
 mod random;
 mod stress;
+mod stressvm;
 mod trace;
 
 pub use access::{Pattern, Ref, xorshift64star};
+pub use bonnie::Bonnie;
 pub use fileio::FileIo;
 pub use idle::Idle;
 pub use random::Random;
 pub use stress::Stress;
+pub use stressvm::StressVm;
 pub use trace::{Replayer, TraceReplay};
 
 use std::sync::Arc;
@@ -113,6 +117,10 @@ pub enum WorkloadSpec {
     Trace(TraceReplay),
     /// Uniformly random page references.
     Random(Random),
+    /// The `stress` tool's `--vm` workers.
+    StressVm(StressVm),
+    /// bonnie++'s block write, rewrite and read.
+    Bonnie(Bonnie),
 }
 
 /// A configured workload with its place in time.
@@ -128,7 +136,7 @@ pub struct WorkloadEntry {
 
 impl WorkloadSpec {
     /// Kind names as written in scenario files.
-    pub const KINDS: &'static [&'static str] = &["stress", "file-io", "idle", "trace", "random"];
+    pub const KINDS: &'static [&'static str] = &["stress", "file-io", "idle", "trace", "random", "stress-vm", "bonnie"];
 
     /// The kind name.
     pub fn kind(&self) -> &'static str {
@@ -138,6 +146,8 @@ impl WorkloadSpec {
             Self::Idle(_) => "idle",
             Self::Trace(_) => "trace",
             Self::Random(_) => "random",
+            Self::StressVm(_) => "stress-vm",
+            Self::Bonnie(_) => "bonnie",
         }
     }
 
@@ -150,6 +160,8 @@ impl WorkloadSpec {
             Self::Idle(i) => vec![Box::new(i.clone())],
             Self::Trace(t) => vec![Box::new(Replayer::new(t.clone(), traces(&t.file)?))],
             Self::Random(r) => vec![Box::new(r.seeded(seed))],
+            Self::StressVm(s) => (0..s.workers).map(|_| Box::new(s.clone()) as Box<dyn Workload>).collect(),
+            Self::Bonnie(b) => vec![Box::new(b.clone())],
         })
     }
 
@@ -157,7 +169,8 @@ impl WorkloadSpec {
     pub fn processes_len(&self) -> usize {
         match self {
             Self::Stress(s) => s.instances as usize,
-            Self::FileIo(_) | Self::Idle(_) | Self::Trace(_) | Self::Random(_) => 1,
+            Self::StressVm(s) => s.workers as usize,
+            Self::FileIo(_) | Self::Idle(_) | Self::Trace(_) | Self::Random(_) | Self::Bonnie(_) => 1,
         }
     }
 
@@ -167,15 +180,29 @@ impl WorkloadSpec {
         use crate::host::Content;
         match self {
             Self::Stress(_) if !file => Content::Stress,
+            Self::StressVm(_) if !file => Content::StressVm,
+            Self::Bonnie(_) if file => Content::BonnieData,
             _ => Content::Generic,
         }
+    }
+
+    /// Bytes a timed phase ("write", "rewrite", "read") moves, for its rate.
+    pub fn phase_bytes(&self, phase: &str) -> Option<u64> {
+        let pages = match (self, phase) {
+            (Self::FileIo(f), "write") => f.pages,
+            (Self::FileIo(f), "read") if f.read => f.pages,
+            (Self::Bonnie(b), "write" | "rewrite" | "read") => b.pages,
+            _ => return None,
+        };
+        Some(pages as u64 * crate::units::PAGE_SIZE)
     }
 
     /// Whether the workload finishes on its own.
     pub fn is_finite(&self) -> bool {
         match self {
             Self::Stress(s) => s.passes.is_some(),
-            Self::FileIo(_) | Self::Trace(_) | Self::Random(_) => true,
+            Self::FileIo(_) | Self::Trace(_) | Self::Random(_) | Self::Bonnie(_) => true,
+            Self::StressVm(s) => s.rounds.is_some(),
             Self::Idle(_) => false,
         }
     }
