@@ -169,6 +169,13 @@ impl Simulation {
         Ok(self.finished.is_some())
     }
 
+    /// Applies a decision now, outside the policy (by hand, from a test or a script); it is not
+    /// logged as the policy's.
+    pub fn apply(&mut self, d: &crate::policy::Decision) -> Result<(), String> {
+        use crate::backend::Backend;
+        self.world.apply(d)
+    }
+
     /// Runs to the end.
     pub fn run(&mut self) -> Result<(), String> {
         self.run_until(u64::MAX).map(|_| ())

@@ -13,7 +13,7 @@ fn paging_stress_thrashing_keeps_every_invariant() {
     let s = memvisor::scenario::load(text, "x", &sets).unwrap().remove(0);
     let sim = run_checked(&s, 20_000_000);
     let g = &sim.world().guests()[0];
-    assert!(g.vmstat.get(Counter::PswpIn) > 1_000 && g.vmstat.get(Counter::PswpOut) > 1_000, "the run must page");
+    assert!(g.counters().get(Counter::PswpIn) > 1_000 && g.counters().get(Counter::PswpOut) > 1_000, "the run must page");
 }
 
 #[test]
@@ -41,9 +41,9 @@ fn oom_kill_frees_the_biggest_process_and_keeps_every_invariant() {
     ));
     let sim = run_checked(&s, 10_000_000);
     let g = &sim.world().guests()[0];
-    assert_eq!(g.vmstat.get(Counter::OomKill), 1, "{:?}", g.log);
-    assert!(g.log[0].1.contains("(big)"), "{}", g.log[0].1);
-    let small = g.procs.iter().find(|p| p.name == "small").unwrap();
+    assert_eq!(g.counters().get(Counter::OomKill), 1, "{:?}", g.log());
+    assert!(g.log()[0].1.contains("(big)"), "{}", g.log()[0].1);
+    let small = g.processes().iter().find(|p| p.name == "small").unwrap();
     assert_eq!(small.state, memvisor::guest::ProcState::Exited);
 }
 
@@ -60,10 +60,10 @@ fn exact_lru_oom_kill_leaves_the_killed_process_nothing() {
     ));
     let sim = run_checked(&s, 100_000);
     let g = &sim.world().guests()[0];
-    assert_eq!(g.vmstat.get(Counter::OomKill), 1, "{:?}", g.log);
-    let p = &g.procs[0];
+    assert_eq!(g.counters().get(Counter::OomKill), 1, "{:?}", g.log());
+    let p = &g.processes()[0];
     assert_eq!(p.state, memvisor::guest::ProcState::Killed);
     assert_eq!((p.mm.rss, p.mm.swapents), (0, 0), "the killed process still holds memory");
-    assert_eq!(g.pages.nr_free(), 80, "every page must be free once the only process is gone");
+    assert_eq!(g.nr_free(), 80, "every page must be free once the only process is gone");
     assert_eq!(g.swap_used(), 0);
 }

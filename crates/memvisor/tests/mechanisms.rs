@@ -27,10 +27,10 @@ fn kswapd_wakes_below_low_and_stops_at_high() {
             sim.check_invariants().unwrap();
         }
         let g = &sim.world().guests()[0];
-        let free = g.pages.nr_free();
-        let w = g.wmark;
+        let free = g.nr_free();
+        let w = g.watermarks();
         let awake = g.kswapd_awake();
-        if g.vmstat.get(Counter::KswapdWake) == 0 {
+        if g.counters().get(Counter::KswapdWake) == 0 {
             assert!(!awake);
         } else if !woken_ever {
             woken_ever = true;
@@ -66,7 +66,7 @@ fn swappiness_run(swappiness: u32) -> (u64, u64) {
     let sim = run_checked(&s, 50_000_000);
     let g = &sim.world().guests()[0];
     let file = g.lru_len(memvisor::guest::LruList::ActiveFile) + g.lru_len(memvisor::guest::LruList::InactiveFile);
-    (g.vmstat.get(Counter::PswpOut), file)
+    (g.counters().get(Counter::PswpOut), file)
 }
 
 /// With swappiness 0 clean page cache goes before anonymous memory; with 200 anonymous memory is
@@ -93,11 +93,11 @@ fn dirty_pages_are_written_before_they_are_dropped() {
     ));
     let sim = run_checked(&s, 20_000_000);
     let g = &sim.world().guests()[0];
-    let written = g.vmstat.get(Counter::NrWritten);
-    let dropped = g.vmstat.get(Counter::PgStealKswapd) + g.vmstat.get(Counter::PgStealDirect);
+    let written = g.counters().get(Counter::NrWritten);
+    let dropped = g.counters().get(Counter::PgStealKswapd) + g.counters().get(Counter::PgStealDirect);
     assert!(dropped > 10_000, "reclaim must have dropped file pages ({dropped})");
     assert!(written >= dropped, "{dropped} pages dropped but only {written} written back");
-    assert!(g.vmstat.get(Counter::PgpgOut) >= 4 * written, "writes must reach the device");
+    assert!(g.counters().get(Counter::PgpgOut) >= 4 * written, "writes must reach the device");
 }
 
 fn write_time(layout: &str) -> f64 {
@@ -142,7 +142,7 @@ fn exact_lru_faults(frames: u32, pages: u32, passes: u32) -> (u64, u64) {
     ));
     let sim = run_checked(&s, 1_000_000);
     let g = &sim.world().guests()[0];
-    (g.vmstat.get(Counter::PgFault), g.vmstat.get(Counter::PgMajFault))
+    (g.counters().get(Counter::PgFault), g.counters().get(Counter::PgMajFault))
 }
 
 /// Exact-LRU mode on a cyclic pattern over C+1 pages with C frames misses on every reference;
@@ -157,7 +157,7 @@ fn exact_lru_misses_every_time_on_a_loop_one_page_too_big() {
 /// Runs a one-guest scenario with every invariant checked and returns the guest's counters.
 fn counters(vm: &str, extra: &str) -> memvisor::guest::VmStat {
     let s = scenario(&one_guest("1GiB", vm, extra));
-    run_checked(&s, 20_000_000).world().guests()[0].vmstat.clone()
+    run_checked(&s, 20_000_000).world().guests()[0].counters().clone()
 }
 
 /// A sweep twice the size of memory, with `page-cluster` as given: every page faults in every pass.
@@ -215,7 +215,7 @@ fn a_writer_blocks_at_dirty_ratio() {
     sim.check_invariants().unwrap();
     let g = &sim.world().guests()[0];
     // Nothing but the file is in the guest, so dirtyable memory is MemTotal less the high watermark.
-    let limit = (g.mem_total() - g.wmark.high) / 10;
+    let limit = (g.mem_total() - g.watermarks().high) / 10;
     // The writer checks before each page it dirties; one request of in-flight writeback (256
     // pages) may complete between checks.
     assert!(peak <= limit + 256, "dirty + writeback reached {peak} pages, the limit is {limit}");
@@ -247,8 +247,8 @@ fn swap_slots_are_freed_on_swap_in_only_when_swap_is_more_than_half_full() {
         while !sim.run_until(t.0).unwrap() {
             t.0 += 10_000_000;
             let g = &sim.world().guests()[0];
-            if !g.procs[0].ended() {
-                last = (g.vmstat.get(Counter::PswpIn), g.vmstat.get(Counter::SwapDiscard));
+            if !g.processes()[0].ended() {
+                last = (g.counters().get(Counter::PswpIn), g.counters().get(Counter::SwapDiscard));
             }
             fullest = fullest.max(g.swap_used() as f64 / g.swap_total() as f64);
         }

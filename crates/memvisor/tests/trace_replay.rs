@@ -60,7 +60,7 @@ fn replay_faults(t: &Arc<Trace>, frames: u64, mode: Replacement) -> (u64, u64) {
     sim.run().unwrap();
     sim.check_invariants().unwrap();
     let g = &sim.world().guests()[0];
-    (g.vmstat.get(Counter::PgFault), g.procs[0].stats.touches)
+    (g.counters().get(Counter::PgFault), g.processes()[0].stats.touches)
 }
 
 #[test]

@@ -5,7 +5,7 @@ use super::Backend;
 use crate::clock::{Event, EventQueue, GuestEvent};
 use crate::devices::Datastore;
 use crate::guest::{Counter, Env, Guest};
-use crate::host::{GuestMemory, Host, hostswap_step_ns};
+use crate::host::{GuestMemory, Host};
 use crate::policy::{Action, Decision, HostView, VmId, VmView};
 use crate::rng::{self, Rng};
 use crate::units::{PAGE_SIZE, pages};
@@ -103,10 +103,10 @@ impl SimulatedHost {
                 self.events.push(now + self.sample_period_ns, Event::HostSample);
             }
             Event::HostReclaim => {
-                let more = self.host.reclaim_step(now, &mut self.rng, &mut mems, &mut self.datastores, &mut self.events);
-                self.host.daemon_scheduled = more;
-                if more {
-                    self.events.push(now + hostswap_step_ns(), Event::HostReclaim);
+                let next = self.host.reclaim_step(now, &mut self.rng, &mut mems, &mut self.datastores, &mut self.events);
+                self.host.daemon_scheduled = next.is_some();
+                if let Some(t) = next {
+                    self.events.push(t, Event::HostReclaim);
                 }
             }
             Event::HostIoDone { vm, io } => self.host.io_done(vm, io),
@@ -118,7 +118,9 @@ impl SimulatedHost {
     /// After any step: tell guests about pages the host took, let the reclaim daemon resume if pages
     /// came back below a target, and end the run on a fatal condition.
     fn settle(&mut self) -> Result<(), String> {
-        if std::mem::take(&mut self.host.reclaim_fell) && self.host.vms().iter().any(|v| v.reclaimed() < v.swap_target) {
+        if std::mem::take(&mut self.host.reclaim_fell)
+            && self.host.vms().iter().any(|v| v.reclaimed() < v.swap_target && v.above_reservation())
+        {
             self.wake_daemon();
         }
         if self.host.has_invalidations() {

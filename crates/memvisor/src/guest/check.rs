@@ -124,8 +124,11 @@ impl Guest {
         let managed = self.pages.managed();
         counts[PageKind::Free as usize] += (managed as usize - n) as u64;
         counts[PageKind::Kernel as usize] += (self.cfg.memory_pages - managed) as u64;
-        if let Some(p) = (managed..self.cfg.memory_pages).find(|&p| !env.host.is_backed(self.id, p)) {
-            return err(format!("kernel page {p} is not backed by a host frame"));
+        let p2m = env.host.vms()[self.id as usize].p2m();
+        if let Some(p) =
+            (managed..self.cfg.memory_pages).find(|&p| matches!(p2m.get(p).state(), PageState::Unbacked | PageState::Ballooned))
+        {
+            return err(format!("kernel page {p} is {:?} on the host", p2m.get(p).state()));
         }
         if counts[PageKind::Balloon as usize] != self.balloon.size() || env.host.vms()[self.id as usize].ballooned != self.balloon.size() {
             return err(format!(

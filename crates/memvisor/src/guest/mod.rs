@@ -317,16 +317,16 @@ impl Env<'_> {
 /// A running guest.
 pub struct Guest {
     /// Index among the host's guests (also its host VM id).
-    pub id: u32,
+    pub(crate) id: u32,
     /// Configuration.
-    pub cfg: GuestConfig,
+    pub(crate) cfg: GuestConfig,
     /// Page descriptors.
-    pub pages: Pages,
+    pub(crate) pages: Pages,
     lru: Lru,
     /// Watermarks in pages.
-    pub wmark: Watermarks,
+    pub(crate) wmark: Watermarks,
     /// Processes, by pid.
-    pub procs: Vec<Process>,
+    pub(crate) procs: Vec<Process>,
     sched: sched::Sched,
     swap: SwapArea,
     files: Vec<File>,
@@ -334,7 +334,7 @@ pub struct Guest {
     kswapd: Kswapd,
     flusher: Flusher,
     /// Event counters.
-    pub vmstat: VmStat,
+    pub(crate) vmstat: VmStat,
     disk: VirtualDisk,
     reclaim_stat: ReclaimStat,
     /// Processes waiting for any I/O completion before they retry (reclaim, dirty throttling).
@@ -352,7 +352,7 @@ pub struct Guest {
     /// Processes running finite workloads that have not finished.
     finite_left: u32,
     /// Messages about notable guest events (OOM kills), with their time.
-    pub log: Vec<(u64, String)>,
+    pub(crate) log: Vec<(u64, String)>,
     balloon: Balloon,
 }
 
@@ -380,7 +380,7 @@ impl GuestMemory for Guest {
             PageKind::File => self.files[self.pages.owner[ppn as usize] as usize].workload,
             _ => return Content::Generic,
         };
-        self.cfg.workloads[workload].spec.content(self.pages.kind[ppn as usize] == PageKind::File)
+        self.cfg.workloads[workload].content(self.pages.kind[ppn as usize] == PageKind::File)
     }
 }
 
@@ -448,6 +448,60 @@ impl Guest {
             }
         }
         Ok(g)
+    }
+
+    /// The VM's index on its host (its stable id).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The guest's configuration.
+    pub fn config(&self) -> &GuestConfig {
+        &self.cfg
+    }
+
+    /// The event counters (/proc/vmstat).
+    pub fn counters(&self) -> &VmStat {
+        &self.vmstat
+    }
+
+    /// The processes, by pid.
+    pub fn processes(&self) -> &[Process] {
+        &self.procs
+    }
+
+    /// The zone watermarks, pages.
+    pub fn watermarks(&self) -> Watermarks {
+        self.wmark
+    }
+
+    /// Notable guest events (OOM kills) with their time, ns.
+    pub fn log(&self) -> &[(u64, String)] {
+        &self.log
+    }
+
+    /// Free pages (MemFree).
+    pub fn nr_free(&self) -> u64 {
+        self.pages.nr_free()
+    }
+
+    /// MemTotal as configured, before any balloon, pages.
+    pub fn mem_total_configured(&self) -> u64 {
+        (self.cfg.memory_pages - self.cfg.reserved_pages) as u64
+    }
+
+    /// The name of the workload whose process or file owns guest page `ppn`, if any.
+    pub fn page_owner_workload(&self, ppn: u32) -> Option<&str> {
+        let i = ppn as usize;
+        if i >= self.pages.len() || self.pages.owner[i] == NONE {
+            return None;
+        }
+        let w = match self.pages.kind[i] {
+            PageKind::Anon => self.procs[self.pages.owner[i] as usize].workload_index,
+            PageKind::File => self.files[self.pages.owner[i] as usize].workload,
+            _ => return None,
+        };
+        Some(&self.cfg.workloads[w].name)
     }
 
     /// MemTotal in pages: a virtio balloon without `deflate_on_oom` takes its pages out of it.

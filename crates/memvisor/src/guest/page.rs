@@ -83,11 +83,6 @@ impl Pages {
         self.kind.len()
     }
 
-    /// Whether no page was ever allocated.
-    pub fn is_empty(&self) -> bool {
-        self.kind.is_empty()
-    }
-
     /// Pages the kernel manages (MemTotal).
     pub fn managed(&self) -> u32 {
         self.managed

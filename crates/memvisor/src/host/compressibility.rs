@@ -21,11 +21,18 @@ pub enum Content {
     BonnieData,
     /// Anything else a process or the kernel holds: the generic-heap measurement stands in.
     Generic,
+    /// Data that does not compress (encrypted, already compressed, random): no page fits.
+    Incompressible,
 }
 
 impl Content {
     /// Every kind, in table order.
-    pub const ALL: [Content; 4] = [Self::StressVm, Self::Stress, Self::BonnieData, Self::Generic];
+    pub const ALL: [Content; 5] = [Self::StressVm, Self::Stress, Self::BonnieData, Self::Generic, Self::Incompressible];
+
+    /// Parses a scenario name (the data file's keys).
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.key() == s)
+    }
 
     /// The key of its table in the data file.
     pub fn key(self) -> &'static str {
@@ -34,6 +41,7 @@ impl Content {
             Self::Stress => "seed003-stress",
             Self::BonnieData => "bonnie-data",
             Self::Generic => "generic-heap",
+            Self::Incompressible => "incompressible",
         }
     }
 }
@@ -102,7 +110,9 @@ impl Compressibility {
 fn parse(text: &str) -> Result<Compressibility, String> {
     let doc: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
     let mut by_content = BTreeMap::new();
-    for c in Content::ALL {
+    // Incompressible data needs no measurement: every page stays a page.
+    by_content.insert(Content::Incompressible, Histogram { edges: vec![crate::units::PAGE_SIZE], counts: vec![1] });
+    for c in Content::ALL.into_iter().filter(|&c| c != Content::Incompressible) {
         let t = doc.get(c.key()).and_then(|t| t.get("lzo")).ok_or_else(|| format!("compressibility data has no [{}.lzo]", c.key()))?;
         let nums = |k: &str| -> Result<Vec<u64>, String> {
             t.get(k)

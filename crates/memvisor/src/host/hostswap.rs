@@ -18,6 +18,9 @@ use rand::Rng as _;
 
 /// Host CPU a reclaim step spends before yielding (the daemon's time slice): 1 ms.
 pub const STEP_NS: u64 = 1_000_000;
+/// When a step could take nothing (every candidate page busy, swap file full), the daemon looks
+/// again this much later: 100 ms.
+pub const BACKOFF_NS: u64 = 100_000_000;
 
 /// A VM's swap file: as large as the VM's memory (ESX creates a .vswp of the configured memory
 /// less the reservation; the whole memory is the upper bound), on a datastore.
@@ -109,6 +112,9 @@ impl Host {
     /// swap file is full.
     pub(super) fn swap_out_now(&mut self, vm: u32, victim: u32, now: u64, ds: &mut [Datastore], _events: &mut EventQueue) -> Option<u64> {
         let v = &mut self.vms[vm as usize];
+        if !v.above_reservation() && v.granted < v.grant_limit {
+            v.stats.taken_below_reservation += 1;
+        }
         let slot = v.swapfile.slots.alloc()?;
         let done = v.swapfile.write(slot, now + self.costs.swap_out_ns, ds);
         v.p2m.set(victim, Entry::new(PageState::Swapped(slot)));
@@ -120,7 +126,8 @@ impl Host {
     }
 
     /// One step of the reclaim daemon at `now`: for each VM below its swap target, in turn, take
-    /// random victims until the step's CPU is spent. Returns whether more work remains.
+    /// random victims until the step's CPU is spent. Returns when the next step is due, or `None`
+    /// if every target is met (the daemon sleeps until a target rises or a page comes back).
     pub fn reclaim_step(
         &mut self,
         now: u64,
@@ -128,14 +135,17 @@ impl Host {
         guests: &mut [&mut dyn GuestMemory],
         ds: &mut [Datastore],
         events: &mut EventQueue,
-    ) -> bool {
+    ) -> Option<u64> {
         self.finish_reads(now);
         let mut spent = 0;
         let mut progress = true;
+        let mut any = false;
         while spent < STEP_NS && progress {
             progress = false;
             for (vm, g) in guests.iter_mut().enumerate() {
-                if self.vms[vm].reclaimed() >= self.vms[vm].swap_target || spent >= STEP_NS {
+                let v = &self.vms[vm];
+                // Never below the reservation, whatever the target says.
+                if v.reclaimed() >= v.swap_target || !v.above_reservation() || spent >= STEP_NS {
                     continue;
                 }
                 let g = &mut **g;
@@ -149,9 +159,15 @@ impl Host {
                 }
                 spent += self.reclaim_page(vm as u32, p, now + spent, rng, g, ds, events);
                 progress = true;
+                any = true;
             }
         }
-        self.vms.iter().any(|v| v.reclaimed() < v.swap_target)
+        let work = self.vms.iter().any(|v| v.reclaimed() < v.swap_target && v.above_reservation());
+        match (work, any) {
+            (false, _) => None,
+            (true, true) => Some(now + spent.max(STEP_NS)),
+            (true, false) => Some(now + BACKOFF_NS),
+        }
     }
 
     /// Compresses page `p` into the cache if it fits, else starts its swap-out. Returns the host
@@ -170,6 +186,9 @@ impl Host {
         let content = g.content(p);
         g.invalidate(p);
         let v = &mut self.vms[vm as usize];
+        if !v.above_reservation() {
+            v.stats.taken_below_reservation += 1;
+        }
         let mut spent = 0;
         if !v.zip.is_disabled() {
             spent += self.costs.compress_ns;

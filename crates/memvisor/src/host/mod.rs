@@ -19,10 +19,6 @@ pub use admission::{AdmissionVm, admit};
 pub use compressibility::{Compressibility, Content};
 pub use hostswap::{HostIo, SwapFile};
 
-/// Host CPU a reclaim-daemon step spends before yielding.
-pub fn hostswap_step_ns() -> u64 {
-    hostswap::STEP_NS
-}
 pub use p2m::{Entry, P2m, PageState, flags};
 pub use profile::HostProfile;
 pub use sampler::Sample;
@@ -88,6 +84,9 @@ pub struct HostVmStats {
     pub ballooned_total: u64,
     /// Pages the balloon driver took back (cumulative).
     pub unballooned_total: u64,
+    /// Frames taken by host swap or compression while the VM held no more than its reservation:
+    /// must stay 0 (checked as an invariant).
+    pub taken_below_reservation: u64,
 }
 
 /// One VM as the host sees it.
@@ -128,6 +127,16 @@ pub struct HostVm {
 }
 
 impl HostVm {
+    /// The reservation in pages.
+    pub fn reservation_pages(&self) -> u64 {
+        self.res.reservation / PAGE_SIZE
+    }
+
+    /// Whether the host may take a frame from this VM: only while it holds more than its reservation.
+    pub fn above_reservation(&self) -> bool {
+        self.granted > self.reservation_pages()
+    }
+
     /// Where each guest page lives.
     pub fn p2m(&self) -> &P2m {
         &self.p2m
@@ -326,10 +335,11 @@ impl Host {
         self.vms[vm as usize].grant_limit = frames;
     }
 
-    /// Sets the balloon size a VM's driver works toward, capped at the VM's balloon maximum.
+    /// Sets the balloon size a VM's driver works toward, capped at the VM's balloon maximum and at
+    /// what leaves it its reservation.
     pub fn set_balloon_target(&mut self, vm: u32, pages: u64) {
         let v = &mut self.vms[vm as usize];
-        v.balloon_target = pages.min(v.balloon_max);
+        v.balloon_target = pages.min(v.balloon_max).min((v.p2m.len() as u64).saturating_sub(v.reservation_pages()));
     }
 
     /// Sets how many of a VM's pages the host keeps compressed or swapped.
@@ -585,6 +595,12 @@ impl Host {
                     v.swapping_out,
                     v.reading.len()
                 ));
+            }
+            if v.stats.taken_below_reservation > 0 {
+                return Err(format!("VM '{}': {} pages reclaimed below its reservation", v.name, v.stats.taken_below_reservation));
+            }
+            if v.ballooned > (v.p2m.len() as u64).saturating_sub(v.reservation_pages()) {
+                return Err(format!("VM '{}': a balloon of {} pages leaves less than its reservation", v.name, v.ballooned));
             }
             owned += v.granted + v.overhead_frames + v.zip.frames();
         }

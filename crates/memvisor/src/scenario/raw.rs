@@ -131,6 +131,7 @@ pub struct RawVm {
 pub struct RawWorkload {
     pub kind: Spanned<String>,
     pub name: Option<Spanned<String>>,
+    pub content: Option<Spanned<String>>,
     pub start: Option<Spanned<Qty>>,
     pub instances: Option<Spanned<i64>>,
     pub pages: Option<Spanned<Qty>>,

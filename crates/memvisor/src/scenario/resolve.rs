@@ -7,7 +7,7 @@ use super::raw::{Qty, RawScenario, RawVm, RawWorkload};
 use super::{ScenarioError, Source};
 use crate::devices::{DeviceKind, DeviceSpec};
 use crate::guest::{BalloonDriver, Costs, GuestConfig, Replacement, Sysctl, Thp, Watermarks};
-use crate::host::{HostCosts, HostProfile};
+use crate::host::{Content, HostCosts, HostProfile};
 use crate::policy::{ESX_STATE_TABLES, POLICY_NAMES, PolicySpec};
 use crate::units::{self, PAGE_SIZE};
 use crate::workloads::{Bonnie, FileIo, Idle, Random, Stress, StressVm, TraceReplay, WorkloadEntry, WorkloadSpec};
@@ -513,7 +513,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         "file-io" => &["size", "block", "fsync", "read"],
         "idle" => &["footprint", "active", "period"],
         "trace" => &["file", "loops", "compute"],
-        "random" => &["pages", "touches", "seed", "write"],
+        "random" => &["pages", "touches", "seed", "write", "compute"],
         "stress-vm" => &["workers", "bytes", "keep", "rounds"],
         "bonnie" => &["size"],
         _ => {
@@ -553,7 +553,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
             return c.err(
                 span,
                 &f(field),
-                format!("a '{kind}' workload has no field '{field}' (its fields: name, start, {})", allowed.join(", ")),
+                format!("a '{kind}' workload has no field '{field}' (its fields: name, start, content, {})", allowed.join(", ")),
             );
         }
     }
@@ -630,6 +630,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
                 c.int(&r.touches, &f("touches"), 0, 0, i64::MAX as u64)?,
                 r.seed.as_ref().map(|_| c.int(&r.seed, &f("seed"), 1, 1, i64::MAX as u64)).transpose()?,
                 r.write.as_ref().is_some_and(|b| *b.get_ref()),
+                c.opt_ns(&r.compute, &f("compute"), 0)?,
             ))
         }
         "trace" => {
@@ -658,9 +659,16 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
             WorkloadSpec::Idle(Idle::new(footprint, active, period))
         }
     };
+    let names: Vec<&str> = Content::ALL.iter().map(|c| c.key()).collect();
+    let content = r
+        .content
+        .as_ref()
+        .map(|_| c.choice(&r.content, &f("content"), "", &names).map(|n| Content::parse(n).expect("checked")))
+        .transpose()?;
     Ok(WorkloadEntry {
         name: r.name.as_ref().map_or_else(|| kind.to_string(), |n| n.get_ref().clone()),
         start_ns: c.opt_ns(&r.start, &f("start"), 0)?,
         spec,
+        content,
     })
 }

@@ -90,6 +90,9 @@ impl Scenario {
                     .iter()
                     .map(|w| {
                         let mut e = vec![("kind", s(w.spec.kind())), ("name", s(&w.name)), ("start", s(fmt_duration(w.start_ns)))];
+                        if let Some(c) = w.content {
+                            e.push(("content", s(c.key())));
+                        }
                         match &w.spec {
                             WorkloadSpec::Stress(st) => {
                                 e.push(("instances", i(st.instances as u64)));
@@ -111,6 +114,7 @@ impl Scenario {
                                     e.push(("seed", i(seed)));
                                 }
                                 e.push(("write", Value::Boolean(rd.write)));
+                                e.push(("compute", s(fmt_duration(rd.compute_ns))));
                             }
                             WorkloadSpec::Trace(t) => {
                                 e.push(("file", s(&t.file)));

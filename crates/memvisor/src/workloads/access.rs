@@ -36,7 +36,8 @@ pub enum Pattern {
         /// Whether the references store.
         write: bool,
     },
-    /// `count` references to pages drawn uniformly by xorshift64* from `state`.
+    /// `count` references to pages drawn uniformly by xorshift64* from `state`, `compute_ns` of
+    /// CPU after each.
     Random {
         /// Generator state.
         state: u64,
@@ -44,6 +45,8 @@ pub enum Pattern {
         count: u64,
         /// Whether the references store.
         write: bool,
+        /// CPU time after each reference.
+        compute_ns: u64,
     },
     /// A recorded trace, `loops` times over, `compute_ns` of CPU between references.
     Trace {
@@ -75,9 +78,14 @@ impl Pattern {
             Self::Sweep { first, count, refs, write } => {
                 (*count > 0).then_some(Ref { page: *first, write: *write, refs: *refs, compute_ns: 0 })
             }
-            Self::Random { state, count, write } => {
+            Self::Random { state, count, write, compute_ns } => {
                 let mut s = *state;
-                (*count > 0).then(|| Ref { page: (xorshift64star(&mut s) % pages as u64) as u32, write: *write, refs: 1, compute_ns: 0 })
+                (*count > 0).then(|| Ref {
+                    page: (xorshift64star(&mut s) % pages as u64) as u32,
+                    write: *write,
+                    refs: 1,
+                    compute_ns: *compute_ns,
+                })
             }
             Self::Trace { trace, pos, loops, compute_ns } => {
                 let refs = trace.refs();
@@ -145,7 +153,7 @@ impl Pattern {
                 }
                 *count -= n;
             }
-            Self::Random { state, count, write } => {
+            Self::Random { state, count, write, .. } => {
                 let budget = budget.min(*count);
                 while n < budget {
                     let mut next = *state;
@@ -212,7 +220,7 @@ mod tests {
 
     #[test]
     fn random_references_follow_xorshift_and_advance_only_when_told() {
-        let mut p = Pattern::Random { state: 42, count: 3, write: false };
+        let mut p = Pattern::Random { state: 42, count: 3, write: false, compute_ns: 0 };
         let mut s = 42;
         let expect = (xorshift64star(&mut s) % 1000) as u32;
         assert_eq!(p.peek(1000).unwrap().page, expect);

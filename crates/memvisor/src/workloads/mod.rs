@@ -132,6 +132,15 @@ pub struct WorkloadEntry {
     pub start_ns: u64,
     /// What it does.
     pub spec: WorkloadSpec,
+    /// What its pages hold, if the scenario says (else the kind's default, `WorkloadSpec::content`).
+    pub content: Option<crate::host::Content>,
+}
+
+impl WorkloadEntry {
+    /// What its pages hold: anonymous memory, or (`file`) the data of files it writes.
+    pub fn content(&self, file: bool) -> crate::host::Content {
+        self.content.unwrap_or_else(|| self.spec.content(file))
+    }
 }
 
 impl WorkloadSpec {

@@ -18,13 +18,15 @@ pub struct Random {
     state: u64,
     /// Whether the references store (else they load).
     pub write: bool,
+    /// CPU time after each reference.
+    pub compute_ns: u64,
     step: u8,
 }
 
 impl Random {
     /// A random workload.
-    pub fn new(pages: u32, touches: u64, seed: Option<u64>, write: bool) -> Self {
-        Self { pages, touches, seed, write, state: 0, step: 0 }
+    pub fn new(pages: u32, touches: u64, seed: Option<u64>, write: bool, compute_ns: u64) -> Self {
+        Self { pages, touches, seed, write, compute_ns, state: 0, step: 0 }
     }
 
     /// The process for a run whose stream seed for this workload is `derived`.
@@ -40,9 +42,10 @@ impl Workload for Random {
         match self.step {
             1 => Op::Map { pages: self.pages },
             2 => Op::Access { region: 0, pattern: Pattern::Sweep { first: 0, count: self.pages as u64, refs: 1, write: true } },
-            3 if self.touches > 0 => {
-                Op::Access { region: 0, pattern: Pattern::Random { state: self.state, count: self.touches, write: self.write } }
-            }
+            3 if self.touches > 0 => Op::Access {
+                region: 0,
+                pattern: Pattern::Random { state: self.state, count: self.touches, write: self.write, compute_ns: self.compute_ns },
+            },
             _ => Op::Exit,
         }
     }
