@@ -100,11 +100,12 @@ def _print_report(results: list[api.RunResult]) -> None:
 @click.argument("spec")
 @click.option("--vary", required=True, type=KeyValues(), help="The key to vary and its values, e.g. vm.g.memory=256MiB,512MiB.")
 @click.option("--column", help="Report column to show (default: the scenario's first).")
+@click.option("--vm", help="VM whose report value fills the cells (default: the first).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a scenario value at every point.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: the number of CPUs).")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table as CSV.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def sweep_cmd(spec: str, vary: tuple[str, tuple[str, ...]], column: str | None, sets: tuple[str, ...], jobs: int | None, csv_path: Path | None, quiet: bool) -> None:
+def sweep_cmd(spec: str, vary: tuple[str, tuple[str, ...]], column: str | None, vm: str | None, sets: tuple[str, ...], jobs: int | None, csv_path: Path | None, quiet: bool) -> None:
     """Run every variant of a case or scenario file at each value of one key; show one report
     value of the first VM (of each VM, without variants) as a table, a row per value, with the
     biggest jump between neighbouring columns. A run that fails shows its error in its cell; the
@@ -116,7 +117,7 @@ def sweep_cmd(spec: str, vary: tuple[str, tuple[str, ...]], column: str | None, 
     if csv_path is not None and not csv_path.parent.is_dir():
         raise MemvisorError(f"--csv {csv_path}: no directory {csv_path.parent}", USAGE)
     try:
-        grid = plan(spec, key, values, column, sets)
+        grid = plan(spec, key, values, column, sets, vm)
     except _core.ScenarioError as e:
         raise MemvisorError(str(e), USAGE) from None
     try:
@@ -139,7 +140,7 @@ def sweep_cmd(spec: str, vary: tuple[str, tuple[str, ...]], column: str | None, 
             raise MemvisorError(f"--csv {csv_path}: {e.strerror or e}", 1) from None
     cols = [c for c in df.columns if c != JUMP]
     # The key can be long (vm.kali.workload.desktop.active): folded, never cut short.
-    t = Table(Column(key, overflow="fold"), *cols, JUMP, title=f"{spec}: {grid.column}" + ("" if grid.scenarios[0][0].variant is None else " of the first VM"))
+    t = Table(Column(key, overflow="fold"), *cols, JUMP, title=f"{spec}: {grid.column}" + ("" if grid.scenarios[0][0].variant is None else f" of {vm or 'the first VM'}"))
     for value, row in df.iterrows():
         cells = [Text(x, style="red") if isinstance(x, str) else fmt(None if pd.isna(x) else x) for x in (row[c] for c in cols)]
         t.add_row(str(value), *cells, row[JUMP])

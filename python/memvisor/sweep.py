@@ -40,13 +40,14 @@ class Grid:
     scenarios: list[list]
     origin: str
     base: Path | None
+    vm: str | None = None
 
     @property
     def runs(self) -> int:
         return sum(len(s) for s in self.scenarios)
 
 
-def plan(spec: str, key: str, values: Sequence[str], column: str | None = None, sets: Sequence[str] = ()) -> Grid:
+def plan(spec: str, key: str, values: Sequence[str], column: str | None = None, sets: Sequence[str] = (), vm: str | None = None) -> Grid:
     """Loads the scenario once per value (the `sets`, then `key=value`), so that a bad key, value or
     column raises the scenario's own `ScenarioError` before anything runs."""
     values = list(values)
@@ -65,7 +66,7 @@ def plan(spec: str, key: str, values: Sequence[str], column: str | None = None, 
                 f"'{column}' is not a report column of {s.name} (report columns: {', '.join(s.report_columns)}; "
                 "others can be added with --set report.columns=[...])"
             )
-    return Grid(key, values, column, scenarios, origin, api.base_dir(spec))
+    return Grid(key, values, column, scenarios, origin, api.base_dir(spec), vm)
 
 
 def sweep(
@@ -76,10 +77,12 @@ def sweep(
     sets: Sequence[str] = (),
     jobs: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    vm: str | None = None,
 ) -> pd.DataFrame:
     """Runs every variant of `spec` (a case or scenario file) with `key` set to each value; see
-    `run_grid` for the table."""
-    return run_grid(plan(spec, key, values, column, sets), jobs, progress)
+    `run_grid` for the table. `vm` names the VM whose report value fills the cells (default: the
+    first)."""
+    return run_grid(plan(spec, key, values, column, sets, vm), jobs, progress)
 
 
 def run_grid(grid: Grid, jobs: int | None = None, progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
@@ -88,7 +91,7 @@ def run_grid(grid: Grid, jobs: int | None = None, progress: Callable[[int, int],
 
     The table: a row per value (the index, named after the key), a column per variant (per VM when
     the scenario has no variants; the columns' name is the report column), each cell the report
-    value of the first VM (of that VM) or, for a run that failed, its error message as a string;
+    value of the first VM or of `grid.vm` (of that VM) or, for a run that failed, its error message as a string;
     then `JUMP`. A failed run does not stop the others: `failed_cells` lists them."""
     tasks = [(s.to_toml(), grid.origin, None if grid.base is None else str(grid.base)) for per_value in grid.scenarios for s in per_value]
     results = iter(_run_all(tasks, jobs or _cpus(), progress))
@@ -101,7 +104,8 @@ def run_grid(grid: Grid, jobs: int | None = None, progress: Callable[[int, int],
         for s in per_value:
             ok, res = next(results)
             if not by_vm:
-                row[s.variant] = res[0].get(grid.column) if ok else res
+                picked = next((r for r in res if r["vm"] == grid.vm), None) if ok and grid.vm else (res[0] if ok else None)
+                row[s.variant] = (picked.get(grid.column) if picked else None) if ok else res
             elif ok:
                 row.update({r["vm"]: r.get(grid.column) for r in res})
             else:
