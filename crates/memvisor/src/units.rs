@@ -126,6 +126,17 @@ pub fn fmt_bytes(b: u64) -> String {
     format!("{b}B")
 }
 
+/// Formats a size for people: the largest binary unit it reaches, to one decimal ("355.2 MiB").
+pub fn human_bytes(b: u64) -> String {
+    for (u, m) in [("TiB", 1u64 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if b >= m {
+            let x = b as f64 / m as f64;
+            return if b.is_multiple_of(m) { format!("{} {u}", b / m) } else { format!("{x:.1} {u}") };
+        }
+    }
+    format!("{b} B")
+}
+
 /// Formats nanoseconds in the largest unit that divides them exactly.
 pub fn fmt_duration(ns: u64) -> String {
     for (u, m) in [("h", 3_600_000_000_000u64), ("min", 60_000_000_000), ("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)] {

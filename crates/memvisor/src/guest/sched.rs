@@ -144,7 +144,7 @@ impl Guest {
                         let msg = format!(
                             "process {pid} ({}): mmap of {} failed, address space exhausted",
                             proc.name,
-                            crate::units::fmt_bytes(*pages as u64 * crate::units::PAGE_SIZE)
+                            crate::units::human_bytes(*pages as u64 * crate::units::PAGE_SIZE)
                         );
                         self.log.push((now, msg));
                         self.exit_process(pid, now, true);

@@ -1,7 +1,7 @@
 //! Admission control: a VM powers on only if its reservation plus its overhead memory fits in what
 //! the VMs already admitted have not reserved (ESX semantics; DESIGN.md section 4).
 
-use crate::units::fmt_bytes;
+use crate::units::human_bytes;
 
 /// What admission control needs to know of a VM.
 #[derive(Clone, Debug)]
@@ -21,22 +21,35 @@ pub fn admit(host_memory: u64, vms: &[AdmissionVm]) -> Result<(), String> {
         let need = vm.reservation + vm.overhead;
         let unreserved = host_memory.saturating_sub(reserved);
         if need > unreserved {
-            let earlier: Vec<String> = vms[..i].iter().map(|v| format!("'{}' {}", v.name, fmt_bytes(v.reservation + v.overhead))).collect();
+            let earlier = summarise(&vms[..i]);
             return Err(format!(
                 "admission control refuses to power on VM '{}': its reservation {} plus overhead {} needs {}, \
                  but only {} of the host's {} is unreserved{}",
                 vm.name,
-                fmt_bytes(vm.reservation),
-                fmt_bytes(vm.overhead),
-                fmt_bytes(need),
-                fmt_bytes(unreserved),
-                fmt_bytes(host_memory),
-                if earlier.is_empty() { String::new() } else { format!(" (already reserved: {})", earlier.join(", ")) }
+                human_bytes(vm.reservation),
+                human_bytes(vm.overhead),
+                human_bytes(need),
+                human_bytes(unreserved),
+                human_bytes(host_memory),
+                if earlier.is_empty() { String::new() } else { format!(" (already reserved: {earlier})") }
             ));
         }
         reserved += need;
     }
     Ok(())
+}
+
+/// The VMs already admitted, for the error: the three largest by name, the rest summed.
+fn summarise(vms: &[AdmissionVm]) -> String {
+    let mut by_size: Vec<&AdmissionVm> = vms.iter().collect();
+    by_size.sort_by_key(|v| std::cmp::Reverse(v.reservation + v.overhead));
+    let mut parts: Vec<String> =
+        by_size.iter().take(3).map(|v| format!("'{}' {}", v.name, human_bytes(v.reservation + v.overhead))).collect();
+    if vms.len() > 3 {
+        let rest: u64 = by_size[3..].iter().map(|v| v.reservation + v.overhead).sum();
+        parts.push(format!("{} more VMs {} in all", vms.len() - 3, human_bytes(rest)));
+    }
+    parts.join(", ")
 }
 
 #[cfg(test)]
@@ -51,6 +64,10 @@ mod tests {
     fn refuses_the_vm_that_does_not_fit() {
         assert!(admit(4096 << 20, &[vm("a", 2560, 200), vm("b", 0, 200)]).is_ok());
         let e = admit(4096 << 20, &[vm("a", 2560, 200), vm("b", 1536, 200)]).unwrap_err();
-        assert!(e.contains("'b'") && e.contains("already reserved: 'a'"), "{e}");
+        assert!(e.contains("'b'") && e.contains("already reserved: 'a' 2.7 GiB"), "{e}");
+        // Thousands of VMs: three named, the rest summed, sizes in units.
+        let many: Vec<AdmissionVm> = (0..5000).map(|i| vm(&format!("v{i}"), 1, 0)).collect();
+        let e = admit(4096 << 20, &many).unwrap_err();
+        assert!(e.contains("4093 more VMs 4.0 GiB in all") && e.len() < 400, "{e}");
     }
 }

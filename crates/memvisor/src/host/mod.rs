@@ -29,7 +29,7 @@ use std::collections::{BinaryHeap, HashMap};
 
 use crate::clock::EventQueue;
 use crate::devices::Datastore;
-use crate::units::{PAGE_SIZE, fmt_bytes};
+use crate::units::{PAGE_SIZE, human_bytes};
 
 /// Per-VM resource settings (ESX terms; DESIGN.md section 4).
 #[derive(Clone, Debug, PartialEq)]
@@ -510,9 +510,9 @@ impl Host {
             return Some(now);
         }
         let why = if v.granted >= v.grant_limit {
-            format!("VM '{}' reached its grant limit of {}", v.name, fmt_bytes(v.grant_limit * PAGE_SIZE))
+            format!("VM '{}' reached its grant limit of {}", v.name, human_bytes(v.grant_limit * PAGE_SIZE))
         } else {
-            format!("host machine memory ({}) is exhausted while backing VM '{}'", fmt_bytes(self.total * PAGE_SIZE), v.name)
+            format!("host machine memory ({}) is exhausted while backing VM '{}'", human_bytes(self.total * PAGE_SIZE), v.name)
         };
         if !self.swap_enabled {
             self.fatal.get_or_insert_with(|| format!("{why}, and host swap is off"));

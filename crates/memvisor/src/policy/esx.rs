@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use super::esx_states::{StateTable, TABLES};
 use super::{Action, Decision, HostView, Policy, VmId, VmView};
-use crate::units::{PAGE_SIZE, fmt_bytes};
+use crate::units::{PAGE_SIZE, human_bytes};
 
 /// `Mem.BalancePeriod`: targets are recomputed every 15 s (ESXi 4.0 Resource Management Guide,
 /// table B-2), and at once when the state changes.
@@ -149,8 +149,8 @@ impl Policy for Esx {
                 action: Action::SetMemoryState { state: s.name },
                 reason: format!(
                     "free memory {} ({free_pct:.2} % of {}) {} the {} threshold of table {}: state {} ({})",
-                    fmt_bytes(view.host_free),
-                    fmt_bytes(view.host_memory),
+                    human_bytes(view.host_free),
+                    human_bytes(view.host_memory),
                     if state >= self.state { "is below" } else { "has recovered past" },
                     self.table.states[state.max(self.state)].name,
                     self.table.name,
@@ -203,11 +203,11 @@ impl Policy for Esx {
                 format!(
                     "state {}, host free {}: '{}' holds {} with target {} (reservation {}, shares {}, active {:.0} %, rho {:.3e}); {what}",
                     self.table.states[self.state].name,
-                    fmt_bytes(view.host_free),
+                    human_bytes(view.host_free),
                     v.name,
-                    fmt_bytes(held * PAGE_SIZE),
-                    fmt_bytes(target * PAGE_SIZE),
-                    fmt_bytes(v.reservation),
+                    human_bytes(held * PAGE_SIZE),
+                    human_bytes(target * PAGE_SIZE),
+                    human_bytes(v.reservation),
                     v.shares,
                     active * 100.0,
                     rho
@@ -219,9 +219,9 @@ impl Policy for Esx {
                     action: Action::SetBalloonTarget { bytes: balloon * PAGE_SIZE },
                     reason: why(&format!(
                         "balloon {} now, {} more to reclaim, cap {}",
-                        fmt_bytes(balloon_now * PAGE_SIZE),
-                        fmt_bytes(need * PAGE_SIZE),
-                        fmt_bytes(cap * PAGE_SIZE)
+                        human_bytes(balloon_now * PAGE_SIZE),
+                        human_bytes(need * PAGE_SIZE),
+                        human_bytes(cap * PAGE_SIZE)
                     )),
                 });
             }
@@ -231,7 +231,7 @@ impl Policy for Esx {
                     action: Action::SetSwapTarget { bytes: swap * PAGE_SIZE },
                     reason: why(&format!(
                         "{} swapped or compressed now, the balloon cannot take the rest in time",
-                        fmt_bytes(reclaimed * PAGE_SIZE)
+                        human_bytes(reclaimed * PAGE_SIZE)
                     )),
                 });
             }

@@ -171,9 +171,9 @@ pub fn build(spec: &PolicySpec) -> Option<Box<dyn Policy>> {
 impl std::fmt::Display for Action {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self {
-            Self::SetGrantLimit { bytes } => write!(f, "set grant limit {}", crate::units::fmt_bytes(*bytes)),
-            Self::SetBalloonTarget { bytes } => write!(f, "set balloon target {}", crate::units::fmt_bytes(*bytes)),
-            Self::SetSwapTarget { bytes } => write!(f, "set swap target {}", crate::units::fmt_bytes(*bytes)),
+            Self::SetGrantLimit { bytes } => write!(f, "set grant limit {}", crate::units::human_bytes(*bytes)),
+            Self::SetBalloonTarget { bytes } => write!(f, "set balloon target {}", crate::units::human_bytes(*bytes)),
+            Self::SetSwapTarget { bytes } => write!(f, "set swap target {}", crate::units::human_bytes(*bytes)),
             Self::SetBlocked { blocked: true } => write!(f, "block"),
             Self::SetBlocked { blocked: false } => write!(f, "unblock"),
             Self::SetMemoryState { state } => write!(f, "memory state {state}"),

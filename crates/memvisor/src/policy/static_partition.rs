@@ -2,7 +2,7 @@
 //! Each VM may hold at most its configured memory (or its limit, if lower), decided once at start.
 
 use super::{Action, Decision, HostView, Policy};
-use crate::units::fmt_bytes;
+use crate::units::human_bytes;
 
 /// The static partitioning policy.
 #[derive(Clone, Copy, Debug, Default)]
@@ -28,8 +28,8 @@ impl Policy for Static {
                     reason: format!(
                         "static partitioning: '{}' keeps the {} it was configured with{}; nothing is reclaimed",
                         vm.name,
-                        fmt_bytes(cap),
-                        if vm.limit < vm.memory { format!(" (limited from {})", fmt_bytes(vm.memory)) } else { String::new() }
+                        human_bytes(cap),
+                        if vm.limit < vm.memory { format!(" (limited from {})", human_bytes(vm.memory)) } else { String::new() }
                     ),
                 }
             })
