@@ -106,12 +106,13 @@ impl Esx {
     }
 
     /// Min-funding revocation: each VM's allocation target, in pages, so that the VMs together
-    /// hold at most `available` pages. A VM starts from what it holds (within its reservation and
-    /// limit); while the total is too large, the VM with the lowest rho gives up a step.
+    /// hold at most `available` pages. A VM starts from what it holds (within its limit); while the
+    /// total is too large, the VM with the lowest rho gives up a step, never below its
+    /// reservation. A reservation the VM has not touched takes no memory: others may use it until
+    /// the VM does (reservations are honoured on demand; admission control guarantees they can be).
     fn targets(&self, vms: &[(&VmView, f64)], available: u64) -> Vec<u64> {
-        let floor: Vec<u64> = vms.iter().map(|(v, _)| v.reservation / PAGE_SIZE).collect();
-        let mut alloc: Vec<u64> =
-            vms.iter().zip(&floor).map(|((v, _), &f)| (v.granted / PAGE_SIZE).clamp(f, v.memory.min(v.limit) / PAGE_SIZE)).collect();
+        let mut alloc: Vec<u64> = vms.iter().map(|(v, _)| (v.granted / PAGE_SIZE).min(v.memory.min(v.limit) / PAGE_SIZE)).collect();
+        let floor: Vec<u64> = vms.iter().zip(&alloc).map(|((v, _), &a)| (v.reservation / PAGE_SIZE).min(a)).collect();
         let mut total: u64 = alloc.iter().sum();
         while total > available {
             let pick = (0..vms.len())
@@ -189,12 +190,15 @@ impl Policy for Esx {
             // Swapping takes what the balloon will not: in the swap states whatever the balloon has
             // not yet taken; in a balloon-only state what lies beyond the balloon's maximum (ESX
             // swaps when "the maximum balloon size is reached", Resource Management Guide 4.0).
-            let swap = if does.swap {
+            // Outside that, no new swapping: the target drops to nothing and swapped pages stay out
+            // until touched (ESX does not swap pages back in ahead of use).
+            let beyond_cap = (balloon_now + need).saturating_sub(cap);
+            let swap = if does.swap && need > 0 {
                 reclaimed + need.saturating_sub(balloon.saturating_sub(balloon_now))
-            } else if does.balloon {
-                reclaimed + (balloon_now + need).saturating_sub(cap)
+            } else if does.balloon && beyond_cap > 0 {
+                reclaimed + beyond_cap
             } else {
-                reclaimed.min(v.swap_target / PAGE_SIZE)
+                0
             };
             let blocked = does.block && need > 0;
             let old = self.set.get(&v.id).copied().unwrap_or((0, 0, false));
@@ -230,8 +234,15 @@ impl Policy for Esx {
                     vm: Some(v.id),
                     action: Action::SetSwapTarget { bytes: swap * PAGE_SIZE },
                     reason: why(&format!(
-                        "{} swapped or compressed now, the balloon cannot take the rest in time",
-                        human_bytes(reclaimed * PAGE_SIZE)
+                        "{} swapped or compressed now; {}",
+                        human_bytes(reclaimed * PAGE_SIZE),
+                        if swap == 0 {
+                            "no new swapping in this state".to_string()
+                        } else if does.swap {
+                            "swapping takes what the balloon has not".to_string()
+                        } else {
+                            format!("{} is beyond the balloon's maximum", human_bytes(beyond_cap * PAGE_SIZE))
+                        }
                     )),
                 });
             }
