@@ -14,7 +14,7 @@ setup:
 	@$(BIN)/python -m pip install -q -e '.[test]'
 
 demo: setup
-	$(BIN)/memvisor run paging-stress
+	$(BIN)/memvisor run nfs-balloon
 
 test: setup
 	cargo test --release --workspace --quiet

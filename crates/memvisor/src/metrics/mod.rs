@@ -33,6 +33,7 @@ pub const GAUGES: &[&str] = &[
     "SWW_pages",
     "CACHESZ_MiB",
     "CACHEUSD_MiB",
+    "ZIP_saved_MiB",
     "ZIP_pages",
     "UNZIP_pages",
     "host_wait_ms",
@@ -72,6 +73,8 @@ pub fn row(g: &Guest, h: &HostVm) -> Vec<f64> {
         h.stats.swap_in as f64,
         h.stats.swap_out as f64,
         mib(h.zip().capacity()) / 2.0,
+        mib(h.zip().used()) / 2.0,
+        // Each compressed page keeps half a page's slot: it saves the other half.
         mib(h.zip().used()) / 2.0,
         h.stats.zip as f64,
         h.stats.unzip as f64,
