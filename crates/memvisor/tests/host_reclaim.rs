@@ -71,6 +71,12 @@ fn ballooning_free_memory_is_cheap_and_host_swapping_it_is_not() {
     // The 2 % and 10x bounds are the host-reclamation issue's.
     assert!(cost_b < 0.02 * base, "ballooning cost {cost_b:.3} s of {base:.3} s");
     assert!(cost_s > 0.02 * base && cost_s >= 10.0 * cost_b.max(0.0), "host swap cost {cost_s:.3} s, ballooning {cost_b:.3} s");
+    // The host wait counts stalls on host reclamation only: none when ballooned (first-touch
+    // backing is not a wait), and the swap-ins' cost when host-swapped.
+    let wait = |sim: &Simulation| sim.world().host().vms()[0].stats.host_wait_ns as f64 / 1e9;
+    assert_eq!(wait(&ballooned), 0.0, "ballooned free pages cost no host wait");
+    let ws = wait(&swapped);
+    assert!(ws > 0.5 * cost_s && ws <= ts, "host wait {ws:.3} s explains the host-swap cost {cost_s:.3} s");
 }
 
 /// Host-swap victims are drawn uniformly among the VM's backed pages: their distribution over the

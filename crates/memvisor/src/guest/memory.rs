@@ -68,18 +68,23 @@ impl Guest {
 
     /// The guest touches page `p` at `now` (a process's reference, a copy, a device reading it):
     /// what the host must do first. Returns the time the touch waits and whether the page is now
-    /// plainly backed; a wait on a vCPU (`vcpu`) is counted as the VM's host wait. Pages the host
-    /// took from this guest meanwhile are invalidated here.
+    /// plainly backed. A vCPU's (`vcpu`) wait for host reclamation to give a page back (swap-in,
+    /// decompression, a frame freed by host reclaim) is the VM's host wait; backing a first-touched
+    /// page is not reclamation and is not counted. Pages the host took from this guest meanwhile
+    /// are invalidated here.
     pub(super) fn host_touch(&mut self, p: u32, now: u64, vcpu: bool, env: &mut Env) -> (u64, bool) {
         let r = match env.host_access(self.id, p, now) {
             Access::Ready => (0, true),
             Access::NewFrame => (self.cfg.costs.host_back_ns, true),
-            Access::Wait(t) => (t.saturating_sub(now), false),
+            Access::Wait(t) => {
+                let ns = t.saturating_sub(now);
+                if vcpu && ns > 0 {
+                    env.host.note_wait(self.id, ns);
+                }
+                (ns, false)
+            }
             Access::Refused => (0, false),
         };
-        if vcpu && r.0 > 0 {
-            env.host.note_wait(self.id, r.0);
-        }
         if env.host.has_invalidations() {
             self.apply_invalidations(env);
         }

@@ -77,8 +77,9 @@ pub struct HostVmStats {
     pub zip_evicted: u64,
     /// Swap-outs cancelled because the guest touched the page while it was being written.
     pub swap_out_cancelled: u64,
-    /// Time the VM's vCPUs stalled on the host: swap-ins, decompression, waiting for a frame, ns
-    /// (device reads and writes that wait for the host are not counted: no vCPU waits there).
+    /// Time the VM's vCPUs stalled on host reclamation: swap-ins, decompression, waiting for a
+    /// frame that host reclaim frees, ns. Backing a first-touched page is not counted, nor are
+    /// device reads and writes that wait for the host (no vCPU waits there).
     pub host_wait_ns: u64,
     /// Pages the balloon driver handed over (cumulative).
     pub ballooned_total: u64,
@@ -369,7 +370,7 @@ impl Host {
         }
     }
 
-    /// Records that a vCPU of `vm` stalled `ns` on the host.
+    /// Records that a vCPU of `vm` stalled `ns` on host reclamation.
     pub fn note_wait(&mut self, vm: u32, ns: u64) {
         self.vms[vm as usize].stats.host_wait_ns += ns;
     }
