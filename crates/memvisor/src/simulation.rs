@@ -196,7 +196,7 @@ impl Simulation {
     }
 
     fn snapshot(&self) -> Vec<Vec<f64>> {
-        self.world.guests.iter().zip(self.world.host.vms()).map(|(g, h)| metrics::row(g, h)).collect()
+        (0..self.world.guests.len()).map(|i| metrics::row(&self.world, i)).collect()
     }
 
     /// Runs `f` on guest `i` with the world it acts on, for unit tests of guest internals.
@@ -238,10 +238,9 @@ impl Simulation {
             .world
             .guests
             .iter()
-            .zip(self.world.host.vms())
             .enumerate()
-            .map(|(i, (g, h))| {
-                let fin = metrics::row(g, h);
+            .map(|(i, g)| {
+                let fin = metrics::row(&self.world, i);
                 let counters: BTreeMap<String, f64> = cols.iter().zip(&fin).map(|(c, v)| (c.to_string(), *v)).collect();
                 let rates: BTreeMap<String, f64> = match (w0, w1) {
                     (Some(a), Some(b)) if span_s > 0.0 => {

@@ -26,9 +26,11 @@ pub struct SimulatedHost {
     sample_period_ns: u64,
     /// The memory state the policy last declared (for the time series).
     pub(crate) memory_state: &'static str,
-    /// VMs whose vCPUs the policy stopped, and their vCPU events held meanwhile.
-    blocked: Vec<bool>,
+    /// VMs whose vCPUs the policy stopped (since when), their vCPU events held meanwhile, and
+    /// each VM's time blocked in earlier stops.
+    blocked: Vec<Option<u64>>,
     parked: Vec<Vec<GuestEvent>>,
+    blocked_before: Vec<u64>,
 }
 
 impl SimulatedHost {
@@ -53,8 +55,9 @@ impl SimulatedHost {
             sample_pages,
             sample_period_ns,
             memory_state: "",
-            blocked: vec![false; n],
+            blocked: vec![None; n],
             parked: vec![Vec::new(); n],
+            blocked_before: vec![0; n],
         }
     }
 
@@ -66,6 +69,11 @@ impl SimulatedHost {
     /// Guests, in power-on order (a guest's index is its VM id).
     pub fn guests(&self) -> &[Guest] {
         &self.guests
+    }
+
+    /// Time VM `i` has spent blocked by the policy, ns, up to now.
+    pub fn blocked_ns(&self, i: usize) -> u64 {
+        self.blocked_before[i] + self.blocked[i].map_or(0, |since| self.now - since)
     }
 
     /// Datastores.
@@ -81,13 +89,13 @@ impl SimulatedHost {
 
     /// Hands a guest's event to it; `limit` is how far its vCPUs may account resident hits.
     pub(crate) fn handle_guest(&mut self, guest: u32, ev: GuestEvent, limit: u64) -> Result<(), String> {
-        if self.blocked[guest as usize] && matches!(ev, GuestEvent::Vcpu { .. }) {
+        if self.blocked[guest as usize].is_some() && matches!(ev, GuestEvent::Vcpu { .. }) {
             // A blocked VM's vCPUs do not run; they resume where they stopped when it is unblocked.
             self.parked[guest as usize].push(ev);
             return Ok(());
         }
         let now = self.now;
-        let may_run = !self.blocked[guest as usize];
+        let may_run = self.blocked[guest as usize].is_none();
         let (g, mut env) = self.split(guest as usize);
         g.handle(now, limit, ev, may_run, &mut env);
         self.settle()
@@ -176,6 +184,7 @@ impl Backend for SimulatedHost {
                 balloon_max: h.balloon_max * PAGE_SIZE,
                 swapped: h.swapped * PAGE_SIZE,
                 compressed: h.zip().used() * PAGE_SIZE,
+                compression_cache: h.zip().frames() * PAGE_SIZE,
                 swap_target: h.swap_target * PAGE_SIZE,
                 active_sample: h.sample().last,
                 active_sample_now: (h.sample().pages.len() as u64, h.sample().touched),
@@ -210,9 +219,12 @@ impl Backend for SimulatedHost {
                 self.host.set_swap_target(i as u32, pages(bytes));
                 self.wake_daemon();
             }
-            Action::SetBlocked { blocked } => {
-                self.blocked[i] = blocked;
-                if !blocked {
+            Action::SetBlocked { blocked: true } => {
+                self.blocked[i].get_or_insert(self.now);
+            }
+            Action::SetBlocked { blocked: false } => {
+                if let Some(since) = self.blocked[i].take() {
+                    self.blocked_before[i] += self.now - since;
                     for ev in std::mem::take(&mut self.parked[i]) {
                         self.events.push(self.now, Event::Guest { guest: i as u32, ev });
                     }

@@ -21,6 +21,9 @@ impl Host {
                     // A sampled page that leaves counts as not touched.
                     v.sample.lost += 1;
                 }
+                if !v.above_reservation() {
+                    v.stats.taken_below_reservation += 1;
+                }
                 v.granted -= 1;
                 self.free += 1;
             }
@@ -50,8 +53,11 @@ impl Host {
         v.stats.unballooned_total += 1;
     }
 
-    /// The balloon size VM `vm`'s driver should work toward.
+    /// The balloon size VM `vm`'s driver should work toward: the policy's target, but never so
+    /// far that the VM would hold less than its reservation (the host keeps that floor whatever
+    /// the targets say, as it does for host swap).
     pub fn balloon_target(&self, vm: u32) -> u64 {
-        self.vms[vm as usize].balloon_target
+        let v = &self.vms[vm as usize];
+        v.balloon_target.min(v.ballooned + v.granted.saturating_sub(v.reservation_pages()))
     }
 }

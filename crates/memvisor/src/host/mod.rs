@@ -519,14 +519,21 @@ impl Host {
             self.fatal.get_or_insert_with(|| format!("{why}, and host swap is off"));
             return None;
         }
+        // The victim VM: at its grant limit, the VM itself; otherwise the one with the most
+        // reclamation the policy has asked for and not yet had (swap and balloon targets not yet
+        // reached), so an emergency serves the policy's choice; with none asked, the one holding
+        // the most above its reservation.
         let from = if v.granted >= v.grant_limit {
             Some(vm)
         } else {
             self.vms
                 .iter()
                 .enumerate()
-                .map(|(i, o)| (o.granted.saturating_sub(o.res.reservation / PAGE_SIZE), i))
-                .filter(|&(excess, _)| excess > 0)
+                .filter(|(_, o)| o.above_reservation())
+                .map(|(i, o)| {
+                    let owed = o.swap_target.saturating_sub(o.reclaimed()) + o.balloon_target.saturating_sub(o.ballooned);
+                    ((owed, o.granted - o.reservation_pages()), i)
+                })
                 .max()
                 .map(|(_, i)| i as u32)
         };

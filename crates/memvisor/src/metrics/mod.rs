@@ -4,8 +4,7 @@
 //! over an interval, as for the vmstat counters.
 
 use crate::backend::SimulatedHost;
-use crate::guest::{Counter, Guest, LruList, NR_COUNTERS};
-use crate::host::HostVm;
+use crate::guest::{Counter, LruList, NR_COUNTERS};
 use crate::units::PAGE_SIZE;
 
 /// Gauge columns after the vmstat counters.
@@ -37,6 +36,7 @@ pub const GAUGES: &[&str] = &[
     "ZIP_pages",
     "UNZIP_pages",
     "host_wait_ms",
+    "blocked_ms",
 ];
 
 /// All numeric columns, in row order.
@@ -44,8 +44,9 @@ pub fn columns() -> Vec<&'static str> {
     Counter::COLUMNS.iter().chain(GAUGES).copied().collect()
 }
 
-/// Numeric values of one VM's row, in `columns()` order.
-pub fn row(g: &Guest, h: &HostVm) -> Vec<f64> {
+/// Numeric values of VM `i`'s row, in `columns()` order.
+pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
+    let (g, h) = (&sim.guests[i], &sim.host.vms()[i]);
     let kib = |pages: u64| (pages * PAGE_SIZE / 1024) as f64;
     let mib = |pages: u64| (pages * PAGE_SIZE) as f64 / (1 << 20) as f64;
     let mut v: Vec<f64> = g.vmstat.values().iter().map(|&c| c as f64).collect();
@@ -79,6 +80,7 @@ pub fn row(g: &Guest, h: &HostVm) -> Vec<f64> {
         h.stats.zip as f64,
         h.stats.unzip as f64,
         h.stats.host_wait_ns as f64 / 1e6,
+        sim.blocked_ns(i) as f64 / 1e6,
     ]);
     v
 }
@@ -103,11 +105,11 @@ impl TimeSeries {
         if self.values.is_empty() {
             self.values = vec![Vec::new(); columns().len()];
         }
-        for (g, h) in sim.guests.iter().zip(sim.host.vms()) {
+        for (i, g) in sim.guests.iter().enumerate() {
             self.time_s.push(now as f64 / 1e9);
             self.vm.push(g.cfg.name.clone());
             self.state.push(sim.memory_state);
-            for (c, x) in row(g, h).into_iter().enumerate() {
+            for (c, x) in row(sim, i).into_iter().enumerate() {
                 self.values[c].push(x);
             }
         }

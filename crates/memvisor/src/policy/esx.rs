@@ -54,6 +54,21 @@ impl Active {
     }
 }
 
+/// Machine memory a VM consumes, pages: what it is granted and its compression cache.
+fn held(v: &VmView) -> u64 {
+    (v.granted + v.compression_cache) / PAGE_SIZE
+}
+
+/// What the policy last set for a VM, pages.
+#[derive(Clone, Copy, Debug, Default)]
+struct Set {
+    balloon: u64,
+    swap: u64,
+    blocked: bool,
+    /// The allocation target the settings work toward.
+    target: u64,
+}
+
 /// The policy.
 #[derive(Clone, Debug)]
 pub struct Esx {
@@ -62,8 +77,8 @@ pub struct Esx {
     state: usize,
     active: BTreeMap<VmId, Active>,
     last_balance: Option<u64>,
-    /// Per VM, the targets last set: (balloon, swap, blocked).
-    set: BTreeMap<VmId, (u64, u64, bool)>,
+    /// Per VM, what was last set.
+    set: BTreeMap<VmId, Set>,
 }
 
 impl Esx {
@@ -111,7 +126,7 @@ impl Esx {
     /// reservation. A reservation the VM has not touched takes no memory: others may use it until
     /// the VM does (reservations are honoured on demand; admission control guarantees they can be).
     fn targets(&self, vms: &[(&VmView, f64)], available: u64) -> Vec<u64> {
-        let mut alloc: Vec<u64> = vms.iter().map(|(v, _)| (v.granted / PAGE_SIZE).min(v.memory.min(v.limit) / PAGE_SIZE)).collect();
+        let mut alloc: Vec<u64> = vms.iter().map(|(v, _)| held(v).min(v.memory.min(v.limit) / PAGE_SIZE)).collect();
         let floor: Vec<u64> = vms.iter().zip(&alloc).map(|((v, _), &a)| (v.reservation / PAGE_SIZE).min(a)).collect();
         let mut total: u64 = alloc.iter().sum();
         while total > available {
@@ -149,11 +164,16 @@ impl Policy for Esx {
                 vm: None,
                 action: Action::SetMemoryState { state: s.name },
                 reason: format!(
-                    "free memory {} ({free_pct:.2} % of {}) {} the {} threshold of table {}: state {} ({})",
+                    "free memory {} ({free_pct:.2} % of {}) {} of table {}: state {} ({})",
                     human_bytes(view.host_free),
                     human_bytes(view.host_memory),
-                    if state >= self.state { "is below" } else { "has recovered past" },
-                    self.table.states[state.max(self.state)].name,
+                    if !changed {
+                        "at start".to_string()
+                    } else if state > self.state {
+                        format!("is below the {} threshold", s.name)
+                    } else {
+                        format!("has recovered past the {} threshold", self.table.states[self.state].name)
+                    },
                     self.table.name,
                     s.name,
                     match (s.does.balloon, s.does.swap, s.does.block) {
@@ -166,8 +186,30 @@ impl Policy for Esx {
             });
             self.state = state;
         }
-        let due = self.last_balance.is_none_or(|t| view.time_ns >= t + BALANCE_PERIOD_NS);
+        // In the states that swap, targets follow every tick: swapping is the quick antidote and
+        // must stop as soon as the balloon and it together have taken the excess.
+        let due = self.last_balance.is_none_or(|t| view.time_ns >= t + BALANCE_PERIOD_NS) || self.table.states[self.state].does.swap;
         if !(changed || due) {
+            // Between balances, a blocked VM resumes as soon as it holds no more than its target
+            // (ESX blocks a VM only while it is above its target in the low state).
+            for v in &view.vms {
+                let Some(set) = self.set.get_mut(&v.id).filter(|s| s.blocked) else { continue };
+                let held = held(v);
+                if held <= set.target {
+                    set.blocked = false;
+                    out.push(Decision {
+                        vm: Some(v.id),
+                        action: Action::SetBlocked { blocked: false },
+                        reason: format!(
+                            "state {}: '{}' holds {}, within its target of {}",
+                            self.table.states[self.state].name,
+                            v.name,
+                            human_bytes(held * PAGE_SIZE),
+                            human_bytes(set.target * PAGE_SIZE)
+                        ),
+                    });
+                }
+            }
             return out;
         }
         self.last_balance = Some(view.time_ns);
@@ -180,28 +222,35 @@ impl Policy for Esx {
         let vms: Vec<(&VmView, f64)> = view.vms.iter().zip(actives.iter().copied()).collect();
         let targets = self.targets(&vms, available);
         for ((v, active), target) in vms.iter().zip(targets) {
-            let held = v.granted / PAGE_SIZE;
+            let held = held(v);
             let (balloon_now, reclaimed) = (v.balloon_size / PAGE_SIZE, (v.swapped + v.compressed) / PAGE_SIZE);
             let need = held.saturating_sub(target);
             let slack = target.saturating_sub(held);
             let cap = v.balloon_max / PAGE_SIZE;
-            let balloon =
-                if does.balloon || need == 0 { (balloon_now + need).saturating_sub(slack).min(cap) } else { balloon_now.min(cap) };
-            // Swapping takes what the balloon will not: in the swap states whatever the balloon has
-            // not yet taken; in a balloon-only state what lies beyond the balloon's maximum (ESX
-            // swaps when "the maximum balloon size is reached", Resource Management Guide 4.0).
-            // Outside that, no new swapping: the target drops to nothing and swapped pages stay out
-            // until touched (ESX does not swap pages back in ahead of use).
+            // A VM that has reached its limit is ballooned down to it in any state, so its guest
+            // chooses what to give up (ESX enforces limits whatever the host's free memory; until
+            // the balloon is in, the grant limit set at power-on makes the host swap its pages).
+            let limit = v.limit.min(v.memory) / PAGE_SIZE;
+            let to_limit = if held + reclaimed >= limit { v.memory / PAGE_SIZE - limit } else { 0 };
+            let balloon = if does.balloon || need == 0 { (balloon_now + need).saturating_sub(slack) } else { balloon_now };
+            let balloon = balloon.max(to_limit).min(cap);
+            // Swapping takes what the balloon has not yet taken: in the swap states all of the
+            // excess now, while the balloon works on it too (ESX swaps in hard because ballooning
+            // "may take a while to work", seed 000); in a balloon-only state what lies beyond the
+            // balloon's maximum (ESX swaps when "the maximum balloon size is reached", Resource
+            // Management Guide 4.0). Outside that, no new swapping: the target drops to nothing
+            // and swapped pages stay out until touched (ESX does not swap pages back in ahead of
+            // use).
             let beyond_cap = (balloon_now + need).saturating_sub(cap);
             let swap = if does.swap && need > 0 {
-                reclaimed + need.saturating_sub(balloon.saturating_sub(balloon_now))
+                reclaimed + need
             } else if does.balloon && beyond_cap > 0 {
                 reclaimed + beyond_cap
             } else {
                 0
             };
             let blocked = does.block && need > 0;
-            let old = self.set.get(&v.id).copied().unwrap_or((0, 0, false));
+            let old = self.set.get(&v.id).copied();
             let rho = self.rho(v.shares, held, *active);
             let why = |what: &str| {
                 format!(
@@ -217,19 +266,37 @@ impl Policy for Esx {
                     rho
                 )
             };
-            if balloon != old.0 {
+            if old.is_none() && v.limit < v.memory {
+                out.push(Decision {
+                    vm: Some(v.id),
+                    action: Action::SetGrantLimit { bytes: v.limit },
+                    reason: format!(
+                        "'{}' has a limit of {} below its {} of memory: the host backs no more",
+                        v.name,
+                        human_bytes(v.limit),
+                        human_bytes(v.memory)
+                    ),
+                });
+            }
+            let old = old.unwrap_or_default();
+            if balloon != old.balloon {
                 out.push(Decision {
                     vm: Some(v.id),
                     action: Action::SetBalloonTarget { bytes: balloon * PAGE_SIZE },
                     reason: why(&format!(
-                        "balloon {} now, {} more to reclaim, cap {}",
+                        "balloon {} now, {} more to reclaim, cap {}{}",
                         human_bytes(balloon_now * PAGE_SIZE),
                         human_bytes(need * PAGE_SIZE),
-                        human_bytes(cap * PAGE_SIZE)
+                        human_bytes(cap * PAGE_SIZE),
+                        if to_limit > 0 && balloon == to_limit.min(cap) {
+                            format!("; at its limit of {}, the balloon holds the rest of its memory", human_bytes(v.limit))
+                        } else {
+                            String::new()
+                        }
                     )),
                 });
             }
-            if swap != old.1 {
+            if swap != old.swap {
                 out.push(Decision {
                     vm: Some(v.id),
                     action: Action::SetSwapTarget { bytes: swap * PAGE_SIZE },
@@ -246,14 +313,14 @@ impl Policy for Esx {
                     )),
                 });
             }
-            if blocked != old.2 {
+            if blocked != old.blocked {
                 out.push(Decision {
                     vm: Some(v.id),
                     action: Action::SetBlocked { blocked },
                     reason: why(if blocked { "blocked until memory is freed" } else { "free memory recovered" }),
                 });
             }
-            self.set.insert(v.id, (balloon, swap, blocked));
+            self.set.insert(v.id, Set { balloon, swap, blocked, target });
         }
         out
     }
@@ -285,6 +352,7 @@ mod tests {
             balloon_max: (4 << 30) * 65 / 100,
             swapped: 0,
             compressed: 0,
+            compression_cache: 0,
             swap_target: 0,
             active_sample: active,
             active_sample_now: (100, 0),

@@ -57,6 +57,9 @@ pub struct VmView {
     pub swapped: u64,
     /// Memory in the compression cache, bytes (uncompressed size).
     pub compressed: u64,
+    /// Machine memory the compression cache occupies, bytes: part of what the VM consumes (ESX
+    /// carves the cache out of the VM's own allocation).
+    pub compression_cache: u64,
     /// Memory the host keeps compressed or swapped, bytes (SWTGT).
     pub swap_target: u64,
     /// Active-memory sampling, last complete period: (pages sampled, pages touched).

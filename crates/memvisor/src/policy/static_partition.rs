@@ -65,6 +65,7 @@ mod tests {
             balloon_max: 0,
             swapped: 0,
             compressed: 0,
+            compression_cache: 0,
             swap_target: 0,
             active_sample: (0, 0),
             active_sample_now: (0, 0),
