@@ -114,6 +114,12 @@ def simulate(
 
 
 def run(spec: str, sets: Sequence[str] = (), **kw) -> list[RunResult]:
-    """Runs every variant of a case or scenario file."""
+    """Runs every variant of a case or scenario file; a `sets` entry that replaces what a variant
+    sets is reported as a warning (UserWarning)."""
+    import warnings
+
     kw.setdefault("base", base_dir(spec))
-    return [simulate(s, **kw) for s in load(spec, sets)]
+    scenarios = load(spec, sets)
+    for w in dict.fromkeys(w for s in scenarios for w in s.warnings):
+        warnings.warn(w, stacklevel=2)
+    return [simulate(s, **kw) for s in scenarios]

@@ -12,7 +12,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from memvisor import _core, api
-from memvisor.console import USAGE, MemvisorError, Terminated, err, fmt, out, sigterm_as_interrupt
+from memvisor.console import USAGE, MemvisorError, Terminated, err, fmt, out, sigterm_as_interrupt, warn
 from memvisor.params import ByteSize, IntList, KeyValues
 from memvisor.runfolder import RunFolder
 from memvisor.tracecmd import trace
@@ -57,6 +57,8 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], quiet: bool) -> 
         scenarios = api.load(spec, sets)
     except _core.ScenarioError as e:
         raise MemvisorError(str(e), USAGE) from None
+    for w in dict.fromkeys(w for s in scenarios for w in s.warnings):
+        warn(w)
     path = out_dir or Path("runs") / scenarios[0].name
     results = []
     try:
@@ -110,7 +112,7 @@ def sweep_cmd(spec: str, vary: tuple[str, tuple[str, ...]], column: str | None, 
     value of the first VM (of each VM, without variants) as a table, a row per value, with the
     biggest jump between neighbouring columns. A run that fails shows its error in its cell; the
     others go on, and the exit status is then 1."""
-    from memvisor.sweep import JUMP, failed_cells, plan, run_grid
+    from memvisor.sweep import JUMP, failed_cells, plan, run_grid, warnings_of
     from memvisor.traces import write_bytes_atomically
 
     key, values = vary
@@ -120,6 +122,8 @@ def sweep_cmd(spec: str, vary: tuple[str, tuple[str, ...]], column: str | None, 
         grid = plan(spec, key, values, column, sets, vm)
     except _core.ScenarioError as e:
         raise MemvisorError(str(e), USAGE) from None
+    for w in warnings_of(grid):
+        warn(w)
     try:
         with Progress(
             TextColumn("{task.description}", markup=False),

@@ -69,6 +69,12 @@ def plan(spec: str, key: str, values: Sequence[str], column: str | None = None, 
     return Grid(key, values, column, scenarios, origin, api.base_dir(spec), vm)
 
 
+def warnings_of(grid: Grid) -> list[str]:
+    """The scenarios' warnings, once each, naming the swept key as --vary."""
+    seen = dict.fromkeys(w.replace(f"--set {grid.key} ", f"--vary {grid.key} ") for per in grid.scenarios for s in per for w in s.warnings)
+    return list(seen)
+
+
 def sweep(
     spec: str,
     key: str,

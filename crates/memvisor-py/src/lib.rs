@@ -174,6 +174,12 @@ impl Scenario {
         self.inner.duration_ns.map(|d| d as f64 / 1e9)
     }
 
+    /// Warnings about how the scenario was put together (a --set replacing a variant's value).
+    #[getter]
+    fn warnings(&self) -> Vec<String> {
+        self.inner.warnings.clone()
+    }
+
     /// Columns of the report table.
     #[getter]
     fn report_columns(&self) -> Vec<String> {

@@ -81,11 +81,12 @@ pub fn load(text: &str, origin: &str, sets: &[String]) -> Result<Vec<Scenario>, 
     let doc = toml::de::DeTable::parse(text).map_err(|e| src.error(e.span(), "", e.message().to_string()))?;
     let ov = Overrides::new(&src, doc)?;
     let mut out = Vec::new();
-    for (variant, table) in ov.variants()? {
+    for (variant, table, warnings) in ov.variants()? {
         let raw: raw::RawScenario = serde::Deserialize::deserialize(toml::de::Deserializer::from(table))
             .map_err(|e| src.error(e.span(), "", e.message().to_string()))?;
         let mut s = resolve::resolve(&src, raw)?;
         s.variant = variant;
+        s.warnings = warnings;
         out.push(s);
     }
     Ok(out)

@@ -11,8 +11,14 @@ use toml::de::{DeArray, DeTable, DeValue};
 
 use super::{ScenarioError, Source};
 
-/// A document to read, with the name of the variant it is for.
-type VariantDoc<'a> = (Option<String>, Spanned<DeTable<'a>>);
+/// A document to read, with the name of the variant it is for and warnings about it.
+type VariantDoc<'a> = (Option<String>, Spanned<DeTable<'a>>, Vec<String>);
+
+/// Whether two dotted paths name the same value or one lies inside the other.
+fn overlaps(a: &str, b: &str) -> bool {
+    let inside = |x: &str, y: &str| x.len() > y.len() && x.starts_with(y) && x.as_bytes()[y.len()] == b'.';
+    a == b || inside(a, b) || inside(b, a)
+}
 
 /// One override: dotted path, new value.
 struct Set<'a> {
@@ -169,7 +175,16 @@ impl<'a, 's> Overrides<'a, 's> {
                 })?;
             }
             normalize_workloads(doc.get_mut());
-            out.push((name, doc));
+            // A --set wins over the variant; say so, since it may undo what tells variants apart.
+            let mut warnings = Vec::new();
+            if let Some(n) = &name {
+                for s in &self.sets {
+                    for v in vsets.iter().filter(|v| overlaps(&s.path, &v.path)) {
+                        warnings.push(format!("--set {} replaces what variant '{n}' sets for {}", s.path, v.path));
+                    }
+                }
+            }
+            out.push((name, doc, warnings));
         }
         Ok(out)
     }

@@ -106,6 +106,9 @@ pub struct Scenario {
     pub vms: Vec<VmSpec>,
     /// Report.
     pub report: ReportSpec,
+    /// Things the reader should know about how the scenario was put together (a `--set` that
+    /// replaces what a variant sets).
+    pub warnings: Vec<String>,
 }
 
 impl Scenario {
@@ -324,6 +327,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         datastores,
         vms,
         report,
+        warnings: Vec::new(),
     })
 }
 
