@@ -499,9 +499,9 @@ impl Host {
     /// A frame for page `ppn` of `vm`, which becomes backed (counted as granted). Returns when the
     /// frame is usable: now if one is free and the VM is under its grant limit. Otherwise the host
     /// swaps out another page and the frame is usable once that write completes (direct host
-    /// reclaim): at its grant limit a VM reclaims from itself, as a memory cgroup does; when the
-    /// host is out of frames the page comes from the VM with the most memory above its reservation,
-    /// so no VM is reclaimed below its reservation. `None` if nothing can be freed.
+    /// reclaim, straight to swap: no compression on this path): at its grant limit a VM reclaims
+    /// from itself, as a memory cgroup does; when the host is out of frames the page comes from a
+    /// VM above its reservation, so no VM is reclaimed below it. `None` if nothing can be freed.
     fn take_frame(&mut self, vm: u32, ppn: u32, now: u64, ds: &mut [Datastore], events: &mut EventQueue) -> Option<u64> {
         let v = &mut self.vms[vm as usize];
         if self.free > 0 && v.granted < v.grant_limit {

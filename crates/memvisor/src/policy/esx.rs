@@ -303,7 +303,9 @@ impl Policy for Esx {
                     reason: why(&format!(
                         "{} swapped or compressed now; {}",
                         human_bytes(reclaimed * PAGE_SIZE),
-                        if swap == 0 {
+                        if swap == 0 && need == 0 {
+                            "nothing more to reclaim, no new swapping".to_string()
+                        } else if swap == 0 {
                             "no new swapping in this state".to_string()
                         } else if does.swap {
                             "swapping takes what the balloon has not".to_string()
@@ -317,7 +319,13 @@ impl Policy for Esx {
                 out.push(Decision {
                     vm: Some(v.id),
                     action: Action::SetBlocked { blocked },
-                    reason: why(if blocked { "blocked until memory is freed" } else { "free memory recovered" }),
+                    reason: why(if blocked {
+                        "blocked until memory is freed"
+                    } else if does.block {
+                        "within its target, runs again"
+                    } else {
+                        "free memory recovered, runs again"
+                    }),
                 });
             }
             self.set.insert(v.id, Set { balloon, swap, blocked, target });
