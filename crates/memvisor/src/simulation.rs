@@ -50,7 +50,7 @@ impl Simulation {
     pub fn with_traces(s: &Scenario, traces: TraceSource) -> Result<Self, String> {
         let adm: Vec<AdmissionVm> =
             s.vms.iter().map(|v| AdmissionVm { name: v.guest.name.clone(), reservation: v.reservation, overhead: v.overhead }).collect();
-        admit(s.host.memory - s.host.hypervisor, &adm)?;
+        admit(s.host.memory, s.host.hypervisor, &adm)?;
         let frames = s.host.memory / PAGE_SIZE;
         let mut host = Host::new(frames);
         host.swap_enabled = s.host.swap;
@@ -81,8 +81,10 @@ impl Simulation {
             return Err(e);
         }
         let policy = policy::build(&s.host.policy).ok_or_else(|| format!("unknown policy '{}'", s.host.policy.name))?;
-        events.push(0, Event::Sample);
+        // The policy's first decision (the host's initial memory state) comes before the first
+        // sample, so no row lacks a state.
         events.push(0, Event::PolicyTick);
+        events.push(0, Event::Sample);
         if s.host.sample_pages > 0 {
             events.push(0, Event::HostSample);
         }
