@@ -54,7 +54,10 @@ def plan(spec: str, key: str, values: Sequence[str], column: str | None = None, 
     if not values:
         raise ValueError("a sweep needs at least one value")
     _, origin = api.read_scenario_text(spec)
-    scenarios = [api.load(spec, [*sets, f"{key}={v}"]) for v in values]
+    try:
+        scenarios = [api.load(spec, [*sets, f"{key}={v}"]) for v in values]
+    except _core.ScenarioError as e:
+        raise _core.ScenarioError(str(e).replace(f"--set {key}=", f"--vary {key}=")) from None
     first = scenarios[0][0]
     if column is None:
         if not first.report_columns:

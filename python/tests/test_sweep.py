@@ -70,8 +70,8 @@ def test_the_table_does_not_depend_on_the_number_of_workers(tmp_path):
 def test_a_bad_key_or_value_gets_one_located_error_before_anything_runs(tmp_path):
     write(tmp_path)
     for vary, where, expect in [
-        ("vm.nope.memory=128MiB,256MiB", "--set vm.nope.memory=128MiB", "no 'vm' entry named 'nope'"),
-        ("vm.g.memory=128MiB,lots", "--set vm.g.memory=lots", "'lots' does not start with a number"),
+        ("vm.nope.memory=128MiB,256MiB", "--vary vm.nope.memory=128MiB", "no 'vm' entry named 'nope'"),
+        ("vm.g.memory=128MiB,lots", "--vary vm.g.memory=lots", "'lots' does not start with a number"),
     ]:
         r = run_cli("sweep", "s.toml", "--vary", vary, "--csv", "t.csv", cwd=tmp_path)
         assert r.returncode == 2, r.stderr

@@ -70,6 +70,32 @@ fn unknown_kinds_and_misplaced_fields_say_what_is_allowed() {
 }
 
 #[test]
+fn type_errors_name_the_key_in_plain_words() {
+    let e = load_err(&base("vcpus = \"two\""));
+    assert!(e.contains(": vcpus: invalid type: string \"two\", expected an integer"), "{e}");
+    let e = load_err(&base("").replace("passes = 1", "passes = \"x\""));
+    assert!(e.contains(": passes: ") && e.contains("expected an integer"), "{e}");
+    let e = scenario::load(&base(""), "ok.toml", &["host=3".into()]).unwrap_err().to_string();
+    assert!(e.contains("expected a table") && !e.contains("Raw"), "{e}");
+    let e = load_err(&format!("name = \"a\"\n{}", base("")));
+    assert!(e.contains(": name: duplicate key"), "{e}");
+    let e = load_err(&base("").replacen("sample_interval", "seed = 3\nsample_interval", 1));
+    assert!(e.contains("unknown field `seed`") && e.contains("'seed' is a top-level key"), "{e}");
+}
+
+#[test]
+fn impossible_workload_settings_are_refused() {
+    let idle = |w: &str| {
+        one_guest("4GiB", &format!("name = \"g\"\nmemory = \"1GiB\"\nworkload = {{ kind = \"idle\", {w} }}"), "duration = \"10s\"")
+    };
+    let e = load_err(&idle("footprint = \"64MiB\", active = \"128MiB\", period = \"1s\""));
+    assert!(e.contains("vm.g.workload.idle.active") && e.contains("larger than the footprint"), "{e}");
+    let e = load_err(&idle("footprint = \"64MiB\", start = \"10s\""));
+    assert!(e.contains("starts workload 'idle' at 10 s, not before the run ends at 10 s"), "{e}");
+    assert!(scenario::load(&idle("footprint = \"64MiB\", active = \"64MiB\", period = \"1s\", start = \"9s\""), "ok.toml", &[]).is_ok());
+}
+
+#[test]
 fn overrides_are_located() {
     let e = scenario::load(&base(""), "ok.toml", &["vm.g.memory=-3GiB".into()]).unwrap_err().to_string();
     assert!(e.starts_with("--set vm.g.memory=-3GiB") && e.contains("negative"), "{e}");
@@ -78,6 +104,23 @@ fn overrides_are_located() {
     let s = scenario::load(&base(""), "ok.toml", &["vm.g.memory=3GiB".into(), "vm.g.sysctl.vm.swappiness=7".into()]).unwrap();
     assert_eq!(s[0].vms[0].guest.memory_pages, 3 << 18);
     assert_eq!(s[0].vms[0].guest.sysctl.swappiness, 7);
+    // A single `workload = {...}` is picked by index, kind or name alike.
+    for key in ["vm.g.workload.0.passes=3", "vm.g.workload.stress.passes=3"] {
+        let s = scenario::load(&base(""), "ok.toml", &[key.into()]).unwrap();
+        assert!(s[0].to_toml().contains("passes = 3"), "{key} did not reach the workload");
+    }
+    let e = scenario::load(&base(""), "ok.toml", &["vm.g.workload.1.passes=3".into()]).unwrap_err().to_string();
+    assert!(e.contains("no 'workload' entry named '1' (have: stress)"), "{e}");
+}
+
+#[test]
+fn a_set_that_replaces_a_variant_value_warns() {
+    let text = format!("{}\n[[variant]]\nname = \"big\"\nset = {{ \"vm.g.memory\" = \"2GiB\" }}\n", base(""));
+    let s = scenario::load(&text, "ok.toml", &["vm.g.memory=3GiB".into()]).unwrap();
+    assert_eq!(s[0].vms[0].guest.memory_pages, 3 << 18, "--set wins");
+    assert!(s[0].warnings.iter().any(|w| w.contains("replaces what variant 'big' sets for vm.g.memory")), "{:?}", s[0].warnings);
+    let s = scenario::load(&text, "ok.toml", &["vm.g.swap=1GiB".into()]).unwrap();
+    assert!(s[0].warnings.is_empty(), "{:?}", s[0].warnings);
 }
 
 #[test]

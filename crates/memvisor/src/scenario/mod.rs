@@ -78,16 +78,53 @@ impl Source<'_> {
 /// ("key=value" strings, dotted keys) applied on top of every variant.
 pub fn load(text: &str, origin: &str, sets: &[String]) -> Result<Vec<Scenario>, ScenarioError> {
     let src = Source { origin, text, sets };
-    let doc = toml::de::DeTable::parse(text).map_err(|e| src.error(e.span(), "", e.message().to_string()))?;
+    let doc = toml::de::DeTable::parse(text).map_err(|e| plain_error(&src, e))?;
     let ov = Overrides::new(&src, doc)?;
     let mut out = Vec::new();
     for (variant, table, warnings) in ov.variants()? {
-        let raw: raw::RawScenario = serde::Deserialize::deserialize(toml::de::Deserializer::from(table))
-            .map_err(|e| src.error(e.span(), "", e.message().to_string()))?;
+        let raw: raw::RawScenario =
+            serde::Deserialize::deserialize(toml::de::Deserializer::from(table)).map_err(|e| plain_error(&src, e))?;
         let mut s = resolve::resolve(&src, raw)?;
         s.variant = variant;
         s.warnings = warnings;
         out.push(s);
     }
     Ok(out)
+}
+
+/// The keys a scenario file has at its top level.
+const TOP_LEVEL: [&str; 9] = ["name", "description", "seed", "duration", "host", "costs", "datastore", "vm", "report"];
+
+/// A TOML or serde error in the user's words: the key it is about, "an integer" rather than
+/// "i64", "a table" rather than the name of a Rust type, and a hint when a top-level key was
+/// written under a table header (TOML puts everything after `[host]` into the host table).
+fn plain_error(src: &Source, e: toml::de::Error) -> ScenarioError {
+    let mut msg = e.message().to_string();
+    for (rust, plain) in
+        [("i64", "an integer"), ("u64", "an integer"), ("u32", "an integer"), ("f64", "a number"), ("a sequence", "an array")]
+    {
+        msg = msg.replace(&format!("expected {rust}"), &format!("expected {plain}"));
+    }
+    if let Some(at) = msg.find("expected struct Raw") {
+        msg.replace_range(at.., "expected a table");
+    }
+    let span = e.span();
+    // The key the value belongs to, from the text before it on its line (`key = value`).
+    let key = span.as_ref().filter(|s| s.end <= src.text.len()).and_then(|s| {
+        let line_start = src.text[..s.start].rfind('\n').map_or(0, |i| i + 1);
+        if msg == "duplicate key" {
+            return Some(src.text[s.clone()].trim().to_string());
+        }
+        let before = src.text[line_start..s.start].trim_end().strip_suffix('=')?;
+        let key = before.trim_end().rsplit(|c: char| c == '{' || c == ',' || c.is_whitespace()).next()?;
+        (!key.is_empty()).then(|| key.trim_matches('"').to_string())
+    });
+    if let Some(name) = msg.strip_prefix("unknown field `").and_then(|m| m.split('`').next())
+        && TOP_LEVEL.contains(&name)
+    {
+        msg.push_str(&format!(
+            "; '{name}' is a top-level key: write it above the first [table] header, since everything after a header belongs to that table"
+        ));
+    }
+    src.error(span, key.as_deref().unwrap_or(""), msg)
 }

@@ -106,6 +106,9 @@ fn normalize_workloads(root: &mut DeTable) {
 impl<'a, 's> Overrides<'a, 's> {
     /// Takes the `[[variant]]` tables out of the document and parses the `--set` options.
     pub fn new(src: &'s Source<'a>, mut base: Spanned<DeTable<'a>>) -> Result<Self, ScenarioError> {
+        // One shape before any override, so a single workload is picked by index as well as by
+        // kind or name.
+        normalize_workloads(base.get_mut());
         let mut variants = Vec::new();
         if let Some(v) = base.get_mut().remove("variant") {
             let span = v.span();
@@ -206,11 +209,6 @@ impl<'a, 's> Overrides<'a, 's> {
                 return Ok(());
             }
             if !table.contains_key(seg) {
-                // A single workload table may be addressed by its kind or name.
-                if str_field(table, "kind") == Some(seg) || str_field(table, "name") == Some(seg) {
-                    i += 1;
-                    continue;
-                }
                 table.insert(
                     Spanned::new(span.clone(), Cow::Owned(seg.to_string())),
                     Spanned::new(span.clone(), DeValue::Table(DeTable::new())),

@@ -315,6 +315,22 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         );
     }
 
+    if let Some(d) = duration_ns
+        && let Some((vm, w)) = vms.iter().flat_map(|v| v.guest.workloads.iter().map(move |w| (v, w))).find(|(_, w)| w.start_ns >= d)
+    {
+        return c.err(
+            raw.duration.as_ref().expect("duration set").span(),
+            "duration",
+            format!(
+                "VM '{}' starts workload '{}' at {} s, not before the run ends at {} s: it would never run",
+                vm.guest.name,
+                w.name,
+                w.start_ns as f64 / 1e9,
+                d as f64 / 1e9
+            ),
+        );
+    }
+
     let report = resolve_report(&c, &raw)?;
     Ok(Scenario {
         name,
@@ -659,6 +675,14 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
             let period = c.opt_ns(&r.period, &f("period"), 0)?;
             if active > 0 && period == 0 {
                 return c.err(w.span(), &f("period"), "an idle workload with an active set needs a period (longer than zero)");
+            }
+            if active > footprint {
+                let a = r.active.as_ref().expect("active > 0");
+                return c.err(
+                    a.span(),
+                    &f("active"),
+                    format!("the active set ({active} pages) is larger than the footprint ({footprint} pages); it is part of it"),
+                );
             }
             WorkloadSpec::Idle(Idle::new(footprint, active, period))
         }
