@@ -50,10 +50,15 @@ impl DeviceKind {
             // Seek (positioning) 8 ms: seed 002, "typical disk (seek) 8,000,000 ns". 150 MB/s sustained
             // transfer of a 7,200 rpm drive; one head, so one request at a time.
             Self::Hdd => DeviceSpec { kind: self, latency_ns: 0, bandwidth: 150e6, queue_depth: 1, seek_ns: 8_000_000 },
-            // Seed 001: "a 2Gb NFS link (a pair of 1Gb NICs bonded together)". The server (a NetApp filer
-            // in the seed) answers from its cache in about 0.5 ms round trip over gigabit Ethernet;
-            // 128 outstanding RPCs is the Linux client's default sunrpc slot table.
-            Self::Nfs => DeviceSpec { kind: self, latency_ns: 500_000, bandwidth: 250e6, queue_depth: 128, seek_ns: 0 },
+            // Seed 001: "a 2Gb NFS link (a pair of 1Gb NICs bonded together)". But an NFSv3 datastore
+            // is one TCP session, and a bond carries one session on one member link ("the bandwidth
+            // for a single datastore ... is limited to what a single connection can provide",
+            // VMware's Best Practices for Running vSphere on NFS; "NFS 3 uses one TCP connection
+            // for I/O", vSphere 6.7 storage guide): 1 Gbit/s, of which TCP over 1,500-byte Ethernet
+            // frames carries 1,460 payload bytes per 1,538 on the wire, 118.7 MB/s. The server (a
+            // NetApp filer in the seed) answers from its cache in about 0.5 ms round trip over
+            // gigabit Ethernet; 128 outstanding RPCs is the Linux client's default sunrpc slot table.
+            Self::Nfs => DeviceSpec { kind: self, latency_ns: 500_000, bandwidth: 118.7e6, queue_depth: 128, seek_ns: 0 },
             // A RAM-backed device: memcpy-speed transfer (DDR3-1600 peak 12.8 GB/s, seed 002's memory)
             // plus a block-layer round trip of about 1 us.
             Self::Ram => DeviceSpec { kind: self, latency_ns: 1_000, bandwidth: 12.8e9, queue_depth: 128, seek_ns: 0 },
@@ -168,7 +173,7 @@ mod tests {
         let mut d = Device::new(DeviceKind::Nfs.defaults());
         let a = d.submit(0, 0, 1 << 20, true);
         let b = d.submit(0, 1 << 20, 1 << 20, true);
-        let transfer = ((1u64 << 20) as f64 * 1e9 / 250e6).ceil() as u64;
+        let transfer = ((1u64 << 20) as f64 * 1e9 / DeviceKind::Nfs.defaults().bandwidth).ceil() as u64;
         assert_eq!(a, 500_000 + transfer);
         assert_eq!(b, a + transfer, "second transfer waits for the shared link");
     }
