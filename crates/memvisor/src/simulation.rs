@@ -302,6 +302,7 @@ impl Simulation {
                     written_mib: st.bytes_written as f64 / 1048576.0,
                     busy_s: st.busy_ns as f64 / 1e9,
                     queue_wait_s: st.queue_wait_ns as f64 / 1e9,
+                    server_disk_reads: st.server_disk_reads,
                 }
             })
             .collect();

@@ -123,6 +123,8 @@ pub struct DatastoreSummary {
     pub busy_s: f64,
     /// Time requests spent queued, summed over requests, s.
     pub queue_wait_s: f64,
+    /// Reads the file server behind an NFS datastore fetched from its disks.
+    pub server_disk_reads: u64,
 }
 
 impl RunSummary {

@@ -67,6 +67,8 @@ fn unknown_kinds_and_misplaced_fields_say_what_is_allowed() {
     assert!(e.contains("unknown sysctl 'vm.swapiness'") && e.contains("vm.swappiness"), "{e}");
     let e = load_err(&base("").replace("datastore = \"d\"", "datastore = \"nope\""));
     assert!(e.contains("no datastore named 'nope' (have: d)"), "{e}");
+    let e = load_err(&base("").replace("device = \"ssd\"", "device = \"ssd\"\ncache = \"1GiB\""));
+    assert!(e.contains("'cache' and 'disks' describe the file server behind an nfs datastore; 'd' is ssd"), "{e}");
 }
 
 #[test]

@@ -2,6 +2,8 @@
 
 mod datastore;
 mod device;
+mod filer;
 
 pub use datastore::{Datastore, VirtualDisk};
 pub use device::{Device, DeviceKind, DeviceSpec, DeviceStats};
+pub use filer::FilerSpec;

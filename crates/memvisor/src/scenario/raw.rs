@@ -99,6 +99,8 @@ pub struct RawDatastore {
     pub bandwidth: Option<Spanned<Qty>>,
     pub queue_depth: Option<Spanned<i64>>,
     pub seek: Option<Spanned<Qty>>,
+    pub cache: Option<Spanned<Qty>>,
+    pub disks: Option<Spanned<i64>>,
 }
 
 /// `[[vm]]`.

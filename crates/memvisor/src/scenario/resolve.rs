@@ -290,6 +290,21 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
             dev.bandwidth = c.with(bw, "datastore.bandwidth", units::parse_rate)?;
         }
         dev.queue_depth = c.int(&d.queue_depth, "datastore.queue_depth", dev.queue_depth as u64, 1, 65_536)? as u32;
+        match &mut dev.filer {
+            Some(f) => {
+                f.cache_bytes = c.opt_bytes(&d.cache, "datastore.cache", f.cache_bytes)?;
+                f.disks = c.int(&d.disks, "datastore.disks", f.disks as u64, 1, 65_536)? as u32;
+            }
+            None => {
+                if let Some(span) = d.cache.as_ref().map(|x| x.span()).or(d.disks.as_ref().map(|x| x.span())) {
+                    return c.err(
+                        span,
+                        "datastore",
+                        format!("'cache' and 'disks' describe the file server behind an nfs datastore; '{dname}' is {}", kind.name()),
+                    );
+                }
+            }
+        }
         datastores.push(DatastoreSpec { name: dname, device: dev });
     }
 

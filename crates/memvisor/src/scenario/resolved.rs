@@ -68,14 +68,19 @@ impl Scenario {
             .datastores
             .iter()
             .map(|d| {
-                table(vec![
+                let mut t = vec![
                     ("name", s(&d.name)),
                     ("device", s(d.device.kind.name())),
                     ("latency", s(fmt_duration(d.device.latency_ns))),
                     ("bandwidth", s(fmt_rate(d.device.bandwidth))),
                     ("queue_depth", i(d.device.queue_depth as u64)),
                     ("seek", s(fmt_duration(d.device.seek_ns))),
-                ])
+                ];
+                if let Some(f) = d.device.filer {
+                    t.push(("cache", s(fmt_bytes(f.cache_bytes))));
+                    t.push(("disks", i(f.disks as u64)));
+                }
+                table(t)
             })
             .collect();
         doc.insert("datastore".into(), Value::Array(ds));
