@@ -50,9 +50,11 @@ def cases() -> None:
 @click.argument("spec")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Run folder (default runs/<name>).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a scenario value, e.g. host.memory=4GiB.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Variants run at once (default: the number of CPUs).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], quiet: bool) -> None:
-    """Run a case study (by name) or a scenario file and write its run folder."""
+def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None, quiet: bool) -> None:
+    """Run a case study (by name) or a scenario file and write its run folder. Variants run side by
+    side; each gives what it would give alone."""
     try:
         scenarios = api.load(spec, sets)
     except _core.ScenarioError as e:
@@ -60,7 +62,6 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], quiet: bool) -> 
     for w in dict.fromkeys(w for s in scenarios for w in s.warnings):
         warn(w)
     path = out_dir or Path("runs") / scenarios[0].name
-    results = []
     try:
         with RunFolder(path) as folder, Progress(
             TextColumn("{task.description}", markup=False),
@@ -70,17 +71,18 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], quiet: bool) -> 
             console=err,
             disable=quiet,
         ) as bar:
-            for s in scenarios:
-                label = s.variant or s.name
-                task = bar.add_task(label, total=s.duration_s, sim=0.0)
+            tasks = [bar.add_task(s.variant or s.name, total=s.duration_s, sim=0.0) for s in scenarios]
 
-                def progress(now: float, total: float | None, task=task) -> None:
-                    bar.update(task, completed=now if total else None, sim=now)
+            def progress_for(i: int):
+                def progress(now: float, total: float | None) -> None:
+                    bar.update(tasks[i], completed=now if total else None, sim=now)
 
-                r = api.simulate(s, progress=progress, base=api.base_dir(spec))
+                return progress
+
+            results = api.simulate_all(scenarios, progress_for, jobs=jobs, base=api.base_dir(spec))
+            for task, s, r in zip(tasks, scenarios, results):
                 bar.update(task, completed=s.duration_s or 1, total=s.duration_s or 1)
                 folder.add(r, variant_dir=len(scenarios) > 1 or r.variant is not None)
-                results.append(r)
             final = folder.commit(results)
     except (_core.RunError, _core.ScenarioError, _core.TraceError) as e:
         raise MemvisorError(str(e), 1) from None

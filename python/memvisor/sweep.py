@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-import os
 import signal
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -103,7 +102,7 @@ def run_grid(grid: Grid, jobs: int | None = None, progress: Callable[[int, int],
     value of the first VM or of `grid.vm` (of that VM) or, for a run that failed, its error message as a string;
     then `JUMP`. A failed run does not stop the others: `failed_cells` lists them."""
     tasks = [(s.to_toml(), grid.origin, None if grid.base is None else str(grid.base)) for per_value in grid.scenarios for s in per_value]
-    results = iter(_run_all(tasks, jobs or _cpus(), progress))
+    results = iter(_run_all(tasks, jobs or api.cpus(), progress))
     by_vm = grid.scenarios[0][0].variant is None
     rows: list[dict] = []
     errors: list[str | None] = []  # without variants, a failed run's error fills its row
@@ -178,10 +177,6 @@ def _pair(a: str, b: str) -> str:
     a, b = a[: len(a) - len(suffix)], b[: len(b) - len(suffix)]
     n = next((i + 1 for i in range(len(a) - 2, -1, -1) if a[i] in _SEP and b.startswith(a[: i + 1]) and len(b) > i + 1), 0)
     return f"{a[n:]}→{b[n:]}"
-
-
-def _cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _run_one(text: str, origin: str, base: str | None) -> tuple[bool, list[dict] | str]:

@@ -34,3 +34,27 @@ def test_report_rows_are_the_one_source_of_report_rows(small_scenario):
     assert r.report().to_dict(orient="records") == rows
     r.variant = "v1"
     assert top_summary([r])["variants"][0]["vms"] == rows
+
+
+def test_variants_side_by_side_give_what_they_give_one_at_a_time(small_scenario):
+    text = small_scenario.read_text() + "".join(
+        f'\n[[variant]]\nname = "m{m}"\nset = {{ "vm.g.memory" = "{m}MiB" }}\n' for m in (96, 128, 192)
+    )
+    small_scenario.write_text(text)
+    one, side = memvisor.run(str(small_scenario), jobs=1), memvisor.run(str(small_scenario), jobs=3)
+    assert [r.variant for r in side] == ["m96", "m128", "m192"], "results in the scenario's order"
+    for a, b in zip(one, side):
+        assert a.summary["vms"] == b.summary["vms"]
+        pd.testing.assert_frame_equal(a.timeseries, b.timeseries)
+
+
+def test_a_failing_variant_raises_its_own_error(small_scenario):
+    import pytest
+
+    from memvisor import _core
+
+    ok = memvisor.load(str(small_scenario))[0]
+    # 1.5 GiB of page cache in a 2 GiB guest on a 1 GiB host without host swap: the host runs out.
+    bad = memvisor.load(str(small_scenario), sets=["vm.g.memory=2GiB", "vm.g.workload.0.size=1536MiB", "host.swap=false"])[0]
+    with pytest.raises(_core.RunError, match="host swap is off"):
+        memvisor.api.simulate_all([ok, bad], jobs=2)
