@@ -303,6 +303,7 @@ impl Simulation {
                     busy_s: st.busy_ns as f64 / 1e9,
                     queue_wait_s: st.queue_wait_ns as f64 / 1e9,
                     server_disk_reads: st.server_disk_reads,
+                    server_disk_wait_s: st.server_disk_wait_ns as f64 / 1e9,
                 }
             })
             .collect();

@@ -125,6 +125,8 @@ pub struct DatastoreSummary {
     pub queue_wait_s: f64,
     /// Reads the file server behind an NFS datastore fetched from its disks.
     pub server_disk_reads: u64,
+    /// Time those reads waited for the server's disks, summed, s.
+    pub server_disk_wait_s: f64,
 }
 
 impl RunSummary {

@@ -71,9 +71,15 @@ pub struct Filer {
     cache: BlockLru,
     /// When each disk is free.
     disks: Vec<u64>,
-    /// Byte offsets just past recent reads: a read starting at one continues that stream.
-    streams: [u64; STREAMS],
-    next_stream: usize,
+    /// Sequential streams: the byte offset just past each one's last read, with when it was last
+    /// continued; a read starting there continues it. A new stream replaces the least recently
+    /// continued one.
+    streams: [(u64, u64); STREAMS],
+    /// Where recent reads ended that no stream holds yet: a read starting at one makes a stream, so
+    /// random reads never push an established stream out.
+    candidates: [u64; STREAMS],
+    next_candidate: usize,
+    reads: u64,
     /// Reads that went to a disk.
     pub disk_reads: u64,
 }
@@ -85,8 +91,10 @@ impl Filer {
             seek_ns,
             cache: BlockLru::new(spec.cache_bytes),
             disks: vec![0; spec.disks.max(1) as usize],
-            streams: [u64::MAX; STREAMS],
-            next_stream: 0,
+            streams: [(u64::MAX, 0); STREAMS],
+            candidates: [u64::MAX; STREAMS],
+            next_candidate: 0,
+            reads: 0,
             disk_reads: 0,
         }
     }
@@ -105,13 +113,20 @@ impl Filer {
     /// A read of `bytes` at `offset` reaching the server at `at`: how long it waits for a disk,
     /// 0 when the cache or a sequential stream answers it.
     pub fn read(&mut self, at: u64, offset: u64, bytes: u64) -> u64 {
+        self.reads += 1;
         let end = offset + bytes;
-        let stream = self.streams.iter().position(|&s| s == offset);
+        let mut stream = self.streams.iter().position(|&(s, _)| s == offset);
+        if stream.is_none()
+            && let Some(c) = self.candidates.iter().position(|&c| c == offset)
+        {
+            self.candidates[c] = u64::MAX;
+            stream = Some((0..STREAMS).min_by_key(|&i| self.streams[i].1).expect("streams"));
+        }
         match stream {
-            Some(i) => self.streams[i] = end,
+            Some(i) => self.streams[i] = (end, self.reads),
             None => {
-                self.streams[self.next_stream] = end;
-                self.next_stream = (self.next_stream + 1) % STREAMS;
+                self.candidates[self.next_candidate] = end;
+                self.next_candidate = (self.next_candidate + 1) % STREAMS;
             }
         }
         let cached = Self::blocks(offset, bytes).all(|b| self.cache.contains(b));
@@ -155,6 +170,21 @@ mod tests {
         assert_eq!(f.read(0, (1 << 30) + 64 * BLOCK, 64 * BLOCK), 0, "its continuation does not");
         // Random reads queue on the one disk.
         assert_eq!(f.read(0, 5 * BLOCK, BLOCK), 16_000_000);
+    }
+
+    #[test]
+    fn random_reads_do_not_push_a_sequential_stream_out() {
+        let mut f = filer(0, 1);
+        let mut at = 0;
+        f.read(at, 1 << 30, 16 * BLOCK);
+        assert_eq!(f.read(at, (1 << 30) + 16 * BLOCK, 16 * BLOCK), 0, "the second read makes a stream");
+        for k in 2..100u64 {
+            for r in 0..(2 * STREAMS as u64) {
+                at += 1;
+                f.read(at, (k * 1000 + r) * 7919 * BLOCK, BLOCK);
+            }
+            assert_eq!(f.read(at, (1 << 30) + k * 16 * BLOCK, 16 * BLOCK), 0, "the stream's read {k} seeks");
+        }
     }
 
     #[test]
