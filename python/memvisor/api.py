@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -136,9 +136,10 @@ def simulate_all(
     would be alone. Results in the scenarios' order; `progress_for(i)` gives run i's progress
     callback. When one run fails or the caller is interrupted, the others stop at their next step."""
     stop = threading.Event()
+    every = kw.pop("progress", None)  # one callback for all runs, as `run(..., progress=f)` passes it
 
     def one(i: int, s) -> RunResult:
-        shown = progress_for(i) if progress_for else None
+        shown = progress_for(i) if progress_for else every
 
         def progress(now: float, total: float | None) -> None:
             if stop.is_set():
@@ -151,6 +152,11 @@ def simulate_all(
     with ThreadPoolExecutor(max_workers=max(1, min(jobs or cpus(), len(scenarios)))) as pool:
         futures = [pool.submit(one, i, s) for i, s in enumerate(scenarios)]
         try:
+            # The first failure, whichever run it is in, stops the others.
+            wait(futures, return_when=FIRST_EXCEPTION)
+            failed = next((e for f in futures if f.done() and (e := f.exception()) is not None), None)
+            if failed is not None:
+                raise failed
             return [f.result() for f in futures]
         except BaseException:
             stop.set()

@@ -58,3 +58,38 @@ def test_a_failing_variant_raises_its_own_error(small_scenario):
     bad = memvisor.load(str(small_scenario), sets=["vm.g.memory=2GiB", "vm.g.workload.0.size=1536MiB", "host.swap=false"])[0]
     with pytest.raises(_core.RunError, match="host swap is off"):
         memvisor.api.simulate_all([ok, bad], jobs=2)
+
+
+
+def test_the_first_failure_stops_a_run_listed_before_it(small_scenario):
+    import threading
+
+    from memvisor import _core
+
+    endless = small_scenario.parent / "endless.toml"
+    endless.write_text(
+        small_scenario.read_text()
+        .replace('name = "small"', 'name = "endless"\nduration = "100000000s"')
+        .replace('{ kind = "file-io", size = "64MiB", read = true }', '{ kind = "stress", pages = 1000 }')
+    )
+    forever = memvisor.load(str(endless))[0]
+    bad = memvisor.load(str(small_scenario), sets=["vm.g.memory=2GiB", "vm.g.workload.0.size=1536MiB", "host.swap=false"])[0]
+    raised = []
+
+    def go():
+        try:
+            memvisor.api.simulate_all([forever, bad], jobs=2)
+        except _core.RunError as e:
+            raised.append(e)
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    t.join(120)
+    assert not t.is_alive(), "the endless run went on after the other failed"
+    assert raised and "host swap is off" in str(raised[0])
+
+
+def test_run_passes_a_progress_callback_to_every_run(small_scenario):
+    seen = []
+    memvisor.run(str(small_scenario), progress=lambda now, total: seen.append(now))
+    assert seen and seen[-1] > 0
