@@ -86,14 +86,18 @@ fn type_errors_name_the_key_in_plain_words() {
 }
 
 #[test]
-fn impossible_workload_settings_are_refused() {
+fn impossible_workload_settings_are_refused_and_late_ones_said() {
     let idle = |w: &str| {
         one_guest("4GiB", &format!("name = \"g\"\nmemory = \"1GiB\"\nworkload = {{ kind = \"idle\", {w} }}"), "duration = \"10s\"")
     };
     let e = load_err(&idle("footprint = \"64MiB\", active = \"128MiB\", period = \"1s\""));
     assert!(e.contains("vm.g.workload.idle.active") && e.contains("larger than the footprint"), "{e}");
-    let e = load_err(&idle("footprint = \"64MiB\", start = \"10s\""));
-    assert!(e.contains("starts workload 'idle' at 10 s, not before the run ends at 10 s"), "{e}");
+    let late = scenario::load(&idle("footprint = \"64MiB\", start = \"10s\""), "ok.toml", &[]).unwrap();
+    assert!(
+        late[0].warnings.iter().any(|w| w.contains("starts workload 'idle' at 10 s, not before the run ends at 10 s")),
+        "{:?}",
+        late[0].warnings
+    );
     assert!(scenario::load(&idle("footprint = \"64MiB\", active = \"64MiB\", period = \"1s\", start = \"9s\""), "ok.toml", &[]).is_ok());
 }
 
@@ -107,7 +111,7 @@ fn overrides_are_located() {
     assert_eq!(s[0].vms[0].guest.memory_pages, 3 << 18);
     assert_eq!(s[0].vms[0].guest.sysctl.swappiness, 7);
     // A single `workload = {...}` is picked by index, kind or name alike.
-    for key in ["vm.g.workload.0.passes=3", "vm.g.workload.stress.passes=3"] {
+    for key in ["vm.g.workload.0.passes=3", "vm.g.workload.stress.passes=3", "vm.g.workload.passes=3"] {
         let s = scenario::load(&base(""), "ok.toml", &[key.into()]).unwrap();
         assert!(s[0].to_toml().contains("passes = 3"), "{key} did not reach the workload");
     }

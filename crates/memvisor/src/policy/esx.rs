@@ -65,8 +65,6 @@ struct Set {
     balloon: u64,
     swap: u64,
     blocked: bool,
-    /// The allocation target the settings work toward.
-    target: u64,
 }
 
 /// The policy.
@@ -186,30 +184,13 @@ impl Policy for Esx {
             });
             self.state = state;
         }
-        // In the states that swap, targets follow every tick: swapping is the quick antidote and
-        // must stop as soon as the balloon and it together have taken the excess.
-        let due = self.last_balance.is_none_or(|t| view.time_ns >= t + BALANCE_PERIOD_NS) || self.table.states[self.state].does.swap;
+        // In the states that swap or block, targets follow every tick: swapping is the quick
+        // antidote and must stop as soon as the balloon and it together have taken the excess, and
+        // a blocked VM runs again as soon as it is within its target (ESX blocks a VM only while
+        // it is above its target).
+        let does_now = self.table.states[self.state].does;
+        let due = self.last_balance.is_none_or(|t| view.time_ns >= t + BALANCE_PERIOD_NS) || does_now.swap || does_now.block;
         if !(changed || due) {
-            // Between balances, a blocked VM resumes as soon as it holds no more than its target
-            // (ESX blocks a VM only while it is above its target in the low state).
-            for v in &view.vms {
-                let Some(set) = self.set.get_mut(&v.id).filter(|s| s.blocked) else { continue };
-                let held = held(v);
-                if held <= set.target {
-                    set.blocked = false;
-                    out.push(Decision {
-                        vm: Some(v.id),
-                        action: Action::SetBlocked { blocked: false },
-                        reason: format!(
-                            "state {}: '{}' holds {}, within its target of {}",
-                            self.table.states[self.state].name,
-                            v.name,
-                            human_bytes(held * PAGE_SIZE),
-                            human_bytes(set.target * PAGE_SIZE)
-                        ),
-                    });
-                }
-            }
             return out;
         }
         self.last_balance = Some(view.time_ns);
@@ -231,7 +212,8 @@ impl Policy for Esx {
             // chooses what to give up (ESX enforces limits whatever the host's free memory; until
             // the balloon is in, the grant limit set at power-on makes the host swap its pages).
             let limit = v.limit.min(v.memory) / PAGE_SIZE;
-            let to_limit = if held + reclaimed >= limit { v.memory / PAGE_SIZE - limit } else { 0 };
+            // Compressed pages count once: as reclaimed, not also as the cache frames holding them.
+            let to_limit = if v.granted / PAGE_SIZE + reclaimed >= limit { v.memory / PAGE_SIZE - limit } else { 0 };
             let balloon = if does.balloon || need == 0 { (balloon_now + need).saturating_sub(slack) } else { balloon_now };
             let balloon = balloon.max(to_limit).min(cap);
             // Swapping takes what the balloon has not yet taken: in the swap states all of the
@@ -328,7 +310,7 @@ impl Policy for Esx {
                     }),
                 });
             }
-            self.set.insert(v.id, Set { balloon, swap, blocked, target });
+            self.set.insert(v.id, Set { balloon, swap, blocked });
         }
         out
     }

@@ -86,7 +86,7 @@ pub fn load(text: &str, origin: &str, sets: &[String]) -> Result<Vec<Scenario>, 
             serde::Deserialize::deserialize(toml::de::Deserializer::from(table)).map_err(|e| plain_error(&src, e))?;
         let mut s = resolve::resolve(&src, raw)?;
         s.variant = variant;
-        s.warnings = warnings;
+        s.warnings.extend(warnings);
         out.push(s);
     }
     Ok(out)

@@ -233,8 +233,16 @@ impl<'a, 's> Overrides<'a, 's> {
                             _ => false,
                         })
                     });
-                    let Some(pos) = pos else {
-                        return Err(err(format!("no '{seg}' entry named '{sel}' (have: {})", names.join(", "))));
+                    // A VM's only workload may also be addressed without naming it
+                    // (`vm.g.workload.size`), as before a single table became an array.
+                    let only = seg == "workload" && items.len() == 1 && sel.parse::<usize>().is_err();
+                    let pos = match pos {
+                        Some(pos) => pos,
+                        None if only => {
+                            i -= 1;
+                            0
+                        }
+                        None => return Err(err(format!("no '{seg}' entry named '{sel}' (have: {})", names.join(", ")))),
                     };
                     if i + 1 == segs.len() {
                         return Err(err(format!("'{seg}.{sel}' is a whole table; set one of its fields")));

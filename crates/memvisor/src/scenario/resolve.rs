@@ -330,21 +330,25 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         );
     }
 
-    if let Some(d) = duration_ns
-        && let Some((vm, w)) = vms.iter().flat_map(|v| v.guest.workloads.iter().map(move |w| (v, w))).find(|(_, w)| w.start_ns >= d)
-    {
-        return c.err(
-            raw.duration.as_ref().expect("duration set").span(),
-            "duration",
-            format!(
-                "VM '{}' starts workload '{}' at {} s, not before the run ends at {} s: it would never run",
-                vm.guest.name,
-                w.name,
-                w.start_ns as f64 / 1e9,
-                d as f64 / 1e9
-            ),
-        );
-    }
+    // A workload that starts at or after the end never runs: said, not refused, since a sweep over
+    // the duration may cut some points short on purpose.
+    let warnings: Vec<String> = duration_ns
+        .map(|d| {
+            vms.iter()
+                .flat_map(|v| v.guest.workloads.iter().map(move |w| (v, w)))
+                .filter(|(_, w)| w.start_ns >= d)
+                .map(|(vm, w)| {
+                    format!(
+                        "VM '{}' starts workload '{}' at {} s, not before the run ends at {} s: it will not run",
+                        vm.guest.name,
+                        w.name,
+                        w.start_ns as f64 / 1e9,
+                        d as f64 / 1e9
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
 
     let report = resolve_report(&c, &raw)?;
     Ok(Scenario {
@@ -358,7 +362,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         datastores,
         vms,
         report,
-        warnings: Vec::new(),
+        warnings,
     })
 }
 
