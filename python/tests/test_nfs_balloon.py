@@ -49,7 +49,7 @@ def test_a_starved_vm_on_nfs_collapses_and_more_memory_cures_it(runs):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="with the filer's whole 2 GiB cache the write lands at about 1/5 of alone; the issue's 1/10 "
+    reason="with the filer's whole 2 GiB cache the write lands at about 1/4 of alone; the issue's 1/10 "
     "needs the filer's cache share for this test below about 0.5 GiB (README, nfs-balloon)",
 )
 def test_the_collapse_reaches_a_tenth(runs):
