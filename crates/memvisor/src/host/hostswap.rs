@@ -194,6 +194,9 @@ impl Host {
             spent += self.costs.compress_ns;
             let size = v.zip_sizes.draw(content, rng);
             if size <= super::ZIP_SLOT_BYTES {
+                // Measured before any eviction: an eviction frees a slot but no frame leaves the
+                // host, so only the cache's net growth is taken from the free frames.
+                let frames = v.zip.frames();
                 if v.zip.is_full() {
                     // The oldest compressed page goes to the swap file to make room.
                     let (slot, old) = v.zip.oldest().expect("a full cache holds pages");
@@ -205,7 +208,6 @@ impl Host {
                     v.stats.swap_out += 1;
                     v.stats.zip_evicted += 1;
                 }
-                let frames = v.zip.frames();
                 let slot = v.zip.insert(p);
                 v.p2m.set(p, Entry::new(PageState::Compressed(slot)));
                 v.granted -= 1;
