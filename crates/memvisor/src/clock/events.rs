@@ -57,6 +57,8 @@ pub enum GuestEvent {
     },
     /// The balloon driver's work runs.
     Balloon,
+    /// Windows: the working-set manager's once-a-second run.
+    WorkingSetManager,
 }
 
 #[derive(Debug)]

@@ -21,7 +21,8 @@ impl Guest {
     pub(super) fn access(&mut self, pid: u32, region: u32, pattern: &mut Pattern, now: &mut u64, end: u64, env: &mut Env) -> Progress {
         let r = self.procs[pid as usize].mm.regions[region as usize];
         let dram = self.cfg.costs.dram_access_ns;
-        let linux = self.cfg.replacement == Replacement::Linux;
+        // Accessed-bit ageing (Linux, Windows): resident hits go through the fast bitmaps.
+        let linux = self.cfg.replacement != Replacement::ExactLru;
         loop {
             let Some(x) = pattern.peek(r.pages) else { return Progress::Done };
             if *now >= end {

@@ -260,6 +260,9 @@ impl Guest {
     /// (vmw's NOSLEEP flags lack __GFP_WAIT); with it it reclaims directly, but fails rather than
     /// calling the OOM killer (__GFP_NORETRY).
     fn balloon_alloc(&mut self, can_sleep: bool, now: u64, env: &mut Env) -> Option<u64> {
+        if self.windows() {
+            return self.windows_balloon_alloc(env);
+        }
         let mut spent = 0;
         if self.pages.nr_free() <= self.wmark.low {
             self.wakeup_kswapd(now, env);
@@ -276,6 +279,20 @@ impl Guest {
         env.host.balloon(self.id, p);
         self.vmstat.inc(Counter::BalloonInflate);
         Some(spent + self.cfg.costs.balloon_page_ns)
+    }
+
+    /// A Windows balloon page: `MmAllocatePagesForMdl` takes a free page, else a standby page, stops
+    /// once Available falls below 128 pages, and never trims or waits (WRK `iosup.c`), so the
+    /// working-set manager and the applications' low-memory responses do the reclaiming.
+    fn windows_balloon_alloc(&mut self, env: &mut Env) -> Option<u64> {
+        if self.available() < super::windows::MDL_ALLOC_FLOOR {
+            return None;
+        }
+        let p = self.windows_take_page(PageKind::Balloon, super::NONE, super::NONE)?;
+        self.balloon.pages.push(p);
+        env.host.balloon(self.id, p);
+        self.vmstat.inc(Counter::BalloonInflate);
+        Some(self.cfg.costs.balloon_page_ns)
     }
 
     /// Releases up to `n` pages from the balloon; returns the time spent.

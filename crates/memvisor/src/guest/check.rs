@@ -54,7 +54,12 @@ impl Guest {
             if (kind == PageKind::Free) != on_free[i] {
                 return err(format!("page {p} is {kind:?} but on_free_list={}", on_free[i]));
             }
-            let evictable = matches!(kind, PageKind::Anon | PageKind::File);
+            let evictable = if self.cfg.replacement == Replacement::Windows && kind == PageKind::Anon {
+                // Windows: only trimmed pages with no I/O in flight are on a list.
+                !self.pages.has(p, PG_MAPPED) && self.pages.io[i] == NONE && self.pages.owner[i] != NONE
+            } else {
+                matches!(kind, PageKind::Anon | PageKind::File)
+            };
             if evictable != lru {
                 return err(format!("page {p} is {kind:?} but on_lru={lru}"));
             }
@@ -64,6 +69,9 @@ impl Guest {
                 let mode_ok = match self.cfg.replacement {
                     Replacement::Linux => l != LruList::Exact && l.is_file() == expect_file,
                     Replacement::ExactLru => l == LruList::Exact,
+                    Replacement::Windows => {
+                        l == if self.pages.has(p, PG_DIRTY) { LruList::Modified } else { LruList::Standby } && !expect_file
+                    }
                 };
                 if !mode_ok {
                     return err(format!("page {p} ({kind:?}) on list {l:?}"));

@@ -78,7 +78,7 @@ impl Guest {
     fn mark_page_accessed(&mut self, p: u32) {
         match self.cfg.replacement {
             Replacement::ExactLru => self.lru.move_head(LruList::Exact, p),
-            Replacement::Linux => {
+            Replacement::Linux | Replacement::Windows => {
                 if !self.pages.has(p, PG_REFERENCED) {
                     self.pages.set(p, PG_REFERENCED);
                 } else if self.lru.list_of(p) == Some(LruList::InactiveFile) {
@@ -152,7 +152,7 @@ impl Guest {
     fn ra_pages(&self) -> u32 {
         match self.cfg.replacement {
             Replacement::ExactLru => 1,
-            Replacement::Linux => (self.cfg.sysctl.read_ahead_kb / 4).max(1),
+            Replacement::Linux | Replacement::Windows => (self.cfg.sysctl.read_ahead_kb / 4).max(1),
         }
     }
 

@@ -21,16 +21,21 @@ pub enum LruList {
     ActiveFile = 3,
     /// The single recency list of exact-LRU mode (most recent at the head).
     Exact = 4,
+    /// Windows: trimmed pages whose pagefile copy is current (clean); repurposed oldest first.
+    Standby = 5,
+    /// Windows: trimmed dirty pages waiting for the modified page writer.
+    Modified = 6,
 }
 
 /// Number of lists.
-pub const NR_LISTS: usize = 5;
+pub const NR_LISTS: usize = 7;
 /// Marker for "on no list".
 pub const NO_LIST: u8 = u8::MAX;
 
 impl LruList {
     /// All lists, indexed by their number.
-    pub const ALL: [LruList; NR_LISTS] = [Self::InactiveAnon, Self::ActiveAnon, Self::InactiveFile, Self::ActiveFile, Self::Exact];
+    pub const ALL: [LruList; NR_LISTS] =
+        [Self::InactiveAnon, Self::ActiveAnon, Self::InactiveFile, Self::ActiveFile, Self::Exact, Self::Standby, Self::Modified];
 
     /// The inactive list of the same type.
     pub fn inactive(file: bool) -> Self {
@@ -137,6 +142,13 @@ impl Lru {
         self.prev[nx as usize] = pv;
         self.on[p as usize] = NO_LIST;
         self.len[l as usize] -= 1;
+    }
+
+    /// Removes a page from its list if it is on one (a Windows page in a working set is not).
+    pub fn remove_if_on(&mut self, p: u32) {
+        if self.list_of(p).is_some() {
+            self.remove(p);
+        }
     }
 
     /// Moves a page to the head of a list (possibly another one).

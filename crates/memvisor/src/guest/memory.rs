@@ -45,7 +45,8 @@ impl Guest {
     /// `plain`: the host backs the page with nothing pending, so later references may be accounted
     /// in bulk.
     fn reference(&mut self, pid: u32, vpn: u32, p: u32, write: bool, plain: bool) {
-        let linux = self.cfg.replacement == Replacement::Linux;
+        // Linux and Windows age pages by the accessed bit; exact-LRU keeps a recency list.
+        let linux = self.cfg.replacement != Replacement::ExactLru;
         if linux {
             self.pages.set(p, PG_YOUNG);
         } else {
@@ -94,7 +95,7 @@ impl Guest {
     /// Recomputes a mapped page's fast bits from its state. Exact-LRU mode has no fast path: every
     /// reference must move the page in the recency list.
     pub(super) fn update_fast(&mut self, pid: u32, vpn: u32, p: u32) {
-        let read = self.cfg.replacement == Replacement::Linux && self.pages.has(p, PG_YOUNG) && self.pages.has(p, PG_MAPPED);
+        let read = self.cfg.replacement != Replacement::ExactLru && self.pages.has(p, PG_YOUNG) && self.pages.has(p, PG_MAPPED);
         let write = read && self.pages.has(p, PG_DIRTY) && self.pages.swap[p as usize] == NONE;
         self.procs[pid as usize].mm.set_fast(vpn, read, write);
     }
@@ -127,10 +128,12 @@ impl Guest {
     }
 
     /// Puts a newly allocated page on its LRU list (inactive, as `folio_add_lru` does since 5.9).
+    /// A Windows page in a working set is on no list.
     pub(super) fn lru_add_new(&mut self, p: u32, file: bool) {
         match self.cfg.replacement {
             Replacement::Linux => self.lru.add_head(LruList::inactive(file), p),
             Replacement::ExactLru => self.lru.add_head(LruList::Exact, p),
+            Replacement::Windows => {}
         }
     }
 
@@ -154,6 +157,14 @@ impl Guest {
                 ra.hits = (ra.hits + 1).min(SWAP_RA_HITS_MAX);
             }
             self.procs[pid as usize].mm.swapents -= 1;
+            if self.windows() {
+                // A transition fault: the page leaves the standby or modified list (or is mapped
+                // while the writer still writes it) with no read.
+                if self.pages.io[p as usize] == NONE {
+                    self.lru.remove(p);
+                }
+                self.vmstat.inc(Counter::TransitionFaults);
+            }
             let (wait, plain) = self.host_touch(p, now, true, env);
             self.map_page(pid, vpn, p, write, plain);
             self.free_swap_if_full(p);
@@ -177,7 +188,12 @@ impl Guest {
     /// crowded swap area frees space as pages come back (`should_try_to_free_swap` in
     /// `do_swap_page`, after a swap-cache hit or a read alike).
     pub(super) fn free_swap_if_full(&mut self, p: u32) {
-        if self.pages.swap[p as usize] != NONE && self.pages.io[p as usize] == NONE && self.swap.nr_used() * 2 > self.swap.size() {
+        // Windows keeps the pagefile copy of a clean page until the page is written to.
+        if !self.windows()
+            && self.pages.swap[p as usize] != NONE
+            && self.pages.io[p as usize] == NONE
+            && self.swap.nr_used() * 2 > self.swap.size()
+        {
             self.pages.set(p, PG_DIRTY);
             self.delete_from_swap_cache(p, true);
         }
@@ -232,7 +248,7 @@ impl Guest {
         if self.pages.io[p as usize] != NONE {
             self.pages.owner[p as usize] = NONE;
         } else {
-            self.lru.remove(p);
+            self.lru.remove_if_on(p);
             self.pages.release(p);
         }
     }

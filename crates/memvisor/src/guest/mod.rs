@@ -22,6 +22,7 @@ mod swap_state;
 mod swapfile;
 mod vmscan;
 mod vmstat;
+mod windows;
 mod writeback;
 
 pub use balloon::{Balloon, BalloonDriver};
@@ -55,10 +56,13 @@ pub enum Replacement {
     /// Textbook LRU over every evictable page, evicting only when no page is free. For validation:
     /// its fault count on a trace equals an LRU cache's miss count of the same size.
     ExactLru,
+    /// Windows: working sets trimmed by the working-set manager to the standby and modified lists
+    /// (`os = "windows"`; see `guest/windows`).
+    Windows,
 }
 
 impl Replacement {
-    /// Names as written in scenario files.
+    /// Names a scenario's `replacement` key takes (Windows comes with `os = "windows"`).
     pub const NAMES: &'static [&'static str] = &["linux", "exact-lru"];
 
     /// Parses a scenario name.
@@ -75,6 +79,7 @@ impl Replacement {
         match self {
             Self::Linux => "linux",
             Self::ExactLru => "exact-lru",
+            Self::Windows => "windows",
         }
     }
 }
@@ -354,6 +359,7 @@ pub struct Guest {
     /// Messages about notable guest events (OOM kills), with their time.
     pub(crate) log: Vec<(u64, String)>,
     balloon: Balloon,
+    win: windows::WindowsState,
 }
 
 impl GuestMemory for Guest {
@@ -406,7 +412,7 @@ impl Guest {
         let managed = managed as u64;
         let wmark = match cfg.replacement {
             Replacement::Linux => Watermarks::linux(managed, &cfg.sysctl),
-            Replacement::ExactLru => Watermarks::default(),
+            Replacement::ExactLru | Replacement::Windows => Watermarks::default(),
         };
         let mut g = Self {
             id,
@@ -432,9 +438,11 @@ impl Guest {
             finite_left: 0,
             log: Vec::new(),
             balloon: Balloon::new(cfg.balloon),
+            win: windows::WindowsState::default(),
             cfg,
         };
         g.balloon_boot(env);
+        g.windows_boot(env);
         for (wi, w) in g.cfg.workloads.clone().iter().enumerate() {
             for (k, workload) in w.spec.processes(traces, crate::rng::derive(g.cfg.seed, &[wi as u64]))?.into_iter().enumerate() {
                 let pid = g.procs.len() as u32;
@@ -448,6 +456,12 @@ impl Guest {
             }
         }
         Ok(g)
+    }
+
+    /// Whether the guest runs the Windows memory manager.
+    #[inline]
+    pub(crate) fn windows(&self) -> bool {
+        self.cfg.replacement == Replacement::Windows
     }
 
     /// The VM's index on its host (its stable id).
@@ -585,6 +599,7 @@ impl Guest {
             GuestEvent::Flusher => self.flusher_run(now, env),
             GuestEvent::Wake { pid } => self.wake(pid, now, env),
             GuestEvent::Balloon => self.balloon_run(now, env),
+            GuestEvent::WorkingSetManager => self.working_set_manager(now, env),
         }
         let started = self.sched.start_now.take();
         if let Some(v) = started.filter(|&v| v != NONE) {
@@ -630,6 +645,11 @@ impl Guest {
                 }
             }
             let done = self.device_io(start, sub.base + run[0].0 as u64 * PAGE_SIZE, run.len(), write, env);
+            match sub.kind {
+                BioKind::SwapRead => self.vmstat.inc(Counter::PageReads),
+                BioKind::SwapWrite => self.vmstat.inc(Counter::PageWrites),
+                _ => {}
+            }
             let id = self.bios.next_id();
             for &p in &pages {
                 self.pages.io[p as usize] = id;
@@ -652,6 +672,7 @@ impl Guest {
         match bio.kind {
             BioKind::SwapRead => self.swap_read_done(&bio, env),
             BioKind::FileRead => self.file_read_done(&bio),
+            BioKind::SwapWrite if self.windows() => self.modified_write_done(&bio.pages, now, env),
             BioKind::SwapWrite | BioKind::FileWrite => self.write_done(&bio),
         }
         for &pid in &bio.waiters {

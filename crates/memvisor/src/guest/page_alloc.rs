@@ -103,6 +103,13 @@ impl Guest {
     ) -> Result<(u32, u64), Stall> {
         let mut spent = 0;
         loop {
+            if self.windows() {
+                if let Some(r) = self.windows_alloc(kind, owner, index, now, env) {
+                    return Ok(r);
+                }
+                self.wait_or_kill(pid, spent, now, env)?;
+                continue;
+            }
             let free = self.pages.nr_free();
             if self.cfg.replacement == Replacement::ExactLru {
                 if free == 0 && matches!(self.evict_exact(now, env), Some(Oom::Killed(v)) if v == pid) {
@@ -122,18 +129,24 @@ impl Guest {
                 let (host, _) = self.host_touch(p, now + spent, true, env);
                 return Ok((p, spent + host));
             }
-            if self.reclaim_in_flight() {
-                if pid != NONE {
-                    self.block(pid, now + spent, true);
-                    self.throttled.push(pid);
-                }
-                return Err(Stall::Wait(spent));
+            self.wait_or_kill(pid, spent, now, env)?;
+        }
+    }
+
+    /// Nothing to allocate after `spent` of reclaim: wait for I/O in flight (writes that will free
+    /// or make pages available) if there is any, else call the OOM killer. `Ok` means retry.
+    fn wait_or_kill(&mut self, pid: u32, spent: u64, now: u64, env: &mut Env) -> Result<(), Stall> {
+        if self.reclaim_in_flight() {
+            if pid != NONE {
+                self.block(pid, now + spent, true);
+                self.throttled.push(pid);
             }
-            match self.oom_kill(now, env) {
-                Oom::Freed => {}
-                Oom::Killed(v) if v != pid => {}
-                Oom::Killed(_) | Oom::NoVictim => return Err(Stall::Killed),
-            }
+            return Err(Stall::Wait(spent));
+        }
+        match self.oom_kill(now, env) {
+            Oom::Freed => Ok(()),
+            Oom::Killed(v) if v != pid => Ok(()),
+            Oom::Killed(_) | Oom::NoVictim => Err(Stall::Killed),
         }
     }
 
@@ -142,6 +155,11 @@ impl Guest {
     /// waits or kills: without a page the readahead just stops. Returns the page and the time
     /// spent reclaiming.
     pub(super) fn alloc_page_nowait(&mut self, kind: PageKind, owner: u32, index: u32, now: u64, env: &mut Env) -> Option<(u32, u64)> {
+        if self.windows() {
+            let p = self.windows_take_page(kind, owner, index)?;
+            self.host_touch(p, now, false, env);
+            return Some((p, 0));
+        }
         let mut spent = 0;
         let floor = if self.cfg.replacement == Replacement::Linux {
             if self.pages.nr_free() <= self.wmark.low {

@@ -10,11 +10,12 @@
 use std::collections::VecDeque;
 
 use super::filemap::Progress;
+use super::lru::LruList;
 use super::page::NONE;
 use super::process::ProcState;
 use super::{Env, Guest};
 use crate::clock::GuestEvent;
-use crate::workloads::Op;
+use crate::workloads::{Op, SystemView};
 
 /// One vCPU.
 #[derive(Clone, Debug)]
@@ -131,8 +132,9 @@ impl Guest {
             if now >= end {
                 return (now, Ran::Window);
             }
+            let sys = self.system_view(now);
             let proc = &mut self.procs[pid as usize];
-            let mut op = proc.op.take().unwrap_or_else(|| proc.workload.next_op());
+            let mut op = proc.op.take().unwrap_or_else(|| proc.workload.next_op(&sys));
             let local = matches!(op, Op::Access { .. } | Op::Compute { .. } | Op::Map { .. } | Op::Mark { .. });
             if !local && !Self::in_order(now, env) {
                 proc.op = Some(op);
@@ -217,6 +219,17 @@ impl Guest {
                 Progress::Killed => return (now, Ran::Off),
             }
         }
+    }
+
+    /// What a process may learn about memory at `now` (`GlobalMemoryStatusEx`, the low-memory
+    /// notification; on Linux MemAvailable, roughly free plus page cache).
+    fn system_view(&self, now: u64) -> SystemView {
+        let available_pages = if self.windows() {
+            self.available()
+        } else {
+            self.pages.nr_free() + self.lru.len(LruList::InactiveFile) + self.lru.len(LruList::ActiveFile)
+        };
+        SystemView { now_ns: now, total_pages: self.cfg.memory_pages as u64, available_pages, low_memory: self.low_memory() }
     }
 
     /// Ends a process: releases its memory and updates the counts of live work.

@@ -81,7 +81,7 @@ impl Guest {
         let mut buf = [(0u32, 0u32); 1 << SWAP_RA_ORDER_CEILING];
         buf[0] = (slot, p);
         let mut n = 1;
-        let (start, end) = self.swap_ra_window(pid, vpn);
+        let (start, end) = if self.windows() { self.windows_cluster(pid, vpn, slot) } else { self.swap_ra_window(pid, vpn) };
         for v in start..end {
             if v == vpn {
                 continue;
@@ -118,12 +118,16 @@ impl Guest {
     /// A swap read completed: unlock the pages, map the faulting one into its process (the rest of
     /// `do_swap_page`), free pages whose owner went away meanwhile.
     pub(super) fn swap_read_done(&mut self, bio: &Bio, env: &Env) {
+        let fault_page = bio.fault.map_or(NONE, |(p, _)| p);
         for &p in &bio.pages {
             self.pages.clear(p, PG_LOCKED);
             if self.pages.owner[p as usize] == NONE {
                 self.pages.clear(p, PG_READAHEAD);
-                self.lru.remove(p);
+                self.lru.remove_if_on(p);
                 self.pages.release(p);
+            } else if self.windows() && p != fault_page {
+                // A clustered page is not mapped: it waits on the standby list.
+                self.lru.add_head(super::lru::LruList::Standby, p);
             }
         }
         if let Some((p, write)) = bio.fault {

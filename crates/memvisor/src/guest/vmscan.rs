@@ -190,7 +190,7 @@ impl Guest {
     /// Clears the accessed bit of a mapped anonymous page at time `now`; says whether it was set.
     /// If the owner, running ahead, referenced the page after `now`, the bit is set again at once:
     /// the scan saw it set, and the later reference set it anew.
-    fn test_clear_young(&mut self, p: u32, now: u64) -> bool {
+    pub(super) fn test_clear_young(&mut self, p: u32, now: u64) -> bool {
         if !self.pages.has(p, PG_MAPPED) || !self.pages.test_and_clear(p, PG_YOUNG) {
             return false;
         }
@@ -318,7 +318,7 @@ impl Guest {
     }
 
     /// Accounts a page written to `slot`; an older copy there is discarded.
-    fn write_slot(&mut self, slot: u32) {
+    pub(super) fn write_slot(&mut self, slot: u32) {
         if self.swap.is_written(slot) {
             self.vmstat.inc(Counter::SwapDiscard);
         }

@@ -52,10 +52,22 @@ pub enum Counter {
     BalloonInflate,
     /// Pages the balloon driver gave back (`balloon_deflate`).
     BalloonDeflate,
+    /// Swap (pagefile) read requests: Windows' Memory\Page Reads, "without regard to the number of
+    /// pages retrieved" (memvisor; Pages Input is `pswpin`).
+    PageReads,
+    /// Swap (pagefile) write requests: Windows' Memory\Page Writes (memvisor; Pages Output is
+    /// `pswpout`).
+    PageWrites,
+    /// Windows: faults resolved from the standby or modified list or a page in flight, no read.
+    TransitionFaults,
+    /// Windows: pages the working-set manager took out of working sets.
+    WsTrimmed,
+    /// Windows: standby pages given a new use (their next touch reads the pagefile).
+    StandbyRepurposed,
 }
 
 /// Number of counters.
-pub const NR_COUNTERS: usize = 23;
+pub const NR_COUNTERS: usize = 28;
 
 impl Counter {
     /// Column names with units, in counter order.
@@ -83,6 +95,11 @@ impl Counter {
         "swap_discard_pages",
         "balloon_inflate_pages",
         "balloon_deflate_pages",
+        "page_reads",
+        "page_writes",
+        "transition_faults",
+        "ws_trimmed_pages",
+        "standby_repurposed_pages",
     ];
 }
 

@@ -37,6 +37,16 @@ pub const GAUGES: &[&str] = &[
     "UNZIP_pages",
     "host_wait_ms",
     "blocked_ms",
+    "Available_MiB",
+    "Standby_MiB",
+    "Modified_MiB",
+    "Working_Set_MiB",
+    "low_memory",
+    "Pool_Nonpaged_balloon_KiB",
+    "LOH_MiB",
+    "gen0_collections",
+    "gen1_collections",
+    "gen2_collections",
 ];
 
 /// All numeric columns, in row order.
@@ -81,7 +91,15 @@ pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
         h.stats.unzip as f64,
         h.stats.host_wait_ns as f64 / 1e6,
         sim.blocked_ns(i) as f64 / 1e6,
+        mib(g.available()),
+        mib(g.lru_len(LruList::Standby)),
+        mib(g.lru_len(LruList::Modified)),
+        mib(g.working_set()),
+        g.low_memory() as u8 as f64,
+        g.balloon_pool_bytes() as f64 / 1024.0,
     ]);
+    let clr = g.clr_heap().unwrap_or_default();
+    v.extend([(clr.loh_bytes as f64) / (1 << 20) as f64, clr.gen0 as f64, clr.gen1 as f64, clr.gen2 as f64]);
     v
 }
 

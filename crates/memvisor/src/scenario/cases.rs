@@ -12,6 +12,11 @@ pub const CASES: &[(&str, &str, &str)] = &[
         "seed 001: a reserved VM running stress --vm starves a 1 GiB VM on NFS running bonnie++; 4 vs 8 GiB host",
         include_str!("cases/nfs-balloon.toml"),
     ),
+    (
+        "esx-overcommit",
+        "seed 000: four 8 GiB Windows guests running a .NET heap benchmark on a 16 GiB ESX host, against one alone",
+        include_str!("cases/esx-overcommit.toml"),
+    ),
 ];
 
 /// The scenario text of a case, by name.

@@ -155,6 +155,11 @@ pub struct RawWorkload {
     pub bytes: Option<Spanned<Qty>>,
     pub keep: Option<Spanned<bool>>,
     pub rounds: Option<Spanned<i64>>,
+    pub live: Option<Spanned<Qty>>,
+    pub object: Option<Spanned<Qty>>,
+    pub cycles: Option<Spanned<i64>>,
+    pub replace_percent: Option<Spanned<i64>>,
+    pub visit: Option<Spanned<Qty>>,
 }
 
 /// `[report]`.

@@ -135,6 +135,13 @@ impl Scenario {
                                 }
                             }
                             WorkloadSpec::Bonnie(b) => e.push(("size", s(fmt_bytes(b.pages as u64 * PAGE_SIZE)))),
+                            WorkloadSpec::DotnetHeap(d) => {
+                                e.push(("live", s(fmt_bytes(d.live))));
+                                e.push(("object", s(fmt_bytes(d.object))));
+                                e.push(("cycles", i(d.cycles)));
+                                e.push(("replace_percent", i(d.replace_percent as u64)));
+                                e.push(("visit", s(fmt_duration(d.visit_ns))));
+                            }
                             WorkloadSpec::Idle(id) => {
                                 e.push(("footprint", s(fmt_bytes(id.footprint_pages as u64 * PAGE_SIZE))));
                                 e.push(("active", s(fmt_bytes(id.active_pages as u64 * PAGE_SIZE))));
@@ -144,7 +151,7 @@ impl Scenario {
                         table(e)
                     })
                     .collect();
-                table(vec![
+                let mut fields = vec![
                     ("name", s(&g.name)),
                     ("memory", s(fmt_bytes(g.memory_pages as u64 * PAGE_SIZE))),
                     ("vcpus", i(g.vcpus as u64)),
@@ -162,7 +169,12 @@ impl Scenario {
                     ("transparent_hugepage", s(g.transparent_hugepage.name())),
                     ("sysctl", Value::Table(sysctl)),
                     ("workload", Value::Array(workloads)),
-                ])
+                ];
+                // A Windows guest's replacement comes with its `os`.
+                if g.replacement == crate::guest::Replacement::Windows {
+                    fields.retain(|(k, _)| *k != "replacement");
+                }
+                table(fields)
             })
             .collect();
         doc.insert("vm".into(), Value::Array(vms));

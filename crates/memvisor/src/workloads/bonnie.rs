@@ -5,7 +5,7 @@
 //! phase's rate as KiB/s. The per-character, seek and file-creation tests are left out.
 //! Source: docs/sources/host-reclamation.md, section 7.
 
-use super::{Op, Workload};
+use super::{Op, SystemView, Workload};
 
 /// bonnie++'s chunk, `DefaultChunkSize = 1 << 13`: two pages.
 pub const CHUNK_PAGES: u32 = 2;
@@ -45,7 +45,7 @@ impl Bonnie {
 }
 
 impl Workload for Bonnie {
-    fn next_op(&mut self) -> Op {
+    fn next_op(&mut self, _sys: &SystemView) -> Op {
         let n = self.chunks();
         let s = self.step;
         self.step += 1;
@@ -98,7 +98,7 @@ mod tests {
     #[test]
     fn phases_in_order_over_every_chunk() {
         let mut b = Bonnie::new(5);
-        let ops: Vec<Op> = std::iter::from_fn(|| Some(b.next_op())).take_while(|o| *o != Op::Exit).collect();
+        let ops: Vec<Op> = std::iter::from_fn(|| Some(b.next_op(&SystemView::default()))).take_while(|o| *o != Op::Exit).collect();
         let marks: Vec<&Op> = ops.iter().filter(|o| matches!(o, Op::Mark { .. })).collect();
         assert_eq!(marks.len(), 6);
         let writes: u32 = ops.iter().map(|o| if let Op::Write { count, .. } = o { *count } else { 0 }).sum();

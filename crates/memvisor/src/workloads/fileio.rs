@@ -1,7 +1,7 @@
 //! Sequential file I/O through the page cache, as `dd` or bonnie++'s block phases do it: write a
 //! file in fixed-size `write()` calls, `fsync()` it, optionally read it back.
 
-use super::{Op, Workload};
+use super::{Op, SystemView, Workload};
 
 /// The file-io workload.
 #[derive(Clone, Debug, PartialEq)]
@@ -46,7 +46,7 @@ impl FileIo {
 }
 
 impl Workload for FileIo {
-    fn next_op(&mut self) -> Op {
+    fn next_op(&mut self, _sys: &SystemView) -> Op {
         let op = self.ops.get(self.next).cloned().unwrap_or(Op::Exit);
         self.next += 1;
         op

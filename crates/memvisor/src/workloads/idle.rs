@@ -2,7 +2,7 @@
 //! active set of it (or, with no active set, sleeps for good). The rest goes cold, which is what
 //! makes idle guests cheap to reclaim.
 
-use super::{Op, Pattern, Workload};
+use super::{Op, Pattern, SystemView, Workload};
 
 /// The idle workload.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,7 +24,7 @@ impl Idle {
 }
 
 impl Workload for Idle {
-    fn next_op(&mut self) -> Op {
+    fn next_op(&mut self, _sys: &SystemView) -> Op {
         self.step += 1;
         match self.step {
             1 => Op::Map { pages: self.footprint_pages },

@@ -6,6 +6,7 @@
 
 mod access;
 mod bonnie;
+mod dotnet_heap;
 mod fileio;
 mod idle;
 mod random;
@@ -15,6 +16,7 @@ mod trace;
 
 pub use access::{Pattern, Ref, xorshift64star};
 pub use bonnie::Bonnie;
+pub use dotnet_heap::{ClrHeap, DotnetHeap};
 pub use fileio::FileIo;
 pub use idle::Idle;
 pub use random::Random;
@@ -97,11 +99,31 @@ pub enum Op {
     Exit,
 }
 
+/// What a process can ask the operating system about memory: Windows' `GlobalMemoryStatusEx`
+/// and memory resource notifications (on Linux, MemAvailable; no notification). Workloads that
+/// adapt to memory (the CLR's collector) read it; the others ignore it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SystemView {
+    /// The current simulated time, ns.
+    pub now_ns: u64,
+    /// Physical memory, pages.
+    pub total_pages: u64,
+    /// Available memory, pages (Windows: free + zeroed + standby).
+    pub available_pages: u64,
+    /// Whether the low-memory resource notification is signalled.
+    pub low_memory: bool,
+}
+
 /// A source of operations.
 pub trait Workload: Send + Sync {
     /// The next operation; called when the previous one has completed. After `Op::Exit` it is not
     /// called again.
-    fn next_op(&mut self) -> Op;
+    fn next_op(&mut self, sys: &SystemView) -> Op;
+
+    /// The .NET Memory counters, for a managed process.
+    fn clr(&self) -> Option<ClrHeap> {
+        None
+    }
 }
 
 /// A workload as a scenario configures it.
@@ -121,6 +143,8 @@ pub enum WorkloadSpec {
     StressVm(StressVm),
     /// bonnie++'s block write, rewrite and read.
     Bonnie(Bonnie),
+    /// Seed 000's .NET program: a Large Object Heap updated at random, collected by the CLR.
+    DotnetHeap(DotnetHeap),
 }
 
 /// A configured workload with its place in time.
@@ -145,7 +169,7 @@ impl WorkloadEntry {
 
 impl WorkloadSpec {
     /// Kind names as written in scenario files.
-    pub const KINDS: &'static [&'static str] = &["stress", "file-io", "idle", "trace", "random", "stress-vm", "bonnie"];
+    pub const KINDS: &'static [&'static str] = &["stress", "file-io", "idle", "trace", "random", "stress-vm", "bonnie", "dotnet-heap"];
 
     /// The kind name.
     pub fn kind(&self) -> &'static str {
@@ -157,6 +181,7 @@ impl WorkloadSpec {
             Self::Random(_) => "random",
             Self::StressVm(_) => "stress-vm",
             Self::Bonnie(_) => "bonnie",
+            Self::DotnetHeap(_) => "dotnet-heap",
         }
     }
 
@@ -171,6 +196,7 @@ impl WorkloadSpec {
             Self::Random(r) => vec![Box::new(r.seeded(seed))],
             Self::StressVm(s) => (0..s.workers).map(|_| Box::new(s.clone()) as Box<dyn Workload>).collect(),
             Self::Bonnie(b) => vec![Box::new(b.clone())],
+            Self::DotnetHeap(d) => vec![Box::new(d.process(seed))],
         })
     }
 
@@ -179,7 +205,7 @@ impl WorkloadSpec {
         match self {
             Self::Stress(s) => s.instances as usize,
             Self::StressVm(s) => s.workers as usize,
-            Self::FileIo(_) | Self::Idle(_) | Self::Trace(_) | Self::Random(_) | Self::Bonnie(_) => 1,
+            Self::FileIo(_) | Self::Idle(_) | Self::Trace(_) | Self::Random(_) | Self::Bonnie(_) | Self::DotnetHeap(_) => 1,
         }
     }
 
@@ -206,11 +232,16 @@ impl WorkloadSpec {
         Some(pages as u64 * crate::units::PAGE_SIZE)
     }
 
+    /// Whether the workload reads or writes files (through the page cache).
+    pub fn uses_files(&self) -> bool {
+        matches!(self, Self::FileIo(_) | Self::Bonnie(_))
+    }
+
     /// Whether the workload finishes on its own.
     pub fn is_finite(&self) -> bool {
         match self {
             Self::Stress(s) => s.passes.is_some(),
-            Self::FileIo(_) | Self::Trace(_) | Self::Random(_) | Self::Bonnie(_) => true,
+            Self::FileIo(_) | Self::Trace(_) | Self::Random(_) | Self::Bonnie(_) | Self::DotnetHeap(_) => true,
             Self::StressVm(s) => s.rounds.is_some(),
             Self::Idle(_) => false,
         }

@@ -3,7 +3,7 @@
 //! native program uses too, so both see the same sequence. The generator's seed derives from the
 //! scenario's seed unless the workload pins it (as the validation does, to match the native run).
 
-use super::{Op, Pattern, Workload};
+use super::{Op, Pattern, SystemView, Workload};
 
 /// The random workload.
 #[derive(Clone, Debug, PartialEq)]
@@ -37,7 +37,7 @@ impl Random {
 }
 
 impl Workload for Random {
-    fn next_op(&mut self) -> Op {
+    fn next_op(&mut self, _sys: &SystemView) -> Op {
         self.step += 1;
         match self.step {
             1 => Op::Map { pages: self.pages },

@@ -2,7 +2,7 @@
 //! in each page in turn (`virtualMemory[i].buf[j]++`). Each loop iteration is one store to a
 //! different page, so one pass references every page once.
 
-use super::{Op, Pattern, Workload};
+use super::{Op, Pattern, SystemView, Workload};
 
 /// The stress workload.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,7 +27,7 @@ impl Stress {
 }
 
 impl Workload for Stress {
-    fn next_op(&mut self) -> Op {
+    fn next_op(&mut self, _sys: &SystemView) -> Op {
         self.step += 1;
         match self.step {
             1 => Op::Map { pages: self.pages },

@@ -5,7 +5,7 @@
 //! and rewrites it forever. Defaults of stress 1.0.4: 256 MiB, stride 4,096 (one write per page).
 //! Source: docs/sources/host-reclamation.md, section 7.
 
-use super::{Op, Pattern, Workload};
+use super::{Op, Pattern, SystemView, Workload};
 
 /// The stress-vm workload.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,7 +33,7 @@ impl StressVm {
 }
 
 impl Workload for StressVm {
-    fn next_op(&mut self) -> Op {
+    fn next_op(&mut self, _sys: &SystemView) -> Op {
         // A round: [map], write every page, read every page, [unmap]; with keep the region is
         // mapped once and every round reuses it.
         let per_round = if self.keep { 2 } else { 4 };
@@ -66,7 +66,7 @@ mod tests {
     #[test]
     fn a_worker_maps_writes_reads_and_frees_each_round() {
         let mut w = StressVm::new(1, 10, false, Some(2));
-        let ops: Vec<Op> = (0..9).map(|_| w.next_op()).collect();
+        let ops: Vec<Op> = (0..9).map(|_| w.next_op(&SystemView::default())).collect();
         assert_eq!(ops[0], Op::Map { pages: 10 });
         assert!(matches!(ops[1], Op::Access { region: 0, pattern: Pattern::Sweep { write: true, .. } }));
         assert!(matches!(ops[2], Op::Access { region: 0, pattern: Pattern::Sweep { write: false, .. } }));
@@ -75,9 +75,9 @@ mod tests {
         assert_eq!(ops[7], Op::Unmap { region: 1 });
         assert_eq!(ops[8], Op::Exit);
         let mut k = StressVm::new(1, 10, true, Some(1));
-        assert_eq!(k.next_op(), Op::Map { pages: 10 });
-        assert!(matches!(k.next_op(), Op::Access { region: 0, pattern: Pattern::Sweep { write: true, .. } }));
-        assert!(matches!(k.next_op(), Op::Access { region: 0, pattern: Pattern::Sweep { write: false, .. } }));
-        assert_eq!(k.next_op(), Op::Exit);
+        assert_eq!(k.next_op(&SystemView::default()), Op::Map { pages: 10 });
+        assert!(matches!(k.next_op(&SystemView::default()), Op::Access { region: 0, pattern: Pattern::Sweep { write: true, .. } }));
+        assert!(matches!(k.next_op(&SystemView::default()), Op::Access { region: 0, pattern: Pattern::Sweep { write: false, .. } }));
+        assert_eq!(k.next_op(&SystemView::default()), Op::Exit);
     }
 }

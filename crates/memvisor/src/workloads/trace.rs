@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::{Op, Pattern, Workload};
+use super::{Op, Pattern, SystemView, Workload};
 use crate::trace::Trace;
 
 /// The trace workload as a scenario configures it.
@@ -34,7 +34,7 @@ impl Replayer {
 }
 
 impl Workload for Replayer {
-    fn next_op(&mut self) -> Op {
+    fn next_op(&mut self, _sys: &SystemView) -> Op {
         self.step += 1;
         match self.step {
             1 => Op::Map { pages: self.trace.n_pages() },
