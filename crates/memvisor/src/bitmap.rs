@@ -72,6 +72,19 @@ impl Bitmap {
         end - from
     }
 
+    /// Length of the run of clear bits starting at `from`, looking at no more than `max` bits (bits
+    /// past the end count as clear).
+    pub fn zeros_from(&self, from: usize, max: usize) -> usize {
+        let end = (from + max).min(self.len);
+        if from >= end {
+            return max;
+        }
+        match (from..end).find(|&i| self.get(i)) {
+            Some(i) => i - from,
+            None => max,
+        }
+    }
+
     /// First clear bit in `from..to`.
     pub fn next_zero_in(&self, from: usize, to: usize) -> Option<usize> {
         let to = to.min(self.len);

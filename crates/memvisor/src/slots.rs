@@ -55,6 +55,42 @@ impl Slots {
         Some(s as u32)
     }
 
+    /// Allocates `n` consecutive free slots, the first such run at or after the previous
+    /// allocation, wrapping around once; returns the first slot. Windows' pagefile writer takes a
+    /// run of free pagefile space for each write this way.
+    pub fn alloc_run(&mut self, n: u32) -> Option<u32> {
+        let (n, size) = (n as usize, self.size as usize);
+        if n == 0 || (self.size() - self.nr_used) < n as u64 {
+            return None;
+        }
+        let start = self.cursor;
+        let mut pos = start;
+        let mut wrapped = false;
+        loop {
+            if wrapped && pos >= start {
+                return None;
+            }
+            if pos + n > size {
+                if wrapped {
+                    return None;
+                }
+                (pos, wrapped) = (0, true);
+                continue;
+            }
+            let run = self.used.zeros_from(pos, n);
+            if run >= n {
+                self.used.grow(pos + n);
+                for s in pos..pos + n {
+                    self.used.set(s);
+                }
+                self.nr_used += n as u64;
+                self.cursor = if pos + n >= size { 0 } else { pos + n };
+                return Some(pos as u32);
+            }
+            pos += run + 1;
+        }
+    }
+
     /// Frees a slot.
     pub fn free(&mut self, s: u32) {
         debug_assert!(self.is_used(s));

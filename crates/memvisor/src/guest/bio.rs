@@ -46,6 +46,9 @@ pub(super) struct Submission {
     pub base: u64,
     /// Largest request, in pages.
     pub max: usize,
+    /// One request over the whole block range, blocks between the pages read into a discarded
+    /// page (Windows' clustered in-page read with its dummy page, WI6 "Clustered Page Faults").
+    pub through_gaps: bool,
 }
 
 /// The page a submitter waits for, and what its request carries for it.

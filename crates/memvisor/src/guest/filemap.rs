@@ -182,8 +182,14 @@ impl Guest {
             }
             reads.push((i, p));
         }
-        let sub =
-            Submission { kind: BioKind::FileRead, file, kthread: false, base: self.files[file as usize].disk_off, max: MAX_REQUEST_PAGES };
+        let sub = Submission {
+            kind: BioKind::FileRead,
+            file,
+            kthread: false,
+            base: self.files[file as usize].disk_off,
+            max: MAX_REQUEST_PAGES,
+            through_gaps: false,
+        };
         let key = reads.first().filter(|&&(i, _)| i == start).map(|&(_, p)| Waited { page: p, waiter: NONE, fault: None });
         Ok(self.submit_runs(&sub, &reads, key, now, env))
     }

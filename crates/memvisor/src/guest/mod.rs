@@ -621,16 +621,29 @@ impl Guest {
 
     /// Submits `items`, (block, page) pairs sorted by block, as one request per run of consecutive
     /// blocks (the block layer's merging), each of at most `sub.max` pages, and schedules their
-    /// completions. The request holding `key.page`, if any, carries `key`'s waiter and fault; its
-    /// number is returned.
+    /// completions; with `sub.through_gaps`, as one request over the whole block range. The request
+    /// holding `key.page`, if any, carries `key`'s waiter and fault; its number is returned.
     fn submit_runs(&mut self, sub: &Submission, items: &[(u32, u32)], key: Option<Waited>, now: u64, env: &mut Env) -> Option<u32> {
-        let write = matches!(sub.kind, BioKind::SwapWrite | BioKind::FileWrite);
+        if sub.through_gaps {
+            return self.submit_run(sub, items, key.as_ref(), now, env);
+        }
         let mut holder = None;
         for run in runs(items, sub.max) {
+            holder = self.submit_run(sub, run, key.as_ref(), now, env).or(holder);
+        }
+        holder
+    }
+
+    /// One request of `submit_runs`, over blocks `run[0].0..=run[last].0`; returns its number if it
+    /// holds `key.page`.
+    fn submit_run(&mut self, sub: &Submission, run: &[(u32, u32)], key: Option<&Waited>, now: u64, env: &mut Env) -> Option<u32> {
+        let write = matches!(sub.kind, BioKind::SwapWrite | BioKind::FileWrite);
+        let mut holder = None;
+        {
             let pages = self.bios.list_of(run.iter().map(|&(_, p)| p));
             let mut waiters = self.bios.list();
             let mut fault = None;
-            let is_key = key.as_ref().filter(|k| pages.contains(&k.page));
+            let is_key = key.filter(|k| pages.contains(&k.page));
             if let Some(k) = is_key {
                 if k.waiter != NONE {
                     waiters.push(k.waiter);
@@ -644,7 +657,8 @@ impl Guest {
                     start = start.max(now + self.host_touch(p, now, false, env).0);
                 }
             }
-            let done = self.device_io(start, sub.base + run[0].0 as u64 * PAGE_SIZE, run.len(), write, env);
+            let blocks = (run[run.len() - 1].0 - run[0].0 + 1) as usize;
+            let done = self.device_io(start, sub.base + run[0].0 as u64 * PAGE_SIZE, blocks, write, env);
             match sub.kind {
                 BioKind::SwapRead => self.vmstat.inc(Counter::PageReads),
                 BioKind::SwapWrite => self.vmstat.inc(Counter::PageWrites),

@@ -110,7 +110,8 @@ impl Guest {
         self.vmstat.add(Counter::PswpIn, reads.len() as u64);
         self.vmstat.add(Counter::SwapRa, reads.len() as u64 - 1);
         reads.sort_unstable();
-        let sub = Submission { kind: BioKind::SwapRead, file: NONE, kthread: false, base: 0, max: usize::MAX };
+        let sub =
+            Submission { kind: BioKind::SwapRead, file: NONE, kthread: false, base: 0, max: usize::MAX, through_gaps: self.windows() };
         self.submit_runs(&sub, reads, Some(Waited { page: p, waiter: pid, fault: Some((p, write)) }), now, env);
         Ok(spent)
     }

@@ -48,6 +48,17 @@ impl SwapArea {
         Some(s)
     }
 
+    /// Allocates `n` consecutive slots (see `Slots::alloc_run`); returns the first.
+    pub fn alloc_run(&mut self, n: u32) -> Option<u32> {
+        let s = self.slots.alloc_run(n)?;
+        let len = self.slots.table_len();
+        if len > self.cache.len() {
+            self.written.grow(len);
+            self.cache.resize(len, NONE);
+        }
+        Some(s)
+    }
+
     /// Frees a slot; says whether it held written data (which is now discarded).
     pub fn free(&mut self, s: u32) -> bool {
         debug_assert_eq!(self.cache[s as usize], NONE);

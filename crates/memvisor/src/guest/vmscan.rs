@@ -331,7 +331,14 @@ impl Guest {
     pub(super) fn finish_reclaim(&mut self, sc: &mut ScanControl, now: u64, env: &mut Env) {
         let mut plug = std::mem::take(&mut sc.plug);
         plug.sort_unstable();
-        let sub = Submission { kind: BioKind::SwapWrite, file: NONE, kthread: sc.kswapd, base: 0, max: SWAP_CLUSTER_MAX as usize };
+        let sub = Submission {
+            kind: BioKind::SwapWrite,
+            file: NONE,
+            kthread: sc.kswapd,
+            base: 0,
+            max: SWAP_CLUSTER_MAX as usize,
+            through_gaps: false,
+        };
         self.submit_runs(&sub, &plug, None, now, env);
         if sc.nr_dirty_file > 0 {
             self.flusher_write_all(now, env);

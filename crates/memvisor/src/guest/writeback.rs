@@ -111,7 +111,14 @@ impl Guest {
         self.files[file as usize].nr_writeback += n;
         self.nr_writeback_file += n;
         self.vmstat.add(Counter::NrWritten, n);
-        let sub = Submission { kind: BioKind::FileWrite, file, kthread, base: self.files[file as usize].disk_off, max: MAX_REQUEST_PAGES };
+        let sub = Submission {
+            kind: BioKind::FileWrite,
+            file,
+            kthread,
+            base: self.files[file as usize].disk_off,
+            max: MAX_REQUEST_PAGES,
+            through_gaps: false,
+        };
         self.submit_runs(&sub, &batch, None, now, env);
         n
     }

@@ -181,7 +181,10 @@ impl Guest {
                 let (host, _) = self.host_touch(p, now, true, env);
                 return Some((p, host));
             }
-            if self.trim_working_sets(now, env) == 0 || self.available() == 0 {
+            // Pages on their way to standby (modified, or being written) will do: wait for them
+            // rather than trim more. Only with nothing in the pipeline is the manager run early.
+            let pipeline = self.lru.len(LruList::Modified) > 0 || self.win.writes > 0;
+            if pipeline || self.trim_working_sets(now, env) == 0 || self.available() == 0 {
                 self.modified_writer_check(false, now, env);
                 return None;
             }
@@ -200,10 +203,9 @@ impl Guest {
         let pmd = vpn - vpn % 512;
         let r = mm.regions.iter().find(|r| r.live && r.start <= vpn && vpn < r.start + r.pages).copied();
         let (lo, hi) = r.map_or((vpn, vpn + 1), |r| (r.start.max(pmd), (r.start + r.pages).min(pmd + 512)));
-        let holds = |v: u32| {
-            let want = (slot as i64 + v as i64 - vpn as i64) as u32;
-            mm.pte[v as usize] == PTE_SWAP | want && self.swap.cached(want) == NONE
-        };
+        // Pages already in memory (standby, modified) do not end the cluster: the read covers their
+        // blocks with a dummy page.
+        let holds = |v: u32| mm.pte[v as usize] == PTE_SWAP | (slot as i64 + v as i64 - vpn as i64) as u32;
         let (mut start, mut end) = (vpn, vpn + 1);
         while end - start < READ_CLUSTER && end < hi && holds(end) {
             end += 1;

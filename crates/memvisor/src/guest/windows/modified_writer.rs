@@ -6,6 +6,7 @@ use super::TRIM_BELOW;
 use crate::guest::bio::{BioKind, Submission, runs};
 use crate::guest::lru::LruList;
 use crate::guest::page::{NONE, PG_DIRTY, PG_MAPPED, PG_WRITEBACK};
+use crate::guest::process::PTE_SWAP;
 use crate::guest::{Env, Guest};
 
 /// Largest write, pages: Windows 7's pagefile writes are mostly 1 MiB ("45 % being exactly 1 MB",
@@ -48,12 +49,26 @@ impl Guest {
                 self.lru.remove(p);
                 self.pages.clear(p, PG_DIRTY);
                 self.pages.set(p, PG_WRITEBACK);
-                let slot = self.pages.swap[p as usize];
+                batch.push((self.pages.swap[p as usize], p));
+            }
+            // The writer allocates pagefile space for the whole write at once (WRK
+            // `MiGatherPagefilePages`: a run of clear bits in the pagefile's bitmap), so pages
+            // trimmed together (neighbours, by the clock hand) land together and later read back in
+            // one clustered read. The slots given at trimming only held their place.
+            if let Some(base) = self.swap.alloc_run(batch.len() as u32) {
+                for (i, (slot, p)) in batch.iter_mut().enumerate() {
+                    self.delete_from_swap_cache(*p, true);
+                    *slot = base + i as u32;
+                    self.add_to_swap_cache(*p, *slot);
+                    let (pid, vpn) = (self.pages.owner[*p as usize], self.pages.index[*p as usize]);
+                    self.procs[pid as usize].mm.pte[vpn as usize] = PTE_SWAP | *slot;
+                }
+            }
+            for &(slot, _) in batch.iter() {
                 self.write_slot(slot);
-                batch.push((slot, p));
             }
             batch.sort_unstable();
-            let sub = Submission { kind: BioKind::SwapWrite, file: NONE, kthread: true, base: 0, max: WRITE_CLUSTER };
+            let sub = Submission { kind: BioKind::SwapWrite, file: NONE, kthread: true, base: 0, max: WRITE_CLUSTER, through_gaps: false };
             self.win.writes += runs(&batch, WRITE_CLUSTER).count() as u32;
             self.submit_runs(&sub, &batch, None, now, env);
         }
