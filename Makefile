@@ -27,6 +27,8 @@ bench: setup $(BENCH_TRACE)
 	$(BIN)/memvisor bench
 	cargo run --release -q -p memvisor --example scale -- 1000 512MiB 8MiB
 	$(BIN)/memvisor trace bench $(BENCH_TRACE) --frames 32,64,128,256,509 --repeats 5
+	# The esx-overcommit case's four-guest run on one core (its table's last column is the wall time).
+	$(BIN)/memvisor run esx-overcommit --variant four --jobs 1 --quiet --out runs/bench/esx-overcommit
 
 $(BENCH_TRACE):
 	mkdir -p runs/bench

@@ -51,14 +51,21 @@ def cases() -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Run folder (default runs/<name>).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a scenario value, e.g. host.memory=4GiB.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Variants run at once (default: the number of CPUs).")
+@click.option("--variant", "variants", multiple=True, metavar="NAME", help="Run only this variant (repeatable).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None, quiet: bool) -> None:
+def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None, variants: tuple[str, ...], quiet: bool) -> None:
     """Run a case study (by name) or a scenario file and write its run folder. Variants run side by
     side; each gives what it would give alone."""
     try:
         scenarios = api.load(spec, sets)
     except _core.ScenarioError as e:
         raise MemvisorError(str(e), USAGE) from None
+    if variants:
+        have = [s.variant for s in scenarios if s.variant is not None]
+        unknown = [v for v in variants if v not in have]
+        if unknown:
+            raise MemvisorError(f"{spec}: no variant {', '.join(unknown)} (variants: {', '.join(have) or 'none'})", USAGE)
+        scenarios = [s for s in scenarios if s.variant in variants]
     for w in dict.fromkeys(w for s in scenarios for w in s.warnings):
         warn(w)
     path = out_dir or Path("runs") / scenarios[0].name

@@ -174,3 +174,14 @@ def test_run_folder_left_without_commit_leaves_nothing(tmp_path, exc):
         assert exc is not None and isinstance(e, exc)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["old"], "the earlier run is untouched"
+
+
+def test_run_can_pick_variants(tmp_path, small_scenario):
+    text = small_scenario.read_text() + '\n[[variant]]\nname = "a"\nset = {}\n\n[[variant]]\nname = "b"\nset = { "vm.g.memory" = "256MiB" }\n'
+    small_scenario.write_text(text)
+    r = memvisor("run", str(small_scenario), "--out", "out", "--quiet", "--variant", "b", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.is_dir()) == ["b"]
+    r = memvisor("run", str(small_scenario), "--out", "out2", "--quiet", "--variant", "c", cwd=tmp_path)
+    assert r.returncode == 2 and "no variant c (variants: a, b)" in r.stderr, r.stderr
+    assert not (tmp_path / "out2").exists()

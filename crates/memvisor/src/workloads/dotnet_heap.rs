@@ -276,3 +276,62 @@ impl Workload for DotnetProcess {
         Some(DotnetProcess::clr(self))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn view(now_s: u64, available_mib: u64, low_memory: bool) -> SystemView {
+        SystemView { now_ns: now_s * 1_000_000_000, total_pages: 1 << 20, available_pages: available_mib * MIB / PAGE_SIZE, low_memory }
+    }
+
+    /// Runs operations until the program has done `cycles` cycles (every queued op is taken).
+    fn run_cycles(p: &mut DotnetProcess, cycles: u64, sys: &SystemView) {
+        while p.cycles < cycles || !p.queue.is_empty() {
+            p.next_op(sys);
+        }
+    }
+
+    #[test]
+    fn the_loh_budget_follows_available_memory_and_never_drops_below_a_quarter_of_live() {
+        let cfg = DotnetHeap { live: 256 * MIB, object: 64 * MIB, cycles: 1_000, replace_percent: 100, visit_ns: 1 };
+        let mut p = cfg.process(1);
+        run_cycles(&mut p, 1, &view(0, 4_096, false));
+        // Plenty of memory: each gen2 lets the heap grow by min(3.5 x live, available).
+        let ops = p.gen2_ops(&view(1, 100_000, false));
+        assert!(ops.iter().filter(|o| matches!(o, Op::Access { .. })).count() >= 4, "a gen2 touches every object's first page");
+        assert_eq!(p.loh_budget, 7 * 256 * MIB / 2);
+        // Short of memory: a quarter of live.
+        p.gen2_ops(&view(2, 10, false));
+        assert_eq!(p.loh_budget, 64 * MIB);
+        // Allocation beyond the budget triggers a gen2 that releases the dead objects' segments.
+        let (gen2, loh) = (p.clr().gen2, p.clr().loh_bytes);
+        run_cycles(&mut p, 3, &view(3, 10, false));
+        assert!(p.clr().gen2 > gen2, "a LOH allocation past the budget collects");
+        assert!(p.clr().loh_bytes <= loh + 64 * MIB, "the budget bounds the heap's growth");
+    }
+
+    #[test]
+    fn a_low_memory_notification_collects_at_most_every_two_seconds_and_shrinks_the_heap() {
+        let cfg = DotnetHeap { live: 256 * MIB, object: 64 * MIB, cycles: 1_000, replace_percent: 100, visit_ns: 1 };
+        let mut p = cfg.process(1);
+        // Build the heap with ample memory so the budget lets dead objects pile up.
+        run_cycles(&mut p, 3, &view(0, 100_000, false));
+        let before = p.clr();
+        assert!(before.loh_bytes > 256 * MIB, "replaced objects stay until a gen2");
+        // The notification is set: the next operation is the collection's first.
+        let op = p.next_op(&view(10, 10, true));
+        assert!(matches!(op, Op::Access { pattern: Pattern::Sweep { count: 1, .. }, .. }), "{op:?}");
+        let after = p.clr();
+        assert_eq!((after.lowmem, after.gen2), (before.lowmem + 1, before.gen2 + 1), "a low-memory GC after work is a gen2");
+        assert_eq!(after.loh_bytes, 256 * MIB, "the dead objects' segments are released");
+        assert!(p.queue.iter().any(|o| matches!(o, Op::Unmap { .. })));
+        // Still signalled one second later: the finalizer thread is waiting out its 2 s.
+        p.next_op(&view(11, 10, true));
+        assert_eq!(p.clr().lowmem, after.lowmem);
+        p.next_op(&view(12, 10, true));
+        assert_eq!(p.clr().lowmem, after.lowmem + 1, "and collects again once the 2 s are up");
+    }
+}

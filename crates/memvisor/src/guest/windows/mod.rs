@@ -223,3 +223,115 @@ impl Guest {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Simulation;
+    use crate::guest::Counter;
+    use crate::guest::memory::Touch;
+    use crate::guest::process::{PTE_MASK, PTE_PRESENT};
+
+    /// A Windows guest of `memory` (no kernel reservation) whose idle process has written
+    /// `footprint` pages, stopped at 100 ms: before the working-set manager's first run at 1 s.
+    fn booted(memory: &str, footprint: u32) -> Simulation {
+        let text = format!(
+            "name = \"t\"\nduration = \"60s\"\n[host]\nmemory = \"1GiB\"\n[[datastore]]\nname = \"d\"\ndevice = \"hdd\"\n\
+             [[vm]]\nname = \"w\"\nos = \"windows\"\nmemory = \"{memory}\"\nkernel_reserved = \"0B\"\ndatastore = \"d\"\n\
+             workload = {{ kind = \"idle\", footprint = \"{footprint} pages\" }}\n"
+        );
+        let s = crate::scenario::load(&text, "t", &[]).unwrap().remove(0);
+        let mut sim = Simulation::new(&s).unwrap();
+        sim.run_until(100_000_000).unwrap();
+        sim
+    }
+
+    /// Virtual pages of process 0 whose entry holds a pagefile slot (trimmed).
+    fn trimmed_vpns(g: &Guest) -> Vec<u32> {
+        let mm = &g.procs[0].mm;
+        (0..mm.pte.len() as u32).filter(|&v| mm.pte[v as usize] & PTE_SWAP != 0).collect()
+    }
+
+    #[test]
+    fn trimming_lists_pages_without_writing_and_a_retouch_is_a_transition_fault() {
+        let mut sim = booted("400 pages", 100);
+        let now = 100_000_000;
+        sim.with_guest(0, |g, env| {
+            assert_eq!(g.trim_process(0, 100, now), 0, "every page was just accessed: the first pass only clears bits");
+            assert_eq!(g.trim_process(0, 100, now), 50, "the second pass trims down to the 50-page minimum");
+            assert_eq!((g.lru.len(LruList::Modified), g.lru.len(LruList::Standby)), (50, 0), "anonymous pages are dirty");
+            assert_eq!(g.bios.in_flight(), 0, "trimming writes nothing");
+            assert_eq!(g.vmstat.get(Counter::PswpOut), 0);
+            g.modified_writer_run(now, env);
+            assert!(g.bios.in_flight() > 0);
+        });
+        sim.run_until(300_000_000).unwrap();
+        sim.check_invariants().unwrap();
+        sim.with_guest(0, |g, env| {
+            assert_eq!((g.lru.len(LruList::Modified), g.lru.len(LruList::Standby)), (0, 50), "written pages go to standby");
+            assert_eq!(g.vmstat.get(Counter::PswpOut), 50);
+            let vpn = trimmed_vpns(g)[0];
+            assert!(matches!(g.touch_slow(0, vpn, false, 1, 300_000_000, env), Touch::Done(_)), "a standby page needs no read");
+            assert_eq!((g.vmstat.get(Counter::TransitionFaults), g.vmstat.get(Counter::PageReads)), (1, 0));
+            assert_ne!(g.procs[0].mm.pte[vpn as usize] & PTE_PRESENT, 0, "back in the working set");
+            assert_eq!(g.lru.len(LruList::Standby), 49);
+            // Use every free page, then one more: the oldest standby page is repurposed, and its
+            // owner's next touch reads the pagefile.
+            let victim = g.lru.tail(LruList::Standby).unwrap();
+            let victim_vpn = g.pages.index[victim as usize];
+            while g.pages.nr_free() > 0 {
+                g.windows_take_page(PageKind::Kernel, NONE, NONE).unwrap();
+            }
+            assert_eq!(g.windows_take_page(PageKind::Kernel, NONE, NONE), Some(victim));
+            assert_eq!(g.vmstat.get(Counter::StandbyRepurposed), 1);
+            assert!(matches!(g.touch_slow(0, victim_vpn, false, 1, 300_000_000, env), Touch::Blocked(_)), "a hard fault");
+            assert_eq!(g.vmstat.get(Counter::PageReads), 1);
+        });
+    }
+
+    #[test]
+    fn a_dirty_trimmed_page_is_written_before_its_frame_is_reused() {
+        let mut sim = booted("200 pages", 200);
+        let now = 100_000_000;
+        sim.with_guest(0, |g, env| {
+            assert_eq!(g.pages.nr_free(), 0);
+            g.trim_process(0, 100, now);
+            assert_eq!(g.trim_process(0, 100, now), 100);
+            assert_eq!(g.windows_take_page(PageKind::Kernel, NONE, NONE), None, "modified pages are not available");
+            g.modified_writer_run(now, env);
+            assert_eq!(g.windows_take_page(PageKind::Kernel, NONE, NONE), None, "nor while they are written");
+        });
+        sim.run_until(400_000_000).unwrap();
+        sim.with_guest(0, |g, _| {
+            let q = g.lru.tail(LruList::Standby).expect("written pages are on standby");
+            let (slot, vpn) = (g.pages.swap[q as usize], g.pages.index[q as usize]);
+            assert!(g.swap.is_written(slot), "the page's contents are on the pagefile");
+            assert_eq!(g.windows_take_page(PageKind::Kernel, NONE, NONE), Some(q));
+            assert_eq!(g.procs[0].mm.pte[vpn as usize], PTE_SWAP | slot, "its owner finds it on the pagefile");
+            assert_eq!(g.procs[0].mm.pte[vpn as usize] & PTE_MASK, slot);
+        });
+    }
+
+    #[test]
+    fn memory_notifications_follow_the_wrk_thresholds_and_the_level() {
+        let expect =
+            [("8GiB", 16_384), ("2GiB", 8_192 + (524_288 - 262_144) / 128), ("512MiB", 800 + (131_072 - 32_768) / 32), ("64MiB", 800)];
+        for (mem, low) in expect {
+            let mut s = booted(mem, 10);
+            s.with_guest(0, |g, _| {
+                assert_eq!(g.low_memory_threshold(), low, "{mem}");
+                assert_eq!(g.high_memory_threshold(), 3 * low, "{mem}");
+            });
+        }
+        let mut sim = booted("512MiB", 100);
+        sim.with_guest(0, |g, _| {
+            assert!(!g.low_memory() && g.high_memory());
+            while g.available() > g.low_memory_threshold() {
+                g.windows_take_page(PageKind::Kernel, NONE, NONE).unwrap();
+            }
+            assert!(!g.low_memory(), "set below the threshold, not at it");
+            g.windows_take_page(PageKind::Kernel, NONE, NONE).unwrap();
+            assert!(g.low_memory() && !g.high_memory());
+        });
+    }
+}

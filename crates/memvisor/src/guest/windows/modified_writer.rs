@@ -40,7 +40,7 @@ impl Guest {
 
     /// Issues writes of up to `WRITE_CLUSTER` pages from the old end of the modified list while
     /// fewer than `PAGING_FILE_MDLS` are in flight; pages on consecutive slots go in one request.
-    fn modified_writer_run(&mut self, now: u64, env: &mut Env) {
+    pub(super) fn modified_writer_run(&mut self, now: u64, env: &mut Env) {
         let mut batch: Vec<(u32, u32)> = Vec::with_capacity(WRITE_CLUSTER);
         while self.win.writes < PAGING_FILE_MDLS && self.lru.len(LruList::Modified) > 0 {
             batch.clear();

@@ -65,7 +65,7 @@ impl Guest {
     /// One process's share: the clock hand walks its page table from where it stopped, clearing
     /// accessed bits and trimming pages whose bit was already clear, until `claim` pages are trimmed,
     /// the working set is at its minimum, or the hand has gone round once. Returns pages trimmed.
-    fn trim_process(&mut self, pid: u32, claim: u64, now: u64) -> u64 {
+    pub(super) fn trim_process(&mut self, pid: u32, claim: u64, now: u64) -> u64 {
         let len = self.procs[pid as usize].mm.pte.len() as u32;
         if len == 0 {
             return 0;
