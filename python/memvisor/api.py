@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import pandas as pd
 
@@ -149,20 +151,58 @@ def simulate_all(
 
         return simulate(s, progress=progress, **kw)
 
-    with ThreadPoolExecutor(max_workers=max(1, min(jobs or cpus(), len(scenarios)))) as pool:
+    with deferred_signals() as got:
+        pool = ThreadPoolExecutor(max_workers=max(1, min(jobs or cpus(), len(scenarios))))
         futures = [pool.submit(one, i, s) for i, s in enumerate(scenarios)]
-        try:
-            # The first failure, whichever run it is in, stops the others.
-            wait(futures, return_when=FIRST_EXCEPTION)
-            failed = next((e for f in futures if f.done() and (e := f.exception()) is not None), None)
-            if failed is not None:
-                raise failed
-            return [f.result() for f in futures]
-        except BaseException:
+        # The first failure, whichever run it is in, stops the others; so does a signal.
+        failed = None
+        while not got:
+            done, pending = wait(futures, timeout=SIGNAL_POLL_S, return_when=FIRST_EXCEPTION)
+            failed = next((e for f in done if (e := f.exception()) is not None), None)
+            if failed is not None or not pending:
+                break
+        if failed is not None or got:
             stop.set()
             for f in futures:
                 f.cancel()
-            raise
+        pool.shutdown(wait=True)
+    if got:
+        reraise(got[0])
+    if failed is not None:
+        raise failed
+    return [f.result() for f in futures]
+
+
+#: How often a wait for runs looks for a signal received meanwhile, s.
+SIGNAL_POLL_S = 0.05
+
+
+@contextmanager
+def deferred_signals() -> Iterator[list[int]]:
+    """Within the block (in the main thread), SIGINT and SIGTERM are only recorded in the yielded
+    list: an exception raised by a signal handler in the middle of a thread or process pool's own
+    locking can leave a lock held and hang the process on shutdown, so the caller polls the list
+    and, once its pool is shut down, re-raises the first with `reraise` after the block."""
+    got: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield got
+        return
+    sigs = [signal.SIGINT, signal.SIGTERM]
+    old = {s: signal.getsignal(s) for s in sigs}
+    for s in sigs:
+        signal.signal(s, lambda n, _frame: got.append(n))
+    try:
+        yield got
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def reraise(sig: int) -> None:
+    """Delivers `sig` again, now that its handler is back (KeyboardInterrupt for SIGINT)."""
+    signal.raise_signal(sig)
+    # The handler runs at the next instruction; a default or ignored disposition does not raise.
+    raise KeyboardInterrupt
 
 
 def run(spec: str, sets: Sequence[str] = (), jobs: int | None = None, **kw) -> list[RunResult]:

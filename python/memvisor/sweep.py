@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import signal
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,22 +213,38 @@ def _sigint_blocked() -> Iterator[None]:
 def _run_all(tasks: list[tuple], jobs: int, progress: Callable[[int, int], None] | None) -> list:
     """`_run_one` on every task, in worker processes; the results in the tasks' order."""
     results: list = [None] * len(tasks)
-    # spawn, not fork: the parent has threads (the progress bar's, the pool's own).
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint)
-    try:
-        with _sigint_blocked():  # the pool starts its workers as tasks are submitted
-            futures = {pool.submit(_run_one, *t): i for i, t in enumerate(tasks)}
-        if progress is not None:
-            progress(0, len(tasks))
-        for done, f in enumerate(as_completed(futures), 1):
-            results[futures[f]] = f.result()
+    with api.deferred_signals() as got:
+        # spawn, not fork: the parent has threads (the progress bar's, the pool's own).
+        pool = ProcessPoolExecutor(
+            max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint
+        )
+        try:
+            with _sigint_blocked():  # the pool starts its workers as tasks are submitted
+                futures = {pool.submit(_run_one, *t): i for i, t in enumerate(tasks)}
             if progress is not None:
-                progress(done, len(tasks))
-    except BaseException:
-        # Ctrl-C, SIGTERM or a worker that died: end the workers now rather than after their runs.
-        for p in list((getattr(pool, "_processes", None) or {}).values()):
-            p.terminate()
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
+                progress(0, len(tasks))
+            pending, finished = set(futures), 0
+            while pending and not got:
+                done, pending = wait(pending, timeout=api.SIGNAL_POLL_S, return_when=FIRST_COMPLETED)
+                for f in done:
+                    results[futures[f]] = f.result()
+                    finished += 1
+                    if progress is not None:
+                        progress(finished, len(tasks))
+            if got:
+                raise _Interrupted
+        except BaseException:
+            # Ctrl-C, SIGTERM or a worker that died: end the workers now rather than after their runs.
+            for p in list((getattr(pool, "_processes", None) or {}).values()):
+                p.terminate()
+            pool.shutdown(wait=True, cancel_futures=True)
+            if not got:
+                raise
+    if got:
+        api.reraise(got[0])
     pool.shutdown()
     return results
+
+
+class _Interrupted(Exception):
+    """A signal arrived while the workers ran (it is re-raised once they are ended)."""
