@@ -105,7 +105,7 @@ def simulate(
             break
     r = sim.results()
     ts = pd.DataFrame(r["timeseries"])
-    decisions = pd.DataFrame(r["decisions"], columns=["time_s", "policy", "vm_id", "vm", "action", "reason"])
+    decisions = pd.DataFrame(r["decisions"], columns=["time_s", "policy", "vm_id", "vm", "action", "reason", "outcome"])
     return RunResult(
         name=scenario.name,
         variant=scenario.variant,

@@ -15,6 +15,7 @@ from memvisor import _core, api
 from memvisor.console import USAGE, MemvisorError, Terminated, err, fmt, out, sigterm_as_interrupt, warn
 from memvisor.params import ByteSize, IntList, KeyValues
 from memvisor.runfolder import RunFolder
+from memvisor.livecmd import manage_cmd, status_cmd
 from memvisor.tracecmd import trace
 
 
@@ -219,6 +220,8 @@ def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...], p
 
 
 main.add_command(trace)
+main.add_command(manage_cmd)
+main.add_command(status_cmd)
 
 if __name__ == "__main__":
     main()

@@ -9,6 +9,8 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+mod live;
+
 create_exception!(_core, ScenarioError, PyValueError, "A scenario file or override is invalid.");
 create_exception!(_core, RunError, PyRuntimeError, "A run could not start or could not continue.");
 create_exception!(_core, TraceError, PyValueError, "A trace file is corrupt, truncated or malformed.");
@@ -289,19 +291,25 @@ impl Simulation {
         }
         out.set_item("timeseries", ts)?;
         let decisions = PyList::empty(py);
-        for d in r.decisions {
-            let e = PyDict::new(py);
-            e.set_item("time_s", d.time_ns as f64 / 1e9)?;
-            e.set_item("policy", d.policy)?;
-            e.set_item("vm", d.vm)?;
-            e.set_item("vm_id", d.vm_id.map(|v| v.0))?;
-            e.set_item("action", d.action)?;
-            e.set_item("reason", d.reason)?;
-            decisions.append(e)?;
+        for d in &r.decisions {
+            decisions.append(record_dict(py, d)?)?;
         }
         out.set_item("decisions", decisions)?;
         Ok(out)
     }
+}
+
+/// A logged decision as the run folder's decisions.jsonl has it.
+fn record_dict<'py>(py: Python<'py>, d: &memvisor::controller::DecisionRecord) -> PyResult<Bound<'py, PyDict>> {
+    let e = PyDict::new(py);
+    e.set_item("time_s", d.time_ns as f64 / 1e9)?;
+    e.set_item("policy", &d.policy)?;
+    e.set_item("vm", &d.vm)?;
+    e.set_item("vm_id", d.vm_id.map(|v| v.0))?;
+    e.set_item("action", &d.action)?;
+    e.set_item("reason", &d.reason)?;
+    e.set_item("outcome", &d.outcome)?;
+    Ok(e)
 }
 
 /// Numeric columns of the time series, in order.
@@ -316,6 +324,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Scenario>()?;
     m.add_class::<Simulation>()?;
     m.add_class::<Trace>()?;
+    m.add_class::<live::Controller>()?;
+    m.add_function(wrap_pyfunction!(live::policy_names, m)?)?;
     m.add_class::<LackeyRecorder>()?;
     m.add_function(wrap_pyfunction!(replay_scenario, m)?)?;
     m.add_function(wrap_pyfunction!(guest_pages_for, m)?)?;

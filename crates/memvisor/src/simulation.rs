@@ -175,7 +175,7 @@ impl Simulation {
     /// logged as the policy's.
     pub fn apply(&mut self, d: &crate::policy::Decision) -> Result<(), String> {
         use crate::backend::Backend;
-        self.world.apply(d)
+        self.world.apply(d).map(drop)
     }
 
     /// Runs to the end.

@@ -11,8 +11,11 @@ use crate::policy::{Decision, HostView};
 
 /// Something a policy can drive.
 pub trait Backend {
-    /// What the host and its VMs look like now.
-    fn observe(&self) -> HostView;
+    /// What the host and its VMs look like now. An error is fatal to the run; a live backend
+    /// leaves out a VM it cannot reach instead.
+    fn observe(&mut self) -> Result<HostView, String>;
     /// Sets the target a decision names; the mechanisms work toward it at their own rates.
-    fn apply(&mut self, decision: &Decision) -> Result<(), String>;
+    /// Returns the outcome for the log ("applied", or why it was not, e.g. a VM that stopped
+    /// answering); an error is fatal to the run.
+    fn apply(&mut self, decision: &Decision) -> Result<String, String>;
 }

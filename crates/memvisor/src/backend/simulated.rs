@@ -6,9 +6,13 @@ use crate::clock::{Event, EventQueue, GuestEvent};
 use crate::devices::Datastore;
 use crate::guest::{Counter, Env, Guest};
 use crate::host::{GuestMemory, Host};
-use crate::policy::{Action, Decision, HostView, VmId, VmView};
+use crate::policy::{Action, Decision, HostView, SharingView, VmId, VmView};
 use crate::rng::{self, Rng};
 use crate::units::{PAGE_SIZE, pages};
+
+/// The outcome of every decision the simulated host takes: targets are always accepted, and the
+/// mechanisms work toward them.
+const APPLIED: &str = "applied";
 
 /// Stream of the host's random choices (victims, samples), under the scenario seed.
 const HOST_STREAM: u64 = u64::MAX;
@@ -26,6 +30,9 @@ pub struct SimulatedHost {
     sample_period_ns: u64,
     /// The memory state the policy last declared (for the time series).
     pub(crate) memory_state: &'static str,
+    /// Page-sharing settings as last set. Nothing is merged yet: the content model and the
+    /// scanner come with page sharing (issue 12), so the counts stay zero.
+    sharing: SharingView,
     /// VMs whose vCPUs the policy stopped (since when), their vCPU events held meanwhile, and
     /// each VM's time blocked in earlier stops.
     blocked: Vec<Option<u64>>,
@@ -55,6 +62,7 @@ impl SimulatedHost {
             sample_pages,
             sample_period_ns,
             memory_state: "",
+            sharing: SharingView::default(),
             blocked: vec![None; n],
             parked: vec![Vec::new(); n],
             blocked_before: vec![0; n],
@@ -157,7 +165,7 @@ impl SimulatedHost {
 }
 
 impl Backend for SimulatedHost {
-    fn observe(&self) -> HostView {
+    fn observe(&mut self) -> Result<HostView, String> {
         let vms = self
             .guests
             .iter()
@@ -174,10 +182,11 @@ impl Backend for SimulatedHost {
                 granted: h.granted * PAGE_SIZE,
                 guest_total: g.mem_total() * PAGE_SIZE,
                 guest_free: g.pages.nr_free() * PAGE_SIZE,
+                guest_available: g.mem_available() * PAGE_SIZE,
                 swap_in: g.vmstat.get(Counter::PswpIn),
                 swap_out: g.vmstat.get(Counter::PswpOut),
                 major_faults: g.vmstat.get(Counter::PgMajFault),
-                memory_stall_ns: g.memory_stall_ns(),
+                memory_stall_ns: Some(g.memory_stall_ns()),
                 committed: g.committed_as() * PAGE_SIZE,
                 balloon_size: h.ballooned * PAGE_SIZE,
                 balloon_target: h.balloon_target * PAGE_SIZE,
@@ -191,19 +200,28 @@ impl Backend for SimulatedHost {
                 active_periods: h.sample().periods,
             })
             .collect();
-        HostView {
+        Ok(HostView {
             time_ns: self.now,
             host_memory: self.host.total_frames() * PAGE_SIZE,
             host_free: self.host.free_frames() * PAGE_SIZE,
+            host_available: self.host.free_frames() * PAGE_SIZE,
+            sharing: self.sharing,
             hypervisor: self.host.hypervisor_frames() * PAGE_SIZE,
             vms,
-        }
+        })
     }
 
-    fn apply(&mut self, d: &Decision) -> Result<(), String> {
-        if let Action::SetMemoryState { state } = d.action {
-            self.memory_state = state;
-            return Ok(());
+    fn apply(&mut self, d: &Decision) -> Result<String, String> {
+        match d.action {
+            Action::SetMemoryState { state } => {
+                self.memory_state = state;
+                return Ok(APPLIED.into());
+            }
+            Action::SetSharing { run, pages_to_scan, sleep_ms } => {
+                self.sharing = SharingView { run, pages_to_scan, sleep_ms, ..self.sharing };
+                return Ok(APPLIED.into());
+            }
+            _ => {}
         }
         let id = d.vm.ok_or_else(|| format!("'{}' needs a VM", d.action))?;
         let i = self.index(id)?;
@@ -230,8 +248,8 @@ impl Backend for SimulatedHost {
                     }
                 }
             }
-            Action::SetMemoryState { .. } => unreachable!("handled above"),
+            Action::SetMemoryState { .. } | Action::SetSharing { .. } => unreachable!("host-wide, handled above"),
         }
-        Ok(())
+        Ok(APPLIED.into())
     }
 }

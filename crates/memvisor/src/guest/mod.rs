@@ -583,6 +583,18 @@ impl Guest {
             .sum()
     }
 
+    /// Memory the guest could use without swapping, pages, as the guest reports it: Linux's
+    /// MemAvailable (`si_mem_available`: free less the reserve, plus the page cache less what
+    /// reclaiming it would cost, half of it or the low watermark); Windows' Available.
+    pub fn mem_available(&self) -> u64 {
+        if self.windows() {
+            return self.available();
+        }
+        let cache = self.lru.len(LruList::ActiveFile) + self.lru.len(LruList::InactiveFile);
+        let free = self.pages.nr_free().saturating_sub(self.wmark.high);
+        free + cache - (cache / 2).min(self.wmark.low)
+    }
+
     /// Total time processes have spent stalled on memory.
     pub fn memory_stall_ns(&self) -> u64 {
         self.procs.iter().map(|p| p.stats.stall_ns).sum()

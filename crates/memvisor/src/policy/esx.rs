@@ -328,25 +328,13 @@ mod tests {
             reservation: 0,
             limit: 4 << 30,
             shares,
-            overhead: 0,
             granted: granted_gib << 30,
             guest_total: 4 << 30,
-            guest_free: 0,
-            swap_in: 0,
-            swap_out: 0,
-            major_faults: 0,
-            memory_stall_ns: 0,
-            committed: 0,
-            balloon_size: 0,
-            balloon_target: 0,
             balloon_max: (4 << 30) * 65 / 100,
-            swapped: 0,
-            compressed: 0,
-            compression_cache: 0,
-            swap_target: 0,
             active_sample: active,
             active_sample_now: (100, 0),
             active_periods: 1,
+            ..Default::default()
         }
     }
 
@@ -357,9 +345,8 @@ mod tests {
         let view = HostView {
             time_ns: 0,
             host_memory: 8 << 30,
-            host_free: 0,
-            hypervisor: 0,
             vms: vec![vm(0, 1000, 4, (100, 100)), vm(1, 1000, 4, (100, 0))],
+            ..Default::default()
         };
         let mut t = (0, 0);
         for d in p.decide(&view) {

@@ -4,18 +4,24 @@
 
 mod esx;
 mod esx_states;
+mod mom;
+mod pressure;
+mod proxmox;
 mod static_partition;
 
 pub use esx::Esx;
 pub use esx_states::{StateTable, TABLES as ESX_STATE_TABLES, min_free};
+pub use mom::Mom;
+pub use pressure::Pressure;
+pub use proxmox::Proxmox;
 pub use static_partition::Static;
 
 /// A VM's stable identity: given at power-on, never reused, kept when other VMs come and go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct VmId(pub u32);
 
 /// What a policy may know about one VM: only what a live host can also measure (DESIGN.md 9).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct VmView {
     /// Stable identity; decisions name the VM by it.
     pub id: VmId,
@@ -37,14 +43,18 @@ pub struct VmView {
     pub guest_total: u64,
     /// Guest free memory, bytes.
     pub guest_free: u64,
+    /// Memory the guest could use without swapping, bytes (MemAvailable; virtio
+    /// `stat-available-memory`; on Windows, Available).
+    pub guest_available: u64,
     /// Cumulative pages the guest swapped in and out (virtio-balloon stats).
     pub swap_in: u64,
     /// Cumulative pages swapped out.
     pub swap_out: u64,
     /// Cumulative major faults.
     pub major_faults: u64,
-    /// Cumulative time the guest's tasks were stalled on memory, ns (PSI memory "some" total).
-    pub memory_stall_ns: u64,
+    /// Cumulative time the VM was stalled on memory, ns (PSI memory "some" total), where the host
+    /// can measure it (a live host only under cgroup v2).
+    pub memory_stall_ns: Option<u64>,
     /// Guest Committed_AS, bytes.
     pub committed: u64,
     /// Pages in the balloon, bytes (MCTLSZ; virtio `actual`).
@@ -70,8 +80,23 @@ pub struct VmView {
     pub active_periods: u64,
 }
 
+/// The host's same-page merging (KSM; ESX TPS) as a policy can see and set it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SharingView {
+    /// Whether the scanner runs (/sys/kernel/mm/ksm/run).
+    pub run: bool,
+    /// Pages scanned per wake-up (pages_to_scan).
+    pub pages_to_scan: u64,
+    /// Sleep between wake-ups, ms (sleep_millisecs).
+    pub sleep_ms: u64,
+    /// Shared pages in use (pages_shared).
+    pub pages_shared: u64,
+    /// Pages mapping them, i.e. the memory saved plus `pages_shared` (pages_sharing).
+    pub pages_sharing: u64,
+}
+
 /// What a policy sees.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct HostView {
     /// Time of the observation, ns since start.
     pub time_ns: u64,
@@ -79,8 +104,13 @@ pub struct HostView {
     pub host_memory: u64,
     /// Host free memory, bytes.
     pub host_free: u64,
+    /// Memory the host could give without swapping, bytes (/proc/meminfo MemAvailable; the
+    /// simulated host has no page cache, so its free memory).
+    pub host_available: u64,
     /// Memory the hypervisor itself holds, bytes.
     pub hypervisor: u64,
+    /// Same-page merging.
+    pub sharing: SharingView,
     /// One entry per VM, in power-on order.
     pub vms: Vec<VmView>,
 }
@@ -116,6 +146,15 @@ pub enum Action {
         /// Whether it is blocked.
         blocked: bool,
     },
+    /// Same-page merging settings (host-wide; KSM run, pages_to_scan, sleep_millisecs).
+    SetSharing {
+        /// Whether the scanner runs.
+        run: bool,
+        /// Pages per wake-up.
+        pages_to_scan: u64,
+        /// Sleep between wake-ups, ms.
+        sleep_ms: u64,
+    },
     /// The host's memory state as the policy judges it (ESX high, soft, hard, low), for the record
     /// and the time series (host-wide).
     SetMemoryState {
@@ -146,7 +185,7 @@ pub trait Policy: Send + Sync {
 }
 
 /// Policy names a scenario may use.
-pub const POLICY_NAMES: &[&str] = &["static", "esx"];
+pub const POLICY_NAMES: &[&str] = &["static", "esx", "mom", "proxmox", "pressure"];
 
 /// A policy's settings from the scenario.
 #[derive(Clone, Debug, PartialEq)]
@@ -159,6 +198,25 @@ pub struct PolicySpec {
     pub idle_tax: f64,
 }
 
+impl PolicySpec {
+    /// A policy's settings by name, checked: the name one of [`POLICY_NAMES`], the ESX state
+    /// table one of [`ESX_STATE_TABLES`], the idle tax in 0..1.
+    pub fn named(name: &str, esx_states: &str, idle_tax: f64) -> Result<Self, String> {
+        let name = POLICY_NAMES
+            .iter()
+            .find(|n| **n == name)
+            .ok_or_else(|| format!("unknown policy '{name}' (policies: {})", POLICY_NAMES.join(", ")))?;
+        let table = ESX_STATE_TABLES.iter().find(|t| t.name == esx_states).ok_or_else(|| {
+            let names: Vec<&str> = ESX_STATE_TABLES.iter().map(|t| t.name).collect();
+            format!("unknown esx_states '{esx_states}' (tables: {})", names.join(", "))
+        })?;
+        if !(0.0..1.0).contains(&idle_tax) {
+            return Err(format!("idle_tax must be at least 0 and below 1, got {idle_tax}"));
+        }
+        Ok(Self { name: name.to_string(), esx_states: table.name, idle_tax })
+    }
+}
+
 /// Builds a policy from its settings.
 pub fn build(spec: &PolicySpec) -> Option<Box<dyn Policy>> {
     match spec.name.as_str() {
@@ -167,6 +225,9 @@ pub fn build(spec: &PolicySpec) -> Option<Box<dyn Policy>> {
             let table = ESX_STATE_TABLES.iter().find(|t| t.name == spec.esx_states)?;
             Some(Box::new(Esx::new(table, spec.idle_tax)))
         }
+        "mom" => Some(Box::new(Mom::default())),
+        "proxmox" => Some(Box::new(Proxmox)),
+        "pressure" => Some(Box::new(Pressure::default())),
         _ => None,
     }
 }
@@ -179,6 +240,10 @@ impl std::fmt::Display for Action {
             Self::SetSwapTarget { bytes } => write!(f, "set swap target {}", crate::units::human_bytes(*bytes)),
             Self::SetBlocked { blocked: true } => write!(f, "block"),
             Self::SetBlocked { blocked: false } => write!(f, "unblock"),
+            Self::SetSharing { run: false, .. } => write!(f, "stop page sharing"),
+            Self::SetSharing { run: true, pages_to_scan, sleep_ms } => {
+                write!(f, "share pages: scan {pages_to_scan} pages every {sleep_ms} ms")
+            }
             Self::SetMemoryState { state } => write!(f, "memory state {state}"),
         }
     }

@@ -44,39 +44,14 @@ mod tests {
 
     #[test]
     fn caps_each_vm_at_its_configured_memory() {
-        let vm = |id, name: &str, memory, limit| VmView {
-            id: VmId(id),
-            name: name.into(),
-            memory,
-            reservation: 0,
-            limit,
-            shares: 1000,
-            overhead: 0,
-            granted: 0,
-            guest_total: 0,
-            guest_free: 0,
-            swap_in: 0,
-            swap_out: 0,
-            major_faults: 0,
-            memory_stall_ns: 0,
-            committed: 0,
-            balloon_size: 0,
-            balloon_target: 0,
-            balloon_max: 0,
-            swapped: 0,
-            compressed: 0,
-            compression_cache: 0,
-            swap_target: 0,
-            active_sample: (0, 0),
-            active_sample_now: (0, 0),
-            active_periods: 0,
-        };
+        let vm =
+            |id, name: &str, memory, limit| VmView { id: VmId(id), name: name.into(), memory, limit, shares: 1000, ..Default::default() };
         let view = HostView {
             time_ns: 0,
             host_memory: 8 << 30,
             host_free: 8 << 30,
-            hypervisor: 0,
             vms: vec![vm(0, "a", 2 << 30, 2 << 30), vm(7, "b", 4 << 30, 1 << 30)],
+            ..Default::default()
         };
         let d = Static.decide(&view);
         assert_eq!(d[0].action, Action::SetGrantLimit { bytes: 2 << 30 });

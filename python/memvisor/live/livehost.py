@@ -1,0 +1,290 @@
+"""`LiveHost`: a Linux KVM host as a backend of the engine's controller. `observe()` returns the
+host view a simulated host gives (the same fields, meaning the same things, DESIGN.md 9);
+`apply(decision)` sets what the decision names and says what became of it.
+
+Only the listed VMs are ever read or touched: each is named with its QMP socket, and its VM id is
+its place in that list. A VM that stops answering is left out of the view (so no policy can act on
+it) and reported; it is tried again next round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from memvisor.live import hostfs
+from memvisor.live.cgroup import MemoryCgroup
+from memvisor.live.monitor import Monitor, Unreachable
+
+PAGE = 4096
+#: QOM path of the balloon device: QEMU names a `-device virtio-balloon-pci,id=balloon0` so.
+BALLOON = "/machine/peripheral/balloon0"
+#: ESX's default shares per MB of guest memory ("normal": 10 per MB, vSphere Resource Management).
+SHARES_PER_MIB = 10
+DRY_RUN = "dry run: not applied"
+
+
+@dataclass
+class VmSpec:
+    """A VM the manager may manage."""
+
+    name: str
+    qmp: str
+    #: Never shrink the guest below this, bytes, whatever a policy says (its reservation).
+    floor: int = 0
+    #: Shares (default: ESX's normal, 10 per MB of guest memory).
+    shares: int | None = None
+
+
+@dataclass
+class _Vm:
+    spec: VmSpec
+    id: int
+    mon: Monitor
+    pid: int | None = None
+    cgroup: MemoryCgroup | None = None
+    memory: int = 0
+    balloon_target: int | None = None
+    periods: int = 0
+    reachable: bool = False
+    #: The soft-limit file's value before the manager first wrote it (restored on close).
+    soft_limit_before: str | None = None
+    last: dict = field(default_factory=dict)
+
+
+class LiveHost:
+    """The backend. `events` collects what happened outside the policy's decisions (a VM that
+    stopped answering, came back, or was restored), for the manager to log."""
+
+    def __init__(
+        self,
+        vms: list[VmSpec],
+        dry_run: bool = False,
+        manage_ksm: bool = False,
+        timeout_s: float = 1.0,
+        stats_poll_s: int = 1,
+        host_memory: int | None = None,
+    ):
+        """`host_memory`: manage the listed VMs as if the host had this much memory for them (a
+        share of a larger machine: free memory is then this less what the VMs' cgroups hold);
+        None: the machine's own /proc/meminfo."""
+        names = [v.name for v in vms]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"VM names must be unique: {', '.join(sorted(dup))} listed twice")
+        self.vms = [_Vm(spec=s, id=i, mon=Monitor(s.name, s.qmp, timeout_s)) for i, s in enumerate(vms)]
+        self.dry_run = dry_run
+        self.manage_ksm = manage_ksm
+        self.stats_poll_s = max(1, int(stats_poll_s))
+        self.host_memory = host_memory
+        self.start = time.monotonic()
+        self.loop = asyncio.new_event_loop()
+        self.state = ""
+        self.ksm_before: dict[str, int] = {}
+        self.events: list[tuple[str, str]] = []
+
+    # -- observe -------------------------------------------------------------------------------
+
+    async def _attach(self, vm: _Vm) -> None:
+        """First contact (or again after a failure): the QEMU process, its cgroup, its memory
+        size, and guest statistics switched on."""
+        vm.pid = hostfs.socket_pid(vm.spec.qmp)
+        vm.cgroup = MemoryCgroup.of_pid(vm.pid) if vm.pid else None
+        vm.memory = (await vm.mon.cmd("query-memory-size-summary"))["base-memory"]
+        await vm.mon.cmd("qom-set", {"path": BALLOON, "property": "guest-stats-polling-interval", "value": self.stats_poll_s})
+
+    async def _observe_vm(self, vm: _Vm) -> dict | None:
+        try:
+            if not vm.reachable:
+                await self._attach(vm)
+            actual = (await vm.mon.cmd("query-balloon"))["actual"]
+            stats = (await vm.mon.cmd("qom-get", {"path": BALLOON, "property": "guest-stats"}))["stats"]
+        except Unreachable as e:
+            if vm.reachable or not vm.last:
+                self.events.append((vm.spec.name, f"not answering, left out of the view: {e}"))
+            vm.reachable = False
+            vm.last = {"error": str(e)}
+            return None
+        if not vm.reachable:
+            self.events.append((vm.spec.name, "answering; managed"))
+        vm.reachable = True
+        balloon = vm.memory - actual
+        if vm.balloon_target is None:
+            vm.balloon_target = balloon
+        cg = vm.cgroup
+        try:
+            rss, ref = hostfs.referenced(vm.pid) if vm.pid else (0, 0)
+            if vm.pid:
+                hostfs.clear_refs(vm.pid)
+            granted = cg.usage() if cg else rss
+            swapped = cg.swapped() if cg else 0
+            stall = cg.stall_ns() if cg else None
+        except OSError:
+            rss = ref = granted = swapped = 0
+            stall = None
+        vm.periods += 1
+        pages = vm.memory // PAGE
+        s = lambda k: max(0, int(stats.get(k, 0)))  # noqa: E731 -- -1 means "the guest does not report it"
+        v = {
+            "id": vm.id,
+            "name": vm.spec.name,
+            "memory": vm.memory,
+            "reservation": min(vm.spec.floor, vm.memory),
+            "limit": vm.memory,
+            "shares": vm.spec.shares if vm.spec.shares is not None else SHARES_PER_MIB * (vm.memory >> 20),
+            # What QEMU itself holds beyond guest RAM is not separable from a cgroup's usage.
+            "overhead": 0,
+            "granted": granted,
+            "guest_total": s("stat-total-memory"),
+            "guest_free": s("stat-free-memory"),
+            "guest_available": s("stat-available-memory"),
+            # virtio-balloon reports swap traffic in bytes (pages_to_bytes in the guest driver).
+            "swap_in": s("stat-swap-in") // PAGE,
+            "swap_out": s("stat-swap-out") // PAGE,
+            "major_faults": s("stat-major-faults"),
+            "minor_faults": s("stat-minor-faults"),
+            "memory_stall_ns": stall,
+            # Committed_AS is not among the virtio-balloon statistics.
+            "committed": 0,
+            "balloon_size": balloon,
+            "balloon_target": vm.balloon_target,
+            "balloon_max": vm.memory - min(vm.spec.floor, vm.memory),
+            "swapped": swapped,
+            "compressed": 0,
+            "compression_cache": 0,
+            "swap_target": 0,
+            # One sampling period per round: the share of guest memory referenced since the last.
+            "active_sample": (pages, min(pages, ref // PAGE)),
+            "active_sample_now": (0, 0),
+            "active_periods": vm.periods,
+            "stats_time": int(stats and stats.get("last-update", 0) or 0),
+        }
+        vm.last = v
+        return v
+
+    def observe(self) -> dict:
+        """The host view: host memory from /proc/meminfo, KSM from sysfs, each answering VM from
+        QMP and its cgroup (queried concurrently, each with its own deadline)."""
+        views = self.loop.run_until_complete(_gather(self._observe_vm(v) for v in self.vms))
+        vms = [v for v in views if v is not None]
+        k = hostfs.ksm()
+        granted = sum(v["granted"] for v in vms)
+        if self.host_memory is not None:
+            total = self.host_memory
+            free = available = max(0, total - granted)
+        else:
+            mi = hostfs.meminfo()
+            total, free, available = mi["MemTotal"], mi["MemFree"], mi["MemAvailable"]
+        return {
+            "time_ns": int((time.monotonic() - self.start) * 1e9),
+            "host_memory": total,
+            "host_free": free,
+            "host_available": available,
+            # The host's own use: what is neither available nor charged to a managed VM.
+            "hypervisor": max(0, total - available - granted),
+            "sharing": {
+                "run": k["run"] == 1,
+                "pages_to_scan": k["pages_to_scan"],
+                "sleep_ms": k["sleep_millisecs"],
+                "pages_shared": k["pages_shared"],
+                "pages_sharing": k["pages_sharing"],
+            },
+            "vms": vms,
+        }
+
+    # -- apply ---------------------------------------------------------------------------------
+
+    def apply(self, d: dict) -> str:
+        """Sets what decision `d` names; returns the outcome for the log."""
+        kind = d["kind"]
+        if d["vm_id"] is None:
+            if kind == "memory_state":
+                self.state = d["state"]
+                return "applied"
+            if kind == "sharing":
+                return self._apply_ksm(d)
+            return f"refused: '{kind}' needs a VM"
+        if not 0 <= d["vm_id"] < len(self.vms):
+            return f"refused: VM #{d['vm_id']} is not one this manager was given"
+        vm = self.vms[d["vm_id"]]
+        if not vm.reachable:
+            return f"not applied: '{vm.spec.name}' is not answering"
+        if self.dry_run:
+            return DRY_RUN
+        try:
+            if kind == "balloon_target":
+                return self._run(vm, self._balloon(vm, d["bytes"]))
+            if kind == "blocked":
+                return self._run(vm, vm.mon.cmd("stop" if d["blocked"] else "cont"))
+            if kind == "grant_limit":
+                return self._grant_limit(vm, d["bytes"])
+        except OSError as e:
+            return f"failed: {e}"
+        if kind == "swap_target":
+            return "not applied: a live host has no per-VM swap target (the host kernel swaps a VM's cgroup by its own reclaim)"
+        return f"refused: unknown action '{kind}'"
+
+    async def _balloon(self, vm: _Vm, bytes_: int) -> None:
+        # QMP `balloon` takes the size the guest should have, not the balloon's.
+        await vm.mon.cmd("balloon", {"value": vm.memory - bytes_})
+        vm.balloon_target = bytes_
+
+    def _run(self, vm: _Vm, coro) -> str:
+        try:
+            self.loop.run_until_complete(coro)
+            return "applied"
+        except Unreachable as e:
+            vm.reachable = False
+            return f"not applied: {e}"
+
+    def _grant_limit(self, vm: _Vm, bytes_: int) -> str:
+        cg = vm.cgroup
+        if cg is None:
+            return f"not applied: '{vm.spec.name}' is not in a memory cgroup of its own"
+        # Never below what the group holds: reclaiming it is the balloon's work, and a limit under
+        # the usage without host swap would have the cgroup's OOM killer end QEMU.
+        usage = cg.usage()
+        value = max(bytes_, usage)
+        if vm.soft_limit_before is None:
+            vm.soft_limit_before = cg.read_soft_limit()
+        cg.write_soft_limit(str(value))
+        return "applied" if value == bytes_ else f"applied as {value >> 20} MiB, the current usage"
+
+    def _apply_ksm(self, d: dict) -> str:
+        if self.dry_run:
+            return DRY_RUN
+        if not self.manage_ksm:
+            return "not applied: KSM is not managed here (allow it with --ksm)"
+        if not hostfs.KSM.is_dir():
+            return "not applied: the host kernel has no KSM"
+        want = {"run": int(d["run"]), "pages_to_scan": d["pages_to_scan"], "sleep_millisecs": d["sleep_ms"]}
+        for knob, value in want.items():
+            self.ksm_before.setdefault(knob, int((hostfs.KSM / knob).read_text()))
+            hostfs.write_ksm(knob, value)
+        return "applied"
+
+    # -- close ---------------------------------------------------------------------------------
+
+    def close(self) -> list[str]:
+        """Disconnects; restores the KSM settings and cgroup limits the manager changed (balloons
+        stay where they are: the guests keep the sizes last set). Returns what was restored."""
+        done = []
+        for knob, value in self.ksm_before.items():
+            hostfs.write_ksm(knob, value)
+            done.append(f"KSM {knob} = {value}")
+        for vm in self.vms:
+            if vm.soft_limit_before is not None and vm.cgroup is not None:
+                try:
+                    vm.cgroup.write_soft_limit(vm.soft_limit_before)
+                    done.append(f"{vm.spec.name}: {vm.cgroup.soft_limit_file()} = {vm.soft_limit_before}")
+                except OSError:
+                    pass
+        self.loop.run_until_complete(_gather(v.mon.close() for v in self.vms))
+        self.loop.close()
+        return done
+
+
+async def _gather(coros):
+    """Runs coroutines concurrently on the running loop (the host's own, not a default one)."""
+    return await asyncio.gather(*coros)

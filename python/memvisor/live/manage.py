@@ -1,0 +1,133 @@
+"""`memvisor manage`: the engine's controller over the live host, every period, with the run
+folder a simulated run has (decisions.jsonl appended as decisions are made, timeseries.parquet
+and summary.json when the manager stops) and status.json replaced every round for `status`."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from memvisor import _core, api
+from memvisor.live.livehost import LiveHost, VmSpec
+
+#: A policy that decides once (static) is still re-observed this often, s, for the time series.
+DEFAULT_PERIOD_S = 10.0
+
+
+@dataclass
+class ManageConfig:
+    """What `manage` runs: the policy, the VMs it may touch, and how."""
+
+    policy: str
+    vms: list[VmSpec]
+    period_s: float | None = None
+    dry_run: bool = False
+    manage_ksm: bool = False
+    timeout_s: float = 1.0
+    rounds: int | None = None
+    host_memory: int | None = None
+
+
+def _row(t: float, state: str, v: dict, columns: list[str]) -> dict:
+    """A time-series row with the simulated run's columns; what a live host cannot measure is NaN."""
+    mib = 1 / (1 << 20)
+    known = {
+        "pswpin_pages": v["swap_in"],
+        "pswpout_pages": v["swap_out"],
+        "pgfault": v["minor_faults"] + v["major_faults"],
+        "pgmajfault": v["major_faults"],
+        "MemTotal_KiB": v["guest_total"] / 1024,
+        "MemFree_KiB": v["guest_free"] / 1024,
+        "memory_stall_ms": math.nan if v["memory_stall_ns"] is None else v["memory_stall_ns"] / 1e6,
+        "GRANT_MiB": v["granted"] * mib,
+        "MCTLSZ_MiB": v["balloon_size"] * mib,
+        "MCTLTGT_MiB": v["balloon_target"] * mib,
+        "MCTLMAX_MiB": v["balloon_max"] * mib,
+        "SWCUR_MiB": v["swapped"] * mib,
+    }
+    row = {"time_s": t, "vm": v["name"], "state": state}
+    row.update({c: float(known.get(c, math.nan)) for c in columns})
+    return row
+
+
+def _write_json(path: Path, obj) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def manage(cfg: ManageConfig, out: Path, say: Callable[[str], None] = print) -> dict:
+    """Runs `cfg.policy` over the listed VMs until SIGINT/SIGTERM or `cfg.rounds` rounds, writing
+    the run folder `out`. Returns the summary."""
+    ctl = _core.Controller(cfg.policy)
+    period = cfg.period_s or ctl.period_s() or DEFAULT_PERIOD_S
+    host = LiveHost(cfg.vms, dry_run=cfg.dry_run, manage_ksm=cfg.manage_ksm, timeout_s=cfg.timeout_s, stats_poll_s=max(1, round(period)), host_memory=cfg.host_memory)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("summary.json", "timeseries.parquet", "status.json"):
+        (out / stale).unlink(missing_ok=True)
+    (out / "manage.json").write_text(json.dumps({**asdict(cfg), "period_s": period}, indent=2) + "\n", encoding="utf-8")
+    columns = _core.timeseries_columns()
+    rows: list[dict] = []
+    rounds = 0
+    stop = "rounds done"
+    decisions = open(out / "decisions.jsonl", "w", encoding="utf-8")
+    events = open(out / "events.jsonl", "w", encoding="utf-8")
+    round_s: list[float] = []
+    with api.deferred_signals() as got:
+        try:
+            next_t = time.monotonic()
+            while cfg.rounds is None or rounds < cfg.rounds:
+                t0 = time.perf_counter()
+                records = ctl.tick(host) if rounds == 0 or ctl.period_s() is not None else []
+                if rounds > 0 and ctl.period_s() is None:
+                    host.observe()  # a policy that decided once: keep observing for the record
+                round_s.append(time.perf_counter() - t0)
+                rounds += 1
+                for r in records:
+                    decisions.write(json.dumps(r) + "\n")
+                    say(f"{r['time_s']:8.1f}s {r['vm']}: {r['action']} -- {r['reason']} [{r['outcome']}]")
+                decisions.flush()
+                for vm, what in host.events:
+                    events.write(json.dumps({"time_s": time.monotonic() - host.start, "vm": vm, "event": what}) + "\n")
+                    say(f"{vm}: {what}")
+                events.flush()
+                host.events.clear()
+                t = time.monotonic() - host.start
+                seen = [v.last for v in host.vms if v.reachable]
+                rows.extend(_row(t, host.state, v, columns) for v in seen)
+                _write_json(out / "status.json", {"time_s": t, "policy": ctl.policy(), "state": host.state, "dry_run": cfg.dry_run,
+                                                  "vms": [{"name": v.spec.name, "reachable": v.reachable, **v.last} for v in host.vms]})
+                next_t += period
+                while not got and time.monotonic() < next_t and (cfg.rounds is None or rounds < cfg.rounds):
+                    time.sleep(min(api.SIGNAL_POLL_S, max(0.0, next_t - time.monotonic())))
+                if got:
+                    stop = f"stopped on {signal.Signals(got[0]).name}"
+                    break
+        finally:
+            restored = host.close()
+            decisions.close()
+            events.close()
+    left = {v.spec.name: v.last.get("balloon_size") for v in host.vms if v.reachable}
+    summary = {
+        "policy": ctl.policy(),
+        "dry_run": cfg.dry_run,
+        "rounds": rounds,
+        "period_s": period,
+        "stop": stop,
+        "balloons_left_bytes": left,
+        "restored": restored,
+        "round_ms_median": sorted(round_s)[len(round_s) // 2] * 1e3 if round_s else None,
+    }
+    pq.write_table(pa.Table.from_pandas(pd.DataFrame(rows, columns=["time_s", "vm", "state", *columns]), preserve_index=False), out / "timeseries.parquet")
+    _write_json(out / "summary.json", summary)
+    return summary

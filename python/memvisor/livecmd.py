@@ -1,0 +1,167 @@
+"""`memvisor manage` and `memvisor status`: the live backend from the command line."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from memvisor import _core
+from memvisor.console import USAGE, MemvisorError, err, fmt, out
+from memvisor.live.livehost import VmSpec
+from memvisor.live.manage import ManageConfig, manage
+from memvisor.params import ByteSize
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+_VM_KEYS = {"name", "qmp", "floor", "shares"}
+_TOP_KEYS = {"policy", "period", "ksm", "timeout", "host_memory", "vm"}
+
+
+def _pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
+    out = {}
+    for item in items:
+        k, eq, v = item.partition("=")
+        if not eq or not k or not v:
+            raise MemvisorError(f"{option} {item!r}: give NAME=VALUE", USAGE)
+        out[k] = v
+    return out
+
+
+def _size(v, where: str) -> int:
+    try:
+        return v if isinstance(v, int) and v >= 0 else _core.parse_bytes(str(v))
+    except ValueError as e:
+        raise MemvisorError(f"{where}: {e}", USAGE) from None
+
+
+def load_config(path: Path) -> tuple[dict, list[VmSpec]]:
+    """A manage config file: top-level policy, period (s), ksm, timeout (s), and [[vm]] tables
+    with name, qmp, floor (a size) and shares."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise MemvisorError(f"{path}: {e.strerror}", USAGE) from None
+    except tomllib.TOMLDecodeError as e:
+        raise MemvisorError(f"{path}: not valid TOML: {e}", USAGE) from None
+    unknown = set(raw) - _TOP_KEYS
+    if unknown:
+        raise MemvisorError(f"{path}: unknown key {', '.join(sorted(unknown))} (allowed: {', '.join(sorted(_TOP_KEYS))})", USAGE)
+    vms = []
+    for i, t in enumerate(raw.get("vm", [])):
+        where = f"{path}: vm[{i}]"
+        if set(t) - _VM_KEYS:
+            raise MemvisorError(f"{where}: unknown key {', '.join(sorted(set(t) - _VM_KEYS))} (allowed: {', '.join(sorted(_VM_KEYS))})", USAGE)
+        for k in ("name", "qmp"):
+            if not isinstance(t.get(k), str) or not t[k]:
+                raise MemvisorError(f"{where}.{k}: required, a string", USAGE)
+        shares = t.get("shares")
+        if shares is not None and (not isinstance(shares, int) or shares <= 0):
+            raise MemvisorError(f"{where}.shares: must be a positive integer, got {shares!r}", USAGE)
+        vms.append(VmSpec(t["name"], t["qmp"], _size(t.get("floor", 0), f"{where}.floor"), shares))
+    return raw, vms
+
+
+def _vm_options(vm: tuple[str, ...], floor: tuple[str, ...], config: Path | None) -> tuple[dict, list[VmSpec]]:
+    raw, specs = load_config(config) if config else ({}, [])
+    for name, qmp in _pairs(vm, "--vm").items():
+        specs.append(VmSpec(name, qmp))
+    floors = _pairs(floor, "--floor")
+    by_name = {s.name: s for s in specs}
+    for name, size in floors.items():
+        if name not in by_name:
+            raise MemvisorError(f"--floor {name}=...: no VM '{name}' is listed", USAGE)
+        by_name[name].floor = _size(size, f"--floor {name}")
+    if not specs:
+        raise MemvisorError("no VMs: list them with --vm NAME=QMP_SOCKET or a --config file; no other VM is ever touched", USAGE)
+    return raw, specs
+
+
+_vm_opt = click.option("--vm", multiple=True, metavar="NAME=QMP_SOCKET", help="A VM to manage, by its QMP socket (repeatable; the allow-list).")
+_floor_opt = click.option("--floor", multiple=True, metavar="NAME=SIZE", help="Never shrink VM NAME below SIZE, whatever the policy says.")
+_config_opt = click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="A TOML file: policy, period, ksm, timeout, [[vm]] name/qmp/floor/shares.")
+
+
+@click.command("manage")
+@click.argument("policy", required=False)
+@_vm_opt
+@_floor_opt
+@_config_opt
+@click.option("--period", type=click.FloatRange(min=0.1), help="Seconds between rounds (default: the policy's own).")
+@click.option("--dry-run", is_flag=True, help="Print what would be done and why; change nothing.")
+@click.option("--ksm", "manage_ksm", is_flag=True, default=None, help="Let the policy set KSM (restored when the manager stops).")
+@click.option("--timeout", type=click.FloatRange(min=0.01), help="Seconds a VM's monitor may take to answer (default 1).")
+@click.option("--rounds", type=click.IntRange(min=1), help="Stop after this many rounds (default: until SIGINT/SIGTERM).")
+@click.option("--host-memory", type=ByteSize(), help="Manage the VMs as if the host had this much memory for them (default: the machine's).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Run folder (default runs/manage-POLICY).")
+def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, rounds, host_memory, out_dir) -> None:
+    """Run POLICY against the live KVM host: every period, observe the listed VMs (QMP, cgroups,
+    /proc), decide, apply, and log each decision with its reason. SIGTERM stops it cleanly and
+    leaves the balloons where they are."""
+    raw, specs = _vm_options(vm, floor, config)
+    policy = policy or raw.get("policy")
+    if not policy:
+        raise MemvisorError(f"no policy given (policies: {', '.join(_core.policy_names())})", USAGE)
+    if policy not in _core.policy_names():
+        raise MemvisorError(f"unknown policy '{policy}' (policies: {', '.join(_core.policy_names())})", USAGE)
+    cfg = ManageConfig(
+        policy=policy,
+        vms=specs,
+        period_s=period or raw.get("period"),
+        dry_run=dry_run,
+        manage_ksm=bool(manage_ksm if manage_ksm is not None else raw.get("ksm", False)),
+        timeout_s=timeout or raw.get("timeout", 1.0),
+        rounds=rounds,
+        host_memory=host_memory if host_memory is not None else (_size(raw["host_memory"], f"{config}: host_memory") if "host_memory" in raw else None),
+    )
+    path = out_dir or Path("runs") / f"manage-{policy}"
+    err.print(f"managing {', '.join(s.name for s in specs)} with '{policy}'{' (dry run)' if dry_run else ''}; run folder {path}", highlight=False)
+    summary = manage(cfg, path, say=lambda line: out.print(line, highlight=False))
+    left = ", ".join(f"{k} {fmt((v or 0) >> 20)} MiB" for k, v in summary["balloons_left_bytes"].items())
+    err.print(f"{summary['stop']} after {summary['rounds']} rounds; balloons left where they are ({left or 'none reachable'})", highlight=False)
+    for r in summary["restored"]:
+        err.print(f"restored {r}", highlight=False)
+
+
+def _status_table(status: dict) -> Table:
+    t = Table("vm", "reachable", "memory MiB", "balloon MiB", "target MiB", "granted MiB", "guest free MiB", "swap in", "major faults", box=None)
+    mib = lambda v: fmt(v >> 20) if isinstance(v, int) else "-"  # noqa: E731
+    for v in status["vms"]:
+        t.add_row(v["name"], "yes" if v.get("reachable") else "no", mib(v.get("memory")), mib(v.get("balloon_size")), mib(v.get("balloon_target")),
+                  mib(v.get("granted")), mib(v.get("guest_free")), fmt(v.get("swap_in")), fmt(v.get("major_faults")))
+    return t
+
+
+@click.command("status")
+@click.argument("run", required=False, type=click.Path(file_okay=False, path_type=Path))
+@_vm_opt
+@_config_opt
+def status_cmd(run, vm, config) -> None:
+    """The live host's current state: from a running manager's run folder RUN, or observed once
+    from the listed VMs (their QMP sockets must be free)."""
+    if run is not None:
+        try:
+            status = json.loads((run / "status.json").read_text())
+        except FileNotFoundError:
+            raise MemvisorError(f"{run}: no status.json (is it a manage run folder?)", USAGE) from None
+        age = time.time() - (run / "status.json").stat().st_mtime
+        out.print(f"policy {status['policy']}, state {status['state'] or '-'}, as of {age:.0f} s ago{' (dry run)' if status['dry_run'] else ''}", highlight=False)
+    else:
+        from memvisor.live.livehost import LiveHost
+
+        _, specs = _vm_options(vm, (), config)
+        host = LiveHost(specs, dry_run=True)
+        try:
+            host.observe()
+        finally:
+            host.close()
+        for name, what in host.events:
+            err.print(f"{name}: {what}", highlight=False)
+        status = {"vms": [{"name": v.spec.name, "reachable": v.reachable, **v.last} for v in host.vms]}
+    out.print(_status_table(status))
