@@ -12,6 +12,8 @@ setup:
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --upgrade pip
 	@$(BIN)/python -m pip install -q -e '.[test]'
+	@# The small Linux guest the live backend's tests boot (QEMU and busybox from Debian's packages).
+	@bash vmimage/build.sh target/vmimage
 
 demo: setup
 	$(BIN)/memvisor run nfs-balloon
