@@ -219,6 +219,38 @@ def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...], p
         raise MemvisorError("simulated major faults differ by more than 10 % where the kernel is stable", 1)
 
 
+@validate.command("balloon")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-balloon"), show_default=True)
+@click.option("--memory", type=click.IntRange(min=128), default=512, show_default=True, help="Guest memory, MiB.")
+@click.option("--size", type=click.IntRange(min=64), default=256, show_default=True, help="Guest size the balloon leaves, MiB.")
+@click.option("--swap", type=click.IntRange(min=16), default=256, show_default=True, help="Swap on a virtio disk, MiB.")
+@click.option("--hog", type=click.IntRange(min=1), default=320, show_default=True, help="Memory memhog touches, MiB.")
+@click.option("--passes", type=click.IntRange(min=1), default=3, show_default=True, help="memhog's passes over it.")
+def balloon_cmd(out_dir: Path, memory: int, size: int, swap: int, hog: int, passes: int) -> None:
+    """Inflate the balloon of a real guest (QEMU) and of its simulated twin, run the same page-
+    touching program in both, and compare major faults, swap traffic and free memory read from the
+    guest itself; also set the live host view beside the guest's own figures."""
+    from memvisor import validate_balloon as vb
+    from memvisor.live import launch
+
+    why = launch.available()
+    if why:
+        raise MemvisorError(f"validate balloon cannot run on this machine: {why}", 77)
+    if size >= memory:
+        raise MemvisorError(f"--size {size} must be below --memory {memory}", USAGE)
+    r = vb.run(out_dir, memory, size, swap, hog, passes, log=lambda line: err.print(line, highlight=False))
+    t = Table("measure", "real guest", "simulated", "error", title=f"balloon: {memory} MiB guest ballooned to {size} MiB, memhog {hog} MiB x {passes}")
+    for row in r["rows"]:
+        t.add_row(row["measure"], fmt(row["real"]), fmt(row["simulated"]), "-" if row["error"] is None else f"{row['error']:+.1%}")
+    out.print(t)
+    hv = r["host_view"]
+    t2 = Table("measure", "guest /proc", "live host view", title="what manage gives a policy (virtio-balloon statistics)")
+    for k in hv["guest"]:
+        t2.add_row(k, fmt(hv["guest"][k]), fmt(hv["host view"][k]))
+    out.print(t2)
+    out.print(f"real guest {r['real_wall_s']:.1f} s under {'KVM' if launch.kvm_usable() else 'TCG'}; run folder: {out_dir}")
+
+
 main.add_command(trace)
 main.add_command(manage_cmd)
 main.add_command(status_cmd)

@@ -147,3 +147,28 @@ def test_a_hung_or_killed_guest_does_not_stop_the_loop(guests, tmp_path):
     assert actual(a) == a_at_stop, "stopping leaves the balloons where they are"
     status = subprocess.run([sys.executable, "-m", "memvisor.cli", "status", str(out)], capture_output=True, text=True)
     assert status.returncode == 0 and "pressure" in status.stdout and "a" in status.stdout
+
+
+def test_a_real_guest_and_its_simulated_twin_agree(tmp_path):
+    """validate balloon, small: a 256 MiB guest ballooned to 128 MiB runs memhog over 160 MiB twice.
+    Tolerances: major faults and swap-ins within 10 %, the band where validate linux-paging found
+    the kernel stable. What the idle guest itself holds (kernel slab, the initramfs: U pages, not
+    modelled) leaves the simulated program U more pages of room, so each pass writes out up to U
+    fewer pages, and free memory at the end is up to U higher; both within that plus 10 %. The
+    live host view must give the guest's own figures exactly."""
+    from memvisor import validate_balloon as vb
+
+    r = vb.run(tmp_path / "vb", memory=256, size=128, swap=128, hog=160, passes=2, log=lambda _: None)
+    rows = {row["measure"]: row for row in r["rows"]}
+    for k in ("pgmajfault", "pswpin"):
+        assert rows[k]["real"] > 1000, "the guest did swap"
+        assert abs(rows[k]["error"]) <= 0.10, rows[k]
+    u = r["host_view"]["idle_used_KiB"] // 4
+    out = rows["pswpout"]
+    assert out["simulated"] <= out["real"] * 1.10 and out["real"] - out["simulated"] <= 1.1 * (2 * u) + 0.1 * out["real"], (out, u)
+    assert rows["MemTotal_KiB"]["real"] == rows["MemTotal_KiB"]["simulated"], "the balloon took the same memory out of MemTotal"
+    gap = rows["MemFree_KiB"]["simulated"] - rows["MemFree_KiB"]["real"]
+    assert 0 <= gap <= 1.1 * 4 * u, (gap, u)
+    hv = r["host_view"]
+    assert hv["guest"] == hv["host view"]
+    assert (tmp_path / "vb" / "comparison.json").exists()

@@ -259,6 +259,17 @@ impl Simulation {
         py.detach(|| sim.run_until(until)).map_err(RunError::new_err)
     }
 
+    /// Sets VM `vm`'s balloon target (bytes) now, by hand as an operator would with QMP
+    /// `balloon`, outside the policy: for runs that compare a guest with its simulated twin.
+    fn set_balloon_target(&mut self, vm: u32, bytes: u64) -> PyResult<()> {
+        let d = memvisor::policy::Decision {
+            vm: Some(memvisor::policy::VmId(vm)),
+            action: memvisor::policy::Action::SetBalloonTarget { bytes },
+            reason: "set by hand".into(),
+        };
+        self.inner.apply(&d).map_err(RunError::new_err)
+    }
+
     /// Simulated seconds reached.
     #[getter]
     fn now_s(&self) -> f64 {
