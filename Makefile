@@ -31,6 +31,8 @@ bench: setup $(BENCH_TRACE)
 	$(BIN)/memvisor trace bench $(BENCH_TRACE) --frames 32,64,128,256,509 --repeats 5
 	# The esx-overcommit case's four-guest run on one core (its table's last column is the wall time).
 	$(BIN)/memvisor run esx-overcommit --variant four --jobs 1 --quiet --out runs/bench/esx-overcommit
+	# One observe/decide/apply round of the live backend over 10 real guests (QEMU).
+	$(BIN)/memvisor bench --live 10
 
 $(BENCH_TRACE):
 	mkdir -p runs/bench

@@ -68,3 +68,57 @@ def run_bench(quick: bool = False) -> list[BenchResult]:
         touches = sum(p["touches"] for p in vm["processes"])
         out.append(BenchResult(name, what, r.summary["sim_time_s"], touches, int(vm["counters"]["pgfault"]), r.wall_s))
     return out
+
+
+@dataclass
+class LiveRoundResult:
+    vms: int
+    rounds: int
+    accelerator: str
+    round_ms_median: float
+    round_ms_p90: float
+    observe_ms_median: float
+    decisions: int
+
+
+def run_live_rounds(n: int, rounds: int = 50, policy: str = "mom", memory_mib: int = 128) -> LiveRoundResult:
+    """One observe/decide/apply round over `n` real guests (QEMU), `rounds` times: wall time of
+    `Controller.tick` (QMP round trips, cgroup and /proc reads, the policy, balloon commands), and
+    of `observe` alone. The host is given a budget below what the guests hold, so that the policy
+    keeps deciding and applying."""
+    import statistics
+    import tempfile
+    import time
+
+    from memvisor.live import launch
+    from memvisor.live.livehost import LiveHost, VmSpec
+
+    work = tempfile.mkdtemp(prefix="memvisor-bench-live-")
+    guests = []
+    try:
+        for i in range(n):
+            guests.append(launch.Guest(f"g{i}", work, memory_mib))
+        for g in guests:
+            g.wait_ready(300)
+        host = LiveHost([VmSpec(g.name, g.qmp) for g in guests], host_memory=n * memory_mib << 20)
+        try:
+            ctl = _core.Controller(policy)
+            ctl.tick(host)  # the first round attaches (memory size, stats polling)
+            ticks, observes, decisions = [], [], 0
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                decisions += len(ctl.tick(host))
+                ticks.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                host.observe()
+                observes.append(time.perf_counter() - t0)
+        finally:
+            host.close()
+    finally:
+        for g in guests:
+            g.stop()
+    ticks.sort()
+    return LiveRoundResult(
+        n, rounds, "KVM" if launch.kvm_usable() else "TCG",
+        statistics.median(ticks) * 1e3, ticks[int(0.9 * (len(ticks) - 1))] * 1e3, statistics.median(observes) * 1e3, decisions,
+    )

@@ -168,10 +168,23 @@ def sweep_cmd(spec: str, vary: tuple[str, tuple[str, ...]], column: str | None, 
 
 @main.command()
 @click.option("--quick", is_flag=True, help="One simulated second per benchmark (a smoke run).")
-def bench(quick: bool) -> None:
-    """Measure simulated page touches per real second (one core)."""
-    from memvisor.bench import run_bench
+@click.option("--live", type=click.IntRange(min=1), metavar="N", help="Time policy rounds over N real guests (QEMU) instead.")
+def bench(quick: bool, live: int | None) -> None:
+    """Measure simulated page touches per real second (one core); with --live N, the time of one
+    policy round over N real guests instead."""
+    from memvisor.bench import run_bench, run_live_rounds
 
+    if live is not None:
+        from memvisor.live import launch
+
+        why = launch.available()
+        if why:
+            raise MemvisorError(f"bench --live cannot run on this machine: {why}", 77)
+        r = run_live_rounds(live, rounds=10 if quick else 50)
+        t = Table("VMs", "rounds", "guests on", "round ms (median)", "round ms (p90)", "observe ms (median)", "decisions", title="memvisor bench --live: observe/decide/apply over real guests")
+        t.add_row(str(r.vms), str(r.rounds), r.accelerator, f"{r.round_ms_median:.1f}", f"{r.round_ms_p90:.1f}", f"{r.observe_ms_median:.1f}", str(r.decisions))
+        out.print(t)
+        return
     t = Table("benchmark", "sim s", "touches", "faults", "wall s", "touches/s", title="memvisor bench")
     for r in run_bench(quick):
         t.add_row(r.what, f"{r.sim_s:.0f}", f"{r.touches:.3e}", f"{r.faults:,}", f"{r.wall_s:.2f}", f"{r.touches_per_s:.3e}")
