@@ -1,16 +1,20 @@
-//! `mom`: oVirt MOM's default policies as vdsm ships them (`mom.d/02-balloon.policy`,
-//! `03-ksm.policy`), run together as MOM runs them.
+//! `mom`: oVirt MOM's default KSM and auto-balloon policy (`mom-balloon.policy`, oVirt wiki, by
+//! A. Litke; vdsm ships the same rules as `mom.d/02-balloon.policy` and `03-ksm.policy`), its two
+//! parts run together as MOM runs them.
 //!
 //! Balloon: while the host's free memory is under 20 % of its memory, every guest is shrunk
 //! toward what it uses plus a free margin (20 % of its size, scaled down with the host's free
-//! memory; negative below 5 %, forcing the guest to swap), at most 5 % of its size a round and
-//! never below its guaranteed minimum; otherwise every guest grows by 5 % a round up to its full
-//! size. Changes under 0.25 % of a guest's size are not made.
+//! memory; negative at 5 % or less, forcing the guest to swap), at most 5 % of its size a round;
+//! otherwise every ballooned guest grows by 5 % a round, at once to its use plus 20 % of its full
+//! size if that is more, up to its full size. Changes of 0.25 % of a guest's size or less are not
+//! made. MOM averages the guests' statistics over its last samples (`StatAvg`); here the current
+//! ones are used. vdsm's version never shrinks a guest below its guaranteed memory: here its
+//! floor (reservation).
 //!
-//! KSM: the scanner stops while the guests' committed memory plus a 20 % margin fits in the host
-//! and free memory is above that margin; else it runs, scanning 300 pages more a round while free
-//! memory is under the margin and 50 fewer otherwise (64 to 1,250), sleeping 10 ms per 16 GiB of
-//! host memory.
+//! KSM: the scanner stops while the memory KSM could share (what the guests hold) plus a 20 %
+//! margin fits in the host and free memory is above that margin; else it runs, scanning 300 pages
+//! more a round while free memory is under the margin and 50 fewer otherwise (64 to 1,250),
+//! sleeping 10 ms per 16 GiB of host memory.
 
 use super::{Action, Decision, HostView, Policy, VmView};
 use crate::units::human_bytes;
@@ -33,11 +37,10 @@ const KSM_FREE_PERCENT: f64 = 0.20;
 /// The host size the sleep baseline is given for (16 GiB: 16,777,216 kB in the policy).
 const KSM_SLEEP_BASE_BYTES: f64 = (16u64 << 30) as f64;
 
-/// The policy; it remembers the scanner's page count between rounds, as MOM's Host.Control does,
-/// and what it last asked of KSM (asked again only when that changes).
+/// The policy; it remembers what it last asked of KSM (asked again only when that changes, so a
+/// host that does not let it set KSM is not told the same every round).
 #[derive(Clone, Debug, Default)]
 pub struct Mom {
-    ksm_npages: Option<i64>,
     ksm_asked: Option<Action>,
 }
 
@@ -78,14 +81,20 @@ impl Mom {
                     ),
                 )
             } else {
-                let size = (cur * (1.0 + MAX_BALLOON_CHANGE_PERCENT)).min(v.memory as f64);
+                if v.balloon_size == 0 {
+                    continue; // not ballooned: nothing to give back
+                }
+                let max = v.memory as f64;
+                let want = (cur - v.guest_free as f64) + MIN_GUEST_FREE_PERCENT * max;
+                let size = (cur * (1.0 + MAX_BALLOON_CHANGE_PERCENT)).min(max).max(want).min(max);
                 (
                     size,
                     format!(
-                        "host free {:.1} % >= {:.0} %: grow by up to {:.0} % a round",
+                        "host free {:.1} % >= {:.0} %: grow by {:.0} % a round, at least to use + {:.0} % free",
                         host_free_pct * 100.0,
                         PRESSURE_THRESHOLD * 100.0,
-                        MAX_BALLOON_CHANGE_PERCENT * 100.0
+                        MAX_BALLOON_CHANGE_PERCENT * 100.0,
+                        MIN_GUEST_FREE_PERCENT * 100.0
                     ),
                 )
             };
@@ -104,10 +113,11 @@ impl Mom {
     fn ksm(&mut self, view: &HostView, out: &mut Vec<Decision>) {
         let total = view.host_memory as f64;
         let threshold = total * KSM_FREE_PERCENT;
-        let committed: f64 = view.vms.iter().map(|v| (v.memory + v.overhead) as f64).sum();
+        // Host.ksm_shareable: the memory the guests hold, which KSM could merge.
+        let committed: f64 = view.vms.iter().map(|v| v.granted as f64).sum();
         let free = view.host_available as f64;
         let run = !(threshold + committed < total && free > threshold);
-        let npages = self.ksm_npages.unwrap_or(view.sharing.pages_to_scan as i64);
+        let npages = view.sharing.pages_to_scan as i64;
         let (npages, sleep_ms, why) = if run {
             let step = if free < threshold { KSM_PAGES_BOOST } else { KSM_PAGES_DECAY };
             let n = (npages + step).clamp(KSM_NPAGES_MIN, KSM_NPAGES_MAX);
@@ -115,7 +125,7 @@ impl Mom {
             let why = if free < threshold {
                 format!("free {} < 20 % of the host: scan {step:+} pages", human_bytes(free as u64))
             } else {
-                format!("guests commit {} (with the 20 % margin, more than the host): scan {step:+} pages", human_bytes(committed as u64))
+                format!("guests hold {} (with the 20 % margin, more than the host): scan {step:+} pages", human_bytes(committed as u64))
             };
             (n, sleep, why)
         } else {
@@ -123,13 +133,12 @@ impl Mom {
                 npages,
                 view.sharing.sleep_ms,
                 format!(
-                    "guests commit {} and free {} leaves the 20 % margin: KSM not needed",
+                    "guests hold {} and free {} leaves the 20 % margin: KSM not needed",
                     human_bytes(committed as u64),
                     human_bytes(free as u64)
                 ),
             )
         };
-        self.ksm_npages = Some(npages);
         let want = Action::SetSharing { run, pages_to_scan: npages as u64, sleep_ms };
         let now = Action::SetSharing { run: view.sharing.run, pages_to_scan: view.sharing.pages_to_scan, sleep_ms: view.sharing.sleep_ms };
         if want != now && self.ksm_asked.as_ref() != Some(&want) {
@@ -202,8 +211,10 @@ mod tests {
         }
         let size = (1024 * MIB - balloon) as f64 / MIB as f64;
         assert!((size - (100.0 + 0.1 * size)).abs() < 0.003 * 1024.0 + 1.0, "converged to {size} MiB");
+        // A free host: at once to its use plus 20 % of its full size (MOM's grow_guest minimum).
         let grown = target(&mut p, &view(0.5, balloon, 0)).unwrap();
-        assert!(grown < balloon, "free host: the guest grows back");
+        let size = (1024 * MIB - grown) as f64 / MIB as f64;
+        assert!((size - (100.0 + 0.2 * 1024.0)).abs() < 1.0, "grew to {size} MiB");
         // A reservation is a floor MOM keeps (guest.balloon_min).
         let floored = target(&mut p, &view(0.10, 0, 1000 * MIB)).unwrap();
         assert_eq!(floored, 24 * MIB);
@@ -227,13 +238,13 @@ mod tests {
         let mut p = Mom::default();
         let mut v = view(0.9, 0, 0);
         assert!(p.decide(&v).iter().all(|d| !matches!(d.action, Action::SetSharing { run: true, .. })));
-        v.vms[0].memory = 8192 * MIB; // committed 8 GiB + 20 % > host
+        v.vms[0].granted = 8192 * MIB; // the guests hold 8 GiB: with the 20 % margin, more than the host
         let d = p.decide(&v);
         let Some(Action::SetSharing { run: true, pages_to_scan, sleep_ms }) =
             d.iter().map(|d| d.action.clone()).find(|a| matches!(a, Action::SetSharing { .. }))
         else {
             panic!("KSM should run: {d:?}")
         };
-        assert_eq!((pages_to_scan, sleep_ms), (KSM_NPAGES_MIN as u64, 20), "decay from 0 to the minimum; 10 ms per 16 GiB on 8 GiB");
+        assert_eq!((pages_to_scan, sleep_ms), (KSM_NPAGES_MIN as u64, 20), "decay from 0, held at the minimum; 10 ms per 16 GiB on 8 GiB");
     }
 }
