@@ -49,6 +49,7 @@ fn vm_view(d: &Bound<'_, PyDict>) -> PyResult<VmView> {
         swap_out: f("swap_out")?,
         major_faults: f("major_faults")?,
         memory_stall_ns: field(d, &w, "memory_stall_ns")?,
+        host_stall_ns: field(d, &w, "host_stall_ns")?,
         committed: f("committed")?,
         balloon_size: f("balloon_size")?,
         balloon_target: f("balloon_target")?,

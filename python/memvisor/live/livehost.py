@@ -144,7 +144,9 @@ class LiveHost:
             "swap_out": s("stat-swap-out") // PAGE,
             "major_faults": s("stat-major-faults"),
             "minor_faults": s("stat-minor-faults"),
-            "memory_stall_ns": stall,
+            # The guest's own stall is not visible from the host; its cgroup's PSI is the host's.
+            "memory_stall_ns": None,
+            "host_stall_ns": stall,
             # Committed_AS is not among the virtio-balloon statistics.
             "committed": 0,
             "balloon_size": balloon,

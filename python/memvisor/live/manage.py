@@ -48,7 +48,7 @@ def _row(t: float, state: str, v: dict, columns: list[str]) -> dict:
         "pgmajfault": v["major_faults"],
         "MemTotal_KiB": v["guest_total"] / 1024,
         "MemFree_KiB": v["guest_free"] / 1024,
-        "memory_stall_ms": math.nan if v["memory_stall_ns"] is None else v["memory_stall_ns"] / 1e6,
+        "host_wait_ms": math.nan if v["host_stall_ns"] is None else v["host_stall_ns"] / 1e6,
         "GRANT_MiB": v["granted"] * mib,
         "MCTLSZ_MiB": v["balloon_size"] * mib,
         "MCTLTGT_MiB": v["balloon_target"] * mib,

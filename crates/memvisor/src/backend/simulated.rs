@@ -187,6 +187,7 @@ impl Backend for SimulatedHost {
                 swap_out: g.vmstat.get(Counter::PswpOut),
                 major_faults: g.vmstat.get(Counter::PgMajFault),
                 memory_stall_ns: Some(g.memory_stall_ns()),
+                host_stall_ns: Some(h.stats.host_wait_ns),
                 committed: g.committed_as() * PAGE_SIZE,
                 balloon_size: h.ballooned * PAGE_SIZE,
                 balloon_target: h.balloon_target * PAGE_SIZE,

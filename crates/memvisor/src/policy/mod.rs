@@ -52,9 +52,13 @@ pub struct VmView {
     pub swap_out: u64,
     /// Cumulative major faults.
     pub major_faults: u64,
-    /// Cumulative time the VM was stalled on memory, ns (PSI memory "some" total), where the host
-    /// can measure it (a live host only under cgroup v2).
+    /// Cumulative time the guest's tasks were stalled on memory, ns (the guest's own PSI memory
+    /// "some" total): the simulator knows it; a live host does not (no guest agent reports it),
+    /// and a policy falls back on the guest's swap-ins and major faults.
     pub memory_stall_ns: Option<u64>,
+    /// Cumulative time the VM waited on the host's memory, ns (host swap-ins, host reclaim): the
+    /// PSI "some" total of the VM's cgroup on a cgroup v2 host; `None` where the host cannot say.
+    pub host_stall_ns: Option<u64>,
     /// Guest Committed_AS, bytes.
     pub committed: u64,
     /// Pages in the balloon, bytes (MCTLSZ; virtio `actual`).

@@ -7,9 +7,10 @@
 //! most doubling; otherwise, every interval (6 s), it shrinks by (err / 10)^2 % of its size,
 //! err = target / stall, at most 1 %. Never below 100 MiB (senpai's min size) or the VM's floor.
 //!
-//! The stall is the VM's memory stall where the host measures it (PSI); where it does not (a
-//! cgroup v1 host), each major fault the guest reports is counted as one swap-in's wait,
-//! [`FAULT_COST_NS`].
+//! The stall is the guest's own memory stall (its PSI) where it is known, as in the simulator;
+//! a live host does not see it, and there each major fault the guest reports (virtio-balloon
+//! statistics) is counted as one swap-in's wait, [`FAULT_COST_NS`]. The host-side stall (the VM
+//! cgroup's PSI) is not used: a balloon makes the guest, not the host, wait.
 
 use std::collections::BTreeMap;
 
@@ -60,7 +61,7 @@ impl Policy for Pressure {
         let mut out = Vec::new();
         for v in &view.vms {
             let (stall, measured) = match v.memory_stall_ns {
-                Some(ns) => (ns, "PSI"),
+                Some(ns) => (ns, "guest PSI"),
                 None => (v.major_faults * FAULT_COST_NS, "major faults"),
             };
             let t = self.vms.entry(v.id).or_insert(Track { last: None, integral: 0, grace: INTERVAL_TICKS });
