@@ -31,3 +31,13 @@ def memvisor(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """Runs the installed `memvisor` command."""
     exe = Path(sys.executable).parent / "memvisor"
     return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def pytest_report_header(config):
+    """Say how real guests run here (test_live.py): KVM, TCG, or not at all and why."""
+    from memvisor.live import launch
+
+    why = launch.available()
+    if why:
+        return f"live guests: skipped ({why})"
+    return f"live guests: QEMU with {'KVM' if launch.kvm_usable() else 'TCG (software emulation: KVM is not usable on this machine)'}"

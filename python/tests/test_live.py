@@ -172,3 +172,31 @@ def test_a_real_guest_and_its_simulated_twin_agree(tmp_path):
     hv = r["host_view"]
     assert hv["guest"] == hv["host view"]
     assert (tmp_path / "vb" / "comparison.json").exists()
+
+
+def test_grant_limits_and_ksm_are_set_and_restored(guests, tmp_path):
+    """static caps each VM's grant at its memory: a soft limit (v1) or memory.high (v2), never below
+    what the cgroup holds; mom, allowed to, switches KSM on for guests that do not fit a 600 MiB
+    budget. Both are put back when the manager stops."""
+    from memvisor.live import hostfs
+    from memvisor.live.cgroup import MemoryCgroup
+
+    a, c = guests["a"], guests["c"]
+    cg = MemoryCgroup.of_pid(a.proc.pid)
+    soft_before = cg.read_soft_limit()
+    p = manage(tmp_path / "static", "static", "--vm", f"a={a.qmp}", "--period", "0.2", "--rounds", "2")
+    _, stderr = p.communicate(timeout=60)
+    assert p.returncode == 0, stderr
+    (rec,) = decisions(tmp_path / "static")
+    assert rec["action"] == "set grant limit 512 MiB" and rec["outcome"].startswith("applied")
+    assert f"restored a: {cg.soft_limit_file()} = {soft_before}" in stderr
+    assert cg.read_soft_limit() == soft_before
+
+    ksm_before = {k: int((hostfs.KSM / k).read_text()) for k in hostfs.KSM_KNOBS}
+    p = manage(tmp_path / "mom", "mom", "--vm", f"a={a.qmp}", "--vm", f"c={c.qmp}", "--host-memory", "600MiB", "--ksm", "--period", "0.2", "--rounds", "3")
+    _, stderr = p.communicate(timeout=60)
+    assert p.returncode == 0, stderr
+    ksm = [r for r in decisions(tmp_path / "mom") if r["vm"] == "host" and "share pages" in r["action"]]
+    assert ksm and ksm[0]["outcome"] == "applied", decisions(tmp_path / "mom")
+    assert {k: int((hostfs.KSM / k).read_text()) for k in hostfs.KSM_KNOBS} == ksm_before
+    assert "restored KSM run" in stderr

@@ -88,9 +88,11 @@ def manage(cfg: ManageConfig, out: Path, say: Callable[[str], None] = print) -> 
             next_t = time.monotonic()
             while cfg.rounds is None or rounds < cfg.rounds:
                 t0 = time.perf_counter()
-                records = ctl.tick(host) if rounds == 0 or ctl.period_s() is not None else []
                 if rounds > 0 and ctl.period_s() is None:
-                    host.observe()  # a policy that decided once: keep observing for the record
+                    host.observe()  # a policy that decides once: keep observing for the record
+                    records = []
+                else:
+                    records = ctl.tick(host)
                 round_s.append(time.perf_counter() - t0)
                 rounds += 1
                 for r in records:
