@@ -33,11 +33,12 @@ def memvisor(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
-def pytest_report_header(config):
-    """Say how real guests run here (test_live.py): KVM, TCG, or not at all and why."""
+def pytest_terminal_summary(terminalreporter):
+    """Say how real guests ran (test_live.py): KVM, TCG, or not at all and why (shown with -q too)."""
     from memvisor.live import launch
 
     why = launch.available()
     if why:
-        return f"live guests: skipped ({why})"
-    return f"live guests: QEMU with {'KVM' if launch.kvm_usable() else 'TCG (software emulation: KVM is not usable on this machine)'}"
+        terminalreporter.write_line(f"live guests: skipped ({why})")
+    else:
+        terminalreporter.write_line(f"live guests: QEMU with {'KVM' if launch.kvm_usable() else 'TCG (software emulation: KVM is not usable on this machine)'}")
