@@ -311,3 +311,34 @@ fn esx_blocked_vms_resume_once_within_target() {
     }
     assert!(r.decisions.iter().any(|d| d.action == "block"), "the host reached the low state");
 }
+
+/// The KVM-world policies drive the simulated host through the same interface: on an overcommitted
+/// host each balloons a guest (none below its reservation), every invariant holds throughout, and
+/// the run is deterministic.
+#[test]
+fn kvm_world_policies_balloon_within_reservations() {
+    for policy in ["mom", "proxmox", "pressure"] {
+        let text = format!(
+            "name = \"t\"\nduration = \"30s\"\nseed = 3\n[host]\nmemory = \"1100MiB\"\nprofile = \"kvm\"\npolicy = \"{policy}\"\n\
+             [[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
+             [[vm]]\nname = \"busy\"\nmemory = \"512MiB\"\nreservation = \"350MiB\"\ndatastore = \"d\"\ntransparent_hugepage = \"never\"\n\
+             workload = {{ kind = \"stress-vm\", bytes = \"400MiB\" }}\n\
+             [[vm]]\nname = \"idle\"\nmemory = \"512MiB\"\nreservation = \"128MiB\"\ndatastore = \"d\"\ntransparent_hugepage = \"never\"\n\
+             workload = {{ kind = \"random\", pages = \"350MiB\", touches = 150000 }}\n"
+        );
+        let s = scenario(&text);
+        let sim = run_with(&s, 0, &[], 1_000_000_000);
+        let r = sim.results();
+        assert!(
+            r.decisions.iter().any(|d| d.action.starts_with("set balloon target") && d.outcome == "applied"),
+            "{policy}: no balloon decision"
+        );
+        let h = sim.world().host().vms();
+        assert!(h.iter().any(|v| v.stats.ballooned_total > 0), "{policy}: nothing was ballooned");
+        for (v, g) in h.iter().zip(sim.world().guests()) {
+            let left = (g.config().memory_pages as u64 - v.ballooned) * 4096;
+            assert!(left >= v.res.reservation, "{policy}: '{}' ballooned below its reservation", v.name);
+        }
+        assert_eq!(r.decisions, common::run(&s).results().decisions, "{policy}: not deterministic");
+    }
+}
