@@ -10,9 +10,10 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas costs a third of a second to import: only where a DataFrame is made
+    import pandas as pd
 
 from memvisor import _core
 
@@ -41,6 +42,8 @@ class RunResult:
 
     def report(self) -> pd.DataFrame:
         """The report table: one row per VM with the scenario's report columns."""
+        import pandas as pd
+
         return pd.DataFrame(self.report_rows())
 
 
@@ -104,6 +107,8 @@ def simulate(
         if done:
             break
     r = sim.results()
+    import pandas as pd
+
     ts = pd.DataFrame(r["timeseries"])
     decisions = pd.DataFrame(r["decisions"], columns=["time_s", "policy", "vm_id", "vm", "action", "reason", "outcome"])
     return RunResult(

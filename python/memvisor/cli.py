@@ -6,8 +6,6 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import click
-import pandas as pd
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 from rich.text import Text
 
@@ -57,6 +55,8 @@ def cases() -> None:
 def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None, variants: tuple[str, ...], quiet: bool) -> None:
     """Run a case study (by name) or a scenario file and write its run folder. Variants run side by
     side; each gives what it would give alone."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
     try:
         scenarios = api.load(spec, sets)
     except _core.ScenarioError as e:
@@ -122,6 +122,9 @@ def sweep_cmd(spec: str, vary: tuple[str, tuple[str, ...]], column: str | None, 
     value of the first VM (of each VM, without variants) as a table, a row per value, with the
     biggest jump between neighbouring columns. A run that fails shows its error in its cell; the
     others go on, and the exit status is then 1."""
+    import pandas as pd
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     from memvisor.sweep import JUMP, failed_cells, plan, run_grid, warnings_of
     from memvisor.traces import write_bytes_atomically
 

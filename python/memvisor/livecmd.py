@@ -11,8 +11,6 @@ from rich.table import Table
 
 from memvisor import _core
 from memvisor.console import USAGE, MemvisorError, err, fmt, out
-from memvisor.live.livehost import VmSpec
-from memvisor.live.manage import ManageConfig, manage
 from memvisor.params import ByteSize
 
 try:
@@ -41,9 +39,11 @@ def _size(v, where: str) -> int:
         raise MemvisorError(f"{where}: {e}", USAGE) from None
 
 
-def load_config(path: Path) -> tuple[dict, list[VmSpec]]:
+def load_config(path: Path) -> tuple[dict, list]:
     """A manage config file: top-level policy, period (s), ksm, timeout (s), and [[vm]] tables
     with name, qmp, floor (a size) and shares."""
+    from memvisor.live.livehost import VmSpec
+
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
@@ -68,7 +68,10 @@ def load_config(path: Path) -> tuple[dict, list[VmSpec]]:
     return raw, vms
 
 
-def _vm_options(vm: tuple[str, ...], floor: tuple[str, ...], config: Path | None) -> tuple[dict, list[VmSpec]]:
+def _vm_options(vm: tuple[str, ...], floor: tuple[str, ...], config: Path | None) -> tuple[dict, list]:
+    # The live backend (asyncio, the QMP library) is imported only by the commands that use it.
+    from memvisor.live.livehost import VmSpec
+
     raw, specs = load_config(config) if config else ({}, [])
     for name, qmp in _pairs(vm, "--vm").items():
         specs.append(VmSpec(name, qmp))
@@ -104,6 +107,8 @@ def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, 
     """Run POLICY against the live KVM host: every period, observe the listed VMs (QMP, cgroups,
     /proc), decide, apply, and log each decision with its reason. SIGTERM stops it cleanly and
     leaves the balloons where they are."""
+    from memvisor.live.manage import ManageConfig, manage
+
     raw, specs = _vm_options(vm, floor, config)
     policy = policy or raw.get("policy")
     if not policy:

@@ -9,14 +9,14 @@ import shutil
 from pathlib import Path
 from typing import Sequence
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from memvisor.api import RunResult
 
 
 def _write_one(r: RunResult, d: Path) -> None:
     d.mkdir(parents=True, exist_ok=True)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     pq.write_table(pa.Table.from_pandas(r.timeseries, preserve_index=False), d / "timeseries.parquet")
     (d / "summary.json").write_text(json.dumps(r.summary, indent=2) + "\n", encoding="utf-8")
     (d / "scenario.toml").write_text(r.scenario_toml, encoding="utf-8")

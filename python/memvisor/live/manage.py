@@ -13,10 +13,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from memvisor import _core, api
 from memvisor.live.livehost import LiveHost, VmSpec
 
@@ -130,6 +126,10 @@ def manage(cfg: ManageConfig, out: Path, say: Callable[[str], None] = print) -> 
         "restored": restored,
         "round_ms_median": sorted(round_s)[len(round_s) // 2] * 1e3 if round_s else None,
     }
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     pq.write_table(pa.Table.from_pandas(pd.DataFrame(rows, columns=["time_s", "vm", "state", *columns]), preserve_index=False), out / "timeseries.parquet")
     _write_json(out / "summary.json", summary)
     return summary
