@@ -10,9 +10,11 @@ The Python API::
 
 from memvisor._core import RunError, ScenarioError
 from memvisor.api import RunResult, cases, load, run, simulate
+from memvisor.policy import Policy
 from memvisor.runfolder import write_run_folder
 
 __all__ = [
+    "Policy",
     "RunError",
     "RunResult",
     "ScenarioError",

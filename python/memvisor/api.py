@@ -82,17 +82,26 @@ def simulate(
     check_invariants: bool = False,
     traces: dict | None = None,
     base: Path | None = None,
+    policy=None,
 ) -> RunResult:
     """Runs one resolved scenario to its end. Trace files its workloads name are loaded from
-    `base` (or the working directory) unless `traces` supplies them."""
+    `base` (or the working directory) unless `traces` supplies them. `policy`: a Python policy
+    (a `memvisor.Policy` subclass, or an instance for this run alone) in place of the scenario's;
+    a scenario naming `python:MODULE:CLASS` gets a new instance of that class."""
     import time
 
     from memvisor.traces import load_traces
 
     if traces is None:
         traces = load_traces(scenario, base)
+    if policy is None and scenario.policy.startswith("python:"):
+        from memvisor.policy import resolve
+
+        policy = resolve(scenario.policy, base)
+    if isinstance(policy, type):
+        policy = policy()
     t0 = time.perf_counter()
-    sim = _core.Simulation(scenario, traces)
+    sim = _core.Simulation(scenario, traces, policy)
     t = 0.0
     run_s = 0.0
     while True:
@@ -142,6 +151,9 @@ def simulate_all(
     engine lets go of the GIL while it simulates, so they run in parallel, and each run is what it
     would be alone. Results in the scenarios' order; `progress_for(i)` gives run i's progress
     callback. When one run fails or the caller is interrupted, the others stop at their next step."""
+    pol = kw.get("policy")
+    if pol is not None and not isinstance(pol, type) and len(scenarios) > 1:
+        raise ValueError("a policy instance keeps one run's state: pass its class to run several scenarios or variants")
     stop = threading.Event()
     every = kw.pop("progress", None)  # one callback for all runs, as `run(..., progress=f)` passes it
 

@@ -9,7 +9,9 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
+mod convert;
 mod live;
+mod pypolicy;
 
 create_exception!(_core, ScenarioError, PyValueError, "A scenario file or override is invalid.");
 create_exception!(_core, RunError, PyRuntimeError, "A run could not start or could not continue.");
@@ -158,6 +160,12 @@ struct Scenario {
 
 #[pymethods]
 impl Scenario {
+    /// The policy's name as the scenario gives it (`python:MODULE:CLASS` for a Python policy).
+    #[getter]
+    fn policy(&self) -> String {
+        self.inner.host.policy.name.clone()
+    }
+
     /// Scenario name.
     #[getter]
     fn name(&self) -> &str {
@@ -244,11 +252,15 @@ impl Simulation {
     /// Powers on the scenario's VMs (admission control may refuse). `traces` maps the file names
     /// `trace` workloads use to loaded traces.
     #[new]
-    #[pyo3(signature = (scenario, traces = HashMap::new()))]
-    fn new(scenario: &Scenario, traces: HashMap<String, PyRef<'_, Trace>>) -> PyResult<Self> {
+    #[pyo3(signature = (scenario, traces = HashMap::new(), policy = None))]
+    fn new(scenario: &Scenario, traces: HashMap<String, PyRef<'_, Trace>>, policy: Option<Bound<'_, PyAny>>) -> PyResult<Self> {
         let traces: HashMap<String, Arc<memvisor::trace::Trace>> = traces.into_iter().map(|(k, v)| (k, v.inner.clone())).collect();
         let source = move |f: &str| traces.get(f).cloned().ok_or_else(|| format!("trace '{f}' was not loaded"));
-        memvisor::Simulation::with_traces(&scenario.inner, &source).map(|inner| Self { inner }).map_err(RunError::new_err)
+        let policy: Option<Box<dyn memvisor::policy::Policy>> = match policy {
+            Some(p) => Some(Box::new(pypolicy::PyPolicy::new(&p)?)),
+            None => None,
+        };
+        memvisor::Simulation::with_policy(&scenario.inner, &source, policy).map(|inner| Self { inner }).map_err(RunError::new_err)
     }
 
     /// Runs until simulated second `t` or the end, without holding the GIL. Returns whether the

@@ -84,7 +84,11 @@ impl Controller {
     pub fn tick(&mut self, backend: &mut dyn Backend) -> Result<usize, String> {
         let view = backend.observe()?;
         let before = self.log.len();
-        for d in self.policy.decide(&view) {
+        let decisions = self.policy.decide(&view);
+        if let Some(e) = self.policy.take_error() {
+            return Err(e);
+        }
+        for d in decisions {
             let name = match d.vm {
                 None => "host".to_string(),
                 Some(id) => view.vm(id).map_or_else(|| format!("#{}", id.0), |v| v.name.clone()),

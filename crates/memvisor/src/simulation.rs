@@ -48,6 +48,12 @@ impl Simulation {
 
     /// Like `new`, with a source for the traces that `trace` workloads name.
     pub fn with_traces(s: &Scenario, traces: TraceSource) -> Result<Self, String> {
+        Self::with_policy(s, traces, None)
+    }
+
+    /// Like `with_traces`, with the policy given rather than built from the scenario's name (a
+    /// policy written outside the engine, such as a Python one; `None`: the scenario's).
+    pub fn with_policy(s: &Scenario, traces: TraceSource, policy: Option<Box<dyn crate::policy::Policy>>) -> Result<Self, String> {
         let adm: Vec<AdmissionVm> =
             s.vms.iter().map(|v| AdmissionVm { name: v.guest.name.clone(), reservation: v.reservation, overhead: v.overhead }).collect();
         admit(s.host.memory, s.host.hypervisor, &adm)?;
@@ -80,7 +86,15 @@ impl Simulation {
         if let Some(e) = host.fatal.take() {
             return Err(e);
         }
-        let policy = policy::build(&s.host.policy).ok_or_else(|| format!("unknown policy '{}'", s.host.policy.name))?;
+        let policy = match policy {
+            Some(p) => p,
+            None => policy::build(&s.host.policy).ok_or_else(|| match s.host.policy.name.strip_prefix(policy::EXTERNAL_PREFIX) {
+                Some(_) => {
+                    format!("policy '{}' is written in Python: run it through the Python API or the memvisor command", s.host.policy.name)
+                }
+                None => format!("unknown policy '{}'", s.host.policy.name),
+            })?,
+        };
         // The policy's first decision (the host's initial memory state) comes before the first
         // sample, so no row lacks a state.
         events.push(0, Event::PolicyTick);

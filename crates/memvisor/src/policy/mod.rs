@@ -186,6 +186,26 @@ pub trait Policy: Send + Sync {
     fn period_ns(&self) -> Option<u64>;
     /// Decides from what it sees.
     fn decide(&mut self, view: &HostView) -> Vec<Decision>;
+    /// Why the last `decide` failed, for a policy that can fail (one written in Python); the
+    /// controller ends the run with it. Built-in policies cannot fail.
+    fn take_error(&mut self) -> Option<String> {
+        None
+    }
+}
+
+/// A scenario's `host.policy` of the form `python:MODULE:CLASS` names a policy written in Python
+/// (`memvisor.Policy`), which the Python package builds and hands to the engine.
+pub const EXTERNAL_PREFIX: &str = "python:";
+
+/// Whether `name` is a well-formed external policy name: `python:MODULE:CLASS`, MODULE a dotted
+/// Python module path and CLASS an identifier.
+pub fn is_external(name: &str) -> bool {
+    let ident =
+        |s: &str| !s.is_empty() && !s.starts_with(|c: char| c.is_ascii_digit()) && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    match name.strip_prefix(EXTERNAL_PREFIX).and_then(|r| r.split_once(':')) {
+        Some((module, class)) => module.split('.').all(ident) && ident(class),
+        None => false,
+    }
 }
 
 /// Policy names a scenario may use.

@@ -227,7 +227,19 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         sample_pages: c.int(&h.sample_pages, "host.sample_pages", profile.sample_pages() as u64, 0, 1 << 20)? as u32,
         costs: host_costs,
         policy: PolicySpec {
-            name: c.choice(&h.policy, "host.policy", "static", POLICY_NAMES)?.to_string(),
+            name: match &h.policy {
+                Some(p) if p.get_ref().starts_with(crate::policy::EXTERNAL_PREFIX) => {
+                    if !crate::policy::is_external(p.get_ref()) {
+                        return c.err(
+                            p.span(),
+                            "host.policy",
+                            "a Python policy is named python:MODULE:CLASS, e.g. python:mypolicies:Greedy",
+                        );
+                    }
+                    p.get_ref().clone()
+                }
+                _ => c.choice(&h.policy, "host.policy", "static", POLICY_NAMES)?.to_string(),
+            },
             esx_states: {
                 let names: Vec<&str> = ESX_STATE_TABLES.iter().map(|t| t.name).collect();
                 let n = c.choice(&h.esx_states, "host.esx_states", "esx3", &names)?;

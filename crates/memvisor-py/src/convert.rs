@@ -1,0 +1,193 @@
+//! The engine's policy interface as Python sees it: a host view is a dict of the `HostView` and
+//! `VmView` fields (what `LiveHost.observe()` returns and what a Python policy's `decide` gets), a
+//! decision a dict with `vm_id`, `kind`, its value and `reason` (what `LiveHost.apply` gets and
+//! what a Python policy returns). Each way is converted here, with errors that name the field.
+
+use memvisor::policy::{Action, Decision, HostView, SharingView, VmId, VmView};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+fn field<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, what: &str, key: &str) -> PyResult<T> {
+    let v = d.get_item(key)?.ok_or_else(|| PyValueError::new_err(format!("backend observe(): {what} lacks '{key}'")))?;
+    v.extract().map_err(|e| PyValueError::new_err(format!("backend observe(): {what} '{key}': {}", Into::<PyErr>::into(e))))
+}
+
+fn vm_view(d: &Bound<'_, PyDict>) -> PyResult<VmView> {
+    let name: String = field(d, "a VM", "name")?;
+    let w = format!("VM '{name}'");
+    let f = |k: &str| field::<u64>(d, &w, k);
+    Ok(VmView {
+        id: VmId(field(d, &w, "id")?),
+        memory: f("memory")?,
+        reservation: f("reservation")?,
+        limit: f("limit")?,
+        shares: f("shares")?,
+        overhead: f("overhead")?,
+        granted: f("granted")?,
+        guest_total: f("guest_total")?,
+        guest_free: f("guest_free")?,
+        guest_available: f("guest_available")?,
+        swap_in: f("swap_in")?,
+        swap_out: f("swap_out")?,
+        major_faults: f("major_faults")?,
+        memory_stall_ns: field(d, &w, "memory_stall_ns")?,
+        host_stall_ns: field(d, &w, "host_stall_ns")?,
+        committed: f("committed")?,
+        balloon_size: f("balloon_size")?,
+        balloon_target: f("balloon_target")?,
+        balloon_max: f("balloon_max")?,
+        swapped: f("swapped")?,
+        compressed: f("compressed")?,
+        compression_cache: f("compression_cache")?,
+        swap_target: f("swap_target")?,
+        active_sample: field(d, &w, "active_sample")?,
+        active_sample_now: field(d, &w, "active_sample_now")?,
+        active_periods: f("active_periods")?,
+        name,
+    })
+}
+
+pub fn host_view(d: &Bound<'_, PyAny>) -> PyResult<HostView> {
+    let d = d.cast::<PyDict>().map_err(|_| PyValueError::new_err("backend observe() must return a dict"))?;
+    let f = |k: &str| field::<u64>(d, "the host", k);
+    let sharing: Bound<'_, PyDict> = field(d, "the host", "sharing")?;
+    let s = |k: &str| field::<u64>(&sharing, "sharing", k);
+    let vms: Bound<'_, PyList> = field(d, "the host", "vms")?;
+    Ok(HostView {
+        time_ns: f("time_ns")?,
+        host_memory: f("host_memory")?,
+        host_free: f("host_free")?,
+        host_available: f("host_available")?,
+        hypervisor: f("hypervisor")?,
+        sharing: SharingView {
+            run: field(&sharing, "sharing", "run")?,
+            pages_to_scan: s("pages_to_scan")?,
+            sleep_ms: s("sleep_ms")?,
+            pages_shared: s("pages_shared")?,
+            pages_sharing: s("pages_sharing")?,
+        },
+        vms: vms
+            .iter()
+            .map(|v| vm_view(v.cast::<PyDict>().map_err(|_| PyValueError::new_err("backend observe(): each VM must be a dict"))?))
+            .collect::<PyResult<_>>()?,
+    })
+}
+
+/// A decision as the Python backend receives it: `kind` names the action, its value alongside.
+pub fn decision_dict<'py>(py: Python<'py>, d: &Decision) -> PyResult<Bound<'py, PyDict>> {
+    let e = PyDict::new(py);
+    e.set_item("vm_id", d.vm.map(|v| v.0))?;
+    e.set_item("reason", &d.reason)?;
+    e.set_item("text", d.action.to_string())?;
+    match &d.action {
+        Action::SetGrantLimit { bytes } => (e.set_item("kind", "grant_limit")?, e.set_item("bytes", bytes)?),
+        Action::SetBalloonTarget { bytes } => (e.set_item("kind", "balloon_target")?, e.set_item("bytes", bytes)?),
+        Action::SetSwapTarget { bytes } => (e.set_item("kind", "swap_target")?, e.set_item("bytes", bytes)?),
+        Action::SetBlocked { blocked } => (e.set_item("kind", "blocked")?, e.set_item("blocked", blocked)?),
+        Action::SetMemoryState { state } => (e.set_item("kind", "memory_state")?, e.set_item("state", state)?),
+        Action::SetSharing { run, pages_to_scan, sleep_ms } => {
+            e.set_item("kind", "sharing")?;
+            e.set_item("run", run)?;
+            e.set_item("pages_to_scan", pages_to_scan)?;
+            (e.set_item("sleep_ms", sleep_ms)?, ())
+        }
+    };
+    Ok(e)
+}
+
+/// A host view as a dict (the inverse of [`host_view`]).
+pub fn view_dict<'py>(py: Python<'py>, v: &HostView) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("time_ns", v.time_ns)?;
+    d.set_item("host_memory", v.host_memory)?;
+    d.set_item("host_free", v.host_free)?;
+    d.set_item("host_available", v.host_available)?;
+    d.set_item("hypervisor", v.hypervisor)?;
+    let s = PyDict::new(py);
+    s.set_item("run", v.sharing.run)?;
+    s.set_item("pages_to_scan", v.sharing.pages_to_scan)?;
+    s.set_item("sleep_ms", v.sharing.sleep_ms)?;
+    s.set_item("pages_shared", v.sharing.pages_shared)?;
+    s.set_item("pages_sharing", v.sharing.pages_sharing)?;
+    d.set_item("sharing", s)?;
+    let vms = PyList::empty(py);
+    for m in &v.vms {
+        let e = PyDict::new(py);
+        e.set_item("id", m.id.0)?;
+        e.set_item("name", &m.name)?;
+        for (k, x) in [
+            ("memory", m.memory),
+            ("reservation", m.reservation),
+            ("limit", m.limit),
+            ("shares", m.shares),
+            ("overhead", m.overhead),
+            ("granted", m.granted),
+            ("guest_total", m.guest_total),
+            ("guest_free", m.guest_free),
+            ("guest_available", m.guest_available),
+            ("swap_in", m.swap_in),
+            ("swap_out", m.swap_out),
+            ("major_faults", m.major_faults),
+            ("committed", m.committed),
+            ("balloon_size", m.balloon_size),
+            ("balloon_target", m.balloon_target),
+            ("balloon_max", m.balloon_max),
+            ("swapped", m.swapped),
+            ("compressed", m.compressed),
+            ("compression_cache", m.compression_cache),
+            ("swap_target", m.swap_target),
+            ("active_periods", m.active_periods),
+        ] {
+            e.set_item(k, x)?;
+        }
+        e.set_item("memory_stall_ns", m.memory_stall_ns)?;
+        e.set_item("host_stall_ns", m.host_stall_ns)?;
+        e.set_item("active_sample", m.active_sample)?;
+        e.set_item("active_sample_now", m.active_sample_now)?;
+        vms.append(e)?;
+    }
+    d.set_item("vms", vms)?;
+    Ok(d)
+}
+
+/// The memory states a decision may name (`SetMemoryState` holds a static name).
+const STATES: &[&str] = &["high", "soft", "hard", "low", "normal", "pressure", "critical"];
+
+/// A decision from its dict (the inverse of [`decision_dict`]); `who` names the source in errors.
+pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
+    let d = d.cast::<PyDict>().map_err(|_| PyValueError::new_err(format!("{who}: each decision must be a dict")))?;
+    let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
+        d.get_item(k)?.ok_or_else(|| PyValueError::new_err(format!("{who}: a decision lacks '{k}'")))
+    };
+    let num = |k: &str| -> PyResult<u64> {
+        get(k)?.extract().map_err(|_| PyValueError::new_err(format!("{who}: '{k}' must be a non-negative integer")))
+    };
+    let kind: String = get("kind")?.extract()?;
+    let action = match kind.as_str() {
+        "balloon_target" => Action::SetBalloonTarget { bytes: num("bytes")? },
+        "grant_limit" => Action::SetGrantLimit { bytes: num("bytes")? },
+        "swap_target" => Action::SetSwapTarget { bytes: num("bytes")? },
+        "blocked" => Action::SetBlocked { blocked: get("blocked")?.extract()? },
+        "sharing" => Action::SetSharing { run: get("run")?.extract()?, pages_to_scan: num("pages_to_scan")?, sleep_ms: num("sleep_ms")? },
+        "memory_state" => {
+            let s: String = get("state")?.extract()?;
+            let state = STATES
+                .iter()
+                .find(|x| **x == s)
+                .ok_or_else(|| PyValueError::new_err(format!("{who}: memory state '{s}' is not one of: {}", STATES.join(", "))))?;
+            Action::SetMemoryState { state }
+        }
+        other => {
+            return Err(PyValueError::new_err(format!(
+                "{who}: unknown decision kind '{other}' (kinds: balloon_target, grant_limit, swap_target, blocked, sharing, memory_state)"
+            )));
+        }
+    };
+    let vm: Option<u32> = get("vm_id")?.extract()?;
+    let reason: String = get("reason")?.extract()?;
+    if reason.trim().is_empty() {
+        return Err(PyValueError::new_err(format!("{who}: every decision needs a reason")));
+    }
+    Ok(Decision { vm: vm.map(VmId), action, reason })
+}

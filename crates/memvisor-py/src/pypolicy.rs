@@ -1,0 +1,64 @@
+//! A policy written in Python (`memvisor.Policy`) as an engine [`Policy`]: the simulation calls it
+//! like a built-in one, with the same view, and logs its decisions the same way.
+
+use memvisor::policy::{Decision, HostView, Policy};
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+
+use crate::convert::{decision, view_dict};
+
+/// The Python object, its name and period as read once at the start.
+pub struct PyPolicy {
+    obj: Py<PyAny>,
+    name: String,
+    period_ns: Option<u64>,
+    error: Option<String>,
+}
+
+impl PyPolicy {
+    /// Wraps `obj`, which must have `name`, `period_s` (seconds, or None) and `decide(view)`.
+    pub fn new(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let name: String = obj.getattr("name")?.extract()?;
+        let period: Option<f64> = obj.getattr("period_s")?.extract()?;
+        if let Some(p) = period
+            && !(p > 0.0 && p.is_finite())
+        {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "policy '{name}': period_s must be positive seconds or None, got {p}"
+            )));
+        }
+        if !obj.getattr("decide")?.is_callable() {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!("policy '{name}': decide must be a method")));
+        }
+        Ok(Self { obj: obj.clone().unbind(), name, period_ns: period.map(|p| (p * 1e9).round() as u64), error: None })
+    }
+
+    fn call(&self, py: Python<'_>, view: &HostView) -> PyResult<Vec<Decision>> {
+        let out = self.obj.bind(py).call_method1("decide", (view_dict(py, view)?,))?;
+        let who = format!("policy '{}'", self.name);
+        let list = out.cast::<PyList>().map_err(|_| pyo3::exceptions::PyTypeError::new_err(format!("{who}: decide must return a list")))?;
+        list.iter().map(|d| decision(&d, &who)).collect()
+    }
+}
+
+impl Policy for PyPolicy {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn period_ns(&self) -> Option<u64> {
+        self.period_ns
+    }
+
+    fn decide(&mut self, view: &HostView) -> Vec<Decision> {
+        let r = Python::attach(|py| self.call(py, view).map_err(|e| format!("policy '{}' failed: {e}", self.name)));
+        r.unwrap_or_else(|e| {
+            self.error = Some(e);
+            Vec::new()
+        })
+    }
+
+    fn take_error(&mut self) -> Option<String> {
+        self.error.take()
+    }
+}

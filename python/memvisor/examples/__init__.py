@@ -1,0 +1,1 @@
+"""Example policies written in Python (`memvisor.Policy`)."""

@@ -1,0 +1,82 @@
+"""Policies written in Python. Subclass `Policy`, override `decide`, and either pass the class to
+`memvisor.run(..., policy=MyPolicy)` or name it in a scenario as `host.policy =
+"python:MODULE:CLASS"` (MODULE importable, or a file next to the scenario). The engine calls
+`decide` with the same host view a built-in policy gets and logs what it returns the same way.
+
+The view is a dict: `time_ns`, `host_memory`, `host_free`, `host_available`, `hypervisor`,
+`sharing` (`run`, `pages_to_scan`, `sleep_ms`, `pages_shared`, `pages_sharing`) and `vms`, a list of
+dicts with the `VmView` fields (`id`, `name`, `memory`, `reservation`, `limit`, `shares`,
+`granted`, `guest_total`, `guest_free`, `guest_available`, `swap_in`, `swap_out`, `major_faults`,
+`memory_stall_ns`, `host_stall_ns`, `balloon_size`, `balloon_target`, `balloon_max`, `swapped`,
+`active_sample`, ...; sizes in bytes). Decisions are dicts made with the helpers below.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+
+class Policy:
+    """Base class of a Python policy: set `name` and `period_s` (seconds between decisions, or
+    None to decide once, at start), override `decide`."""
+
+    name = "python"
+    period_s: float | None = 1.0
+
+    def decide(self, view: dict) -> list[dict]:
+        raise NotImplementedError("a Policy must override decide(view)")
+
+
+def balloon_target(vm_id: int, nbytes: int, reason: str) -> dict:
+    """Ask VM `vm_id`'s balloon to hold `nbytes`."""
+    return {"vm_id": vm_id, "kind": "balloon_target", "bytes": int(nbytes), "reason": reason}
+
+
+def grant_limit(vm_id: int, nbytes: int, reason: str) -> dict:
+    """Cap the machine memory granted to VM `vm_id`."""
+    return {"vm_id": vm_id, "kind": "grant_limit", "bytes": int(nbytes), "reason": reason}
+
+
+def swap_target(vm_id: int, nbytes: int, reason: str) -> dict:
+    """Memory the host keeps swapped or compressed for VM `vm_id`."""
+    return {"vm_id": vm_id, "kind": "swap_target", "bytes": int(nbytes), "reason": reason}
+
+
+def blocked(vm_id: int, is_blocked: bool, reason: str) -> dict:
+    """Stop (or resume) VM `vm_id`'s vCPUs."""
+    return {"vm_id": vm_id, "kind": "blocked", "blocked": bool(is_blocked), "reason": reason}
+
+
+def memory_state(state: str, reason: str) -> dict:
+    """The host's memory state as the policy judges it (high, soft, hard, low, ...)."""
+    return {"vm_id": None, "kind": "memory_state", "state": state, "reason": reason}
+
+
+def sharing(run: bool, pages_to_scan: int, sleep_ms: int, reason: str) -> dict:
+    """Same-page merging settings (KSM)."""
+    return {"vm_id": None, "kind": "sharing", "run": bool(run), "pages_to_scan": int(pages_to_scan), "sleep_ms": int(sleep_ms), "reason": reason}
+
+
+PREFIX = "python:"
+
+
+def resolve(name: str, base: Path | None = None) -> type:
+    """The class a scenario's `python:MODULE:CLASS` names; MODULE is looked for in `base` (the
+    scenario's folder) first, then on the path."""
+    module, _, cls = name[len(PREFIX):].partition(":")
+    added = base is not None and str(base) not in sys.path
+    if added:
+        sys.path.insert(0, str(base))
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise ValueError(f"policy '{name}': cannot import module '{module}': {e}") from None
+    finally:
+        if added:
+            sys.path.remove(str(base))
+    c = getattr(mod, cls, None)
+    if not isinstance(c, type):
+        raise ValueError(f"policy '{name}': module '{module}' has no class '{cls}'")
+    return c
