@@ -14,6 +14,8 @@ setup:
 	@$(BIN)/python -m pip install -q -e '.[test]'
 	@# The small Linux guest the live backend's tests boot (QEMU and busybox from Debian's packages).
 	@bash vmimage/build.sh target/vmimage
+	@# Headless Chromium renders report.html in the report tests (Debian's package).
+	@command -v chromium >/dev/null || (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null)
 
 demo: setup
 	$(BIN)/memvisor run nfs-balloon

@@ -267,6 +267,52 @@ def balloon_cmd(out_dir: Path, memory: int, size: int, swap: int, hog: int, pass
     out.print(f"real guest {r['real_wall_s']:.1f} s under {'KVM' if launch.kvm_usable() else 'TCG'}; run folder: {out_dir}")
 
 
+@main.command("report")
+@click.argument("run", type=click.Path(file_okay=False, exists=True, path_type=Path))
+def report_cmd(run: Path) -> None:
+    """Rebuild RUN's report.html (a self-contained page: charts, decisions, scenario)."""
+    from memvisor import report
+
+    try:
+        out.print(f"wrote {report.write(run)}")
+    except FileNotFoundError as e:
+        raise MemvisorError(str(e), USAGE) from None
+
+
+@main.command("compare")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("runs/compare.html"), show_default=True, help="The overlaid report.")
+def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
+    """Compare run folders: each VM's runtime and report values side by side, with the ratio to
+    the first run, and a report that overlays them."""
+    from memvisor import report
+
+    try:
+        loaded = [r for p in runs for r in report.runs_in(p, label=p.name)]
+    except FileNotFoundError as e:
+        raise MemvisorError(str(e), USAGE) from None
+    # Each run is set against the first folder's run of the same variant (or its first run).
+    first_folder = report.runs_in(runs[0], label=runs[0].name)
+    base_of = {r.path.name: r for r in first_folder}
+    keys = ["runtime_s"] + list(dict.fromkeys(k for r in loaded for vm in r.summary.get("vms", []) for k in (vm.get("report") or {})))
+    t = Table(Column("run", overflow="fold"), "vm", *keys, title=f"ratios against {runs[0].name}")
+    for i, r in enumerate(loaded):
+        base = None if i < len(first_folder) else base_of.get(r.path.name, first_folder[0])
+        ref_vms = {vm["name"]: vm for vm in (base.summary.get("vms", []) if base else [])}
+        for vm in r.summary.get("vms", []):
+            ref = ref_vms.get(vm["name"], {})
+            cells = []
+            for k in keys:
+                v = vm.get(k) if k == "runtime_s" else (vm.get("report") or {}).get(k)
+                b = ref.get(k) if k == "runtime_s" else (ref.get("report") or {}).get(k)
+                ratio = f" ({v / b:.2f}x)" if isinstance(v, (int, float)) and isinstance(b, (int, float)) and b else ""
+                cells.append(fmt(v) + ratio)
+            t.add_row(r.label, vm["name"], *cells)
+    out.print(t)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out.print(f"wrote {report.write(out_path.parent, loaded, title='compare: ' + ', '.join(p.name for p in runs), out=out_path)}")
+
+
 main.add_command(trace)
 main.add_command(manage_cmd)
 main.add_command(status_cmd)

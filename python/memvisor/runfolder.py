@@ -66,9 +66,14 @@ class RunFolder:
         _write_one(r, self.tmp / r.variant if variant_dir and r.variant else self.tmp)
 
     def commit(self, results: Sequence[RunResult]) -> Path:
-        """Renames the folder into place, replacing an earlier run's."""
+        """Writes the report of what was added (`report.html`) and renames the folder into place,
+        replacing an earlier run's."""
         if any(r.variant for r in results):
             (self.tmp / "summary.json").write_text(json.dumps(top_summary(results), indent=2) + "\n", encoding="utf-8")
+        if results:
+            from memvisor import report
+
+            report.write(self.tmp, title=self.path.name)
         old = self.path.parent / f".{self.path.name}.old-{os.getpid()}"
         if self.path.exists():
             self.path.rename(old)

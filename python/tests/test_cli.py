@@ -27,7 +27,7 @@ def test_run_writes_a_complete_run_folder(tmp_path, small_scenario):
     r = memvisor("run", str(small_scenario), "--out", "out", "--quiet", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     d = tmp_path / "out"
-    assert sorted(p.name for p in d.iterdir()) == ["decisions.jsonl", "scenario.toml", "summary.json", "timeseries.parquet"]
+    assert sorted(p.name for p in d.iterdir()) == ["decisions.jsonl", "report.html", "scenario.toml", "summary.json", "timeseries.parquet"]
     table = pq.read_table(d / "timeseries.parquet")
     for col in ["time_s", "vm", "pgpgin_KiB", "pswpin_pages", "MemFree_KiB", "GRANT_MiB"]:
         assert col in table.column_names

@@ -132,4 +132,7 @@ def manage(cfg: ManageConfig, out: Path, say: Callable[[str], None] = print) -> 
 
     pq.write_table(pa.Table.from_pandas(pd.DataFrame(rows, columns=["time_s", "vm", "state", *columns]), preserve_index=False), out / "timeseries.parquet")
     _write_json(out / "summary.json", summary)
+    from memvisor import report
+
+    report.write(out)
     return summary

@@ -1,0 +1,215 @@
+"""`report.html`: a run folder as one self-contained page that opens offline (plotly.js inlined,
+no network reference): per VM, memory by where it lives, the balloon's target against its size,
+paging and swap rates, the host's memory state as bands; the report table, the decision log
+(filterable) and the resolved scenario. Several runs (the variants of a folder, or `compare`'s
+runs) are overlaid on the same charts.
+
+Long series are thinned to at most `MAX_POINTS` samples per VM (every k-th sample; the chart's
+title says so), so that a large run's page stays small and quick to open.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Samples kept per VM and chart.
+MAX_POINTS = 2000
+#: VMs drawn one by one per run; beyond this, the VMs the host reclaimed most from are drawn and
+#: all VMs are summed in one chart (each chart says so).
+MAX_VMS = 12
+MIB = 1024  # KiB per MiB
+
+#: Where a VM's memory lives, as stacked areas: (label, columns summed, unit divisor to MiB).
+WHERE = [
+    ("anonymous", ["Active_anon_KiB", "Inactive_anon_KiB"], MIB),
+    ("page cache", ["Active_file_KiB", "Inactive_file_KiB"], MIB),
+    ("free in the guest", ["MemFree_KiB"], MIB),
+    ("ballooned", ["MCTLSZ_MiB"], 1),
+    ("compressed (host)", ["CACHEUSD_MiB"], 1),
+    ("host-swapped", ["SWCUR_MiB"], 1),
+]
+RATES = [("swap-ins/s", "pswpin_pages"), ("swap-outs/s", "pswpout_pages"), ("major faults/s", "pgmajfault")]
+STATE_COLOURS = {"high": "rgba(0,160,0,0.08)", "soft": "rgba(230,180,0,0.15)", "hard": "rgba(240,110,0,0.18)", "low": "rgba(220,0,0,0.2)"}
+
+
+@dataclass
+class Run:
+    """One run's folder, read."""
+
+    label: str
+    path: Path
+    timeseries: object  # pandas DataFrame
+    decisions: list[dict]
+    summary: dict
+    scenario: str | None
+
+
+def runs_in(folder: Path, label: str | None = None) -> list[Run]:
+    """The runs of a run folder: itself, or its variants' folders."""
+    import pandas as pd
+
+    folder = Path(folder)
+    if (folder / "timeseries.parquet").exists():
+        dirs = [folder]
+    else:
+        dirs = sorted(d for d in folder.iterdir() if (d / "timeseries.parquet").exists())
+        if not dirs:
+            raise FileNotFoundError(f"{folder}: no timeseries.parquet here or in its subfolders (not a run folder)")
+    out = []
+    for d in dirs:
+        dec = d / "decisions.jsonl"
+        summ = d / "summary.json"
+        scen = d / "scenario.toml"
+        name = d.name if d != folder else folder.name
+        out.append(Run(
+            label=f"{label}/{name}" if label and d != folder else (label or name),
+            path=d,
+            timeseries=pd.read_parquet(d / "timeseries.parquet"),
+            decisions=[json.loads(line) for line in dec.read_text().splitlines()] if dec.exists() else [],
+            summary=json.loads(summ.read_text()) if summ.exists() else {},
+            scenario=scen.read_text() if scen.exists() else None,
+        ))
+    return out
+
+
+def _thin(df):
+    step = max(1, -(-len(df) // MAX_POINTS))
+    return (df.iloc[::step], step)
+
+
+def _figure(title: str, ytitle: str):
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    fig.update_layout(title=title, xaxis_title="time (s)", yaxis_title=ytitle, height=360, margin=dict(l=60, r=20, t=50, b=40), hovermode="x unified")
+    return fig
+
+
+def _state_bands(fig, df) -> None:
+    """The host memory state as background bands."""
+    if "state" not in df or df["state"].isna().all():
+        return
+    t = df.drop_duplicates("time_s")[["time_s", "state"]].reset_index(drop=True)
+    start = 0
+    for i in range(1, len(t) + 1):
+        if i == len(t) or t.state[i] != t.state[start]:
+            colour = STATE_COLOURS.get(t.state[start])
+            if colour:
+                end = t.time_s[i] if i < len(t) else t.time_s[i - 1]
+                fig.add_vrect(x0=t.time_s[start], x1=end, fillcolor=colour, line_width=0, layer="below",
+                              annotation_text=t.state[start], annotation_position="top left", annotation_font_size=9)
+            start = i
+
+
+def _shown(df) -> tuple[list, str]:
+    """The VMs drawn one by one, and what the titles say about the others."""
+    vms = list(df["vm"].unique())
+    if len(vms) <= MAX_VMS:
+        return vms, ""
+    reclaimed = (df["MCTLSZ_MiB"].fillna(0) + df["SWCUR_MiB"].fillna(0)).groupby(df["vm"]).max()
+    top = list(reclaimed.sort_values(ascending=False, kind="stable").index[:MAX_VMS])
+    return top, f" ({MAX_VMS} of {len(vms)} VMs: those reclaimed from most)"
+
+
+def _where(fig, d) -> None:
+    import plotly.graph_objects as go
+
+    for label, cols, div in WHERE:
+        if all(c in d for c in cols):
+            y = sum(d[c] for c in cols) / div
+            if y.fillna(0).abs().sum() > 0:
+                fig.add_trace(go.Scatter(x=d.time_s, y=y, name=label, stackgroup="where", mode="lines"))
+
+
+def _charts(runs: list[Run]) -> list[str]:
+    import plotly.graph_objects as go
+
+    overlay = len(runs) > 1
+    figs = []
+    for r in runs:
+        df = r.timeseries
+        vms, more = _shown(df)
+        if more:
+            total = df.groupby("time_s", as_index=False).sum(numeric_only=True)
+            d, step = _thin(total)
+            fig = _figure(f"{r.label}: all {df['vm'].nunique()} VMs summed: memory by where it lives" + ("" if step == 1 else f" (every {step}th sample)"), "MiB")
+            _where(fig, d)
+            _state_bands(fig, df)
+            figs.append(fig)
+        for vm in vms:
+            d, step = _thin(df[df.vm == vm])
+            note = "" if step == 1 else f" (every {step}th sample)"
+            fig = _figure(f"{r.label}: {vm}: memory by where it lives{note}", "MiB")
+            _where(fig, d)
+            _state_bands(fig, df)
+            figs.append(fig)
+    few = {r.label: _shown(r.timeseries) for r in runs}
+    others = "".join(dict.fromkeys(m for _, m in few.values()))
+    fig = _figure("balloon: target against size" + (" (runs overlaid)" if overlay else "") + others, "MiB")
+    for r in runs:
+        df = r.timeseries
+        for vm in few[r.label][0]:
+            d, _ = _thin(df[df.vm == vm])
+            if d["MCTLTGT_MiB"].fillna(0).abs().sum() + d["MCTLSZ_MiB"].fillna(0).abs().sum() > 0:
+                fig.add_trace(go.Scatter(x=d.time_s, y=d.MCTLTGT_MiB, name=f"{r.label}/{vm} target", mode="lines", line=dict(dash="dash")))
+                fig.add_trace(go.Scatter(x=d.time_s, y=d.MCTLSZ_MiB, name=f"{r.label}/{vm} size", mode="lines"))
+    figs.append(fig)
+    for title, col in RATES:
+        fig = _figure(title + (" (runs overlaid)" if overlay else "") + others, title)
+        for r in runs:
+            df = r.timeseries
+            for vm in few[r.label][0]:
+                d, _ = _thin(df[df.vm == vm])
+                rate = d[col].diff() / d.time_s.diff()
+                fig.add_trace(go.Scatter(x=d.time_s, y=rate, name=f"{r.label}/{vm}", mode="lines"))
+        figs.append(fig)
+    return [f.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False}) for f in figs]
+
+
+def _table(header: list[str], rows: list[list], cls: str = "") -> str:
+    h = "".join(f"<th>{html.escape(str(c))}</th>" for c in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape('' if v is None else str(v))}</td>" for v in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def render(runs: list[Run], title: str) -> str:
+    """The page."""
+    from plotly.offline import get_plotlyjs
+
+    parts = [f"<h1>{html.escape(title)}</h1>"]
+    report_rows = []
+    for r in runs:
+        for vm in r.summary.get("vms", []):
+            report_rows.append([r.label, vm.get("name"), vm.get("runtime_s"), *(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in (vm.get("report") or {}).items())])
+    if report_rows:
+        width = max(len(x) for x in report_rows)
+        parts.append("<h2>Report</h2>" + _table(["run", "vm", "runtime_s"] + [""] * (width - 3), [x + [None] * (width - len(x)) for x in report_rows]))
+    parts.append("<h2>Charts</h2>")
+    parts.extend(f'<div class="chart">{c}</div>' for c in _charts(runs))
+    rows = [[r.label, d.get("time_s"), d.get("vm"), d.get("action"), d.get("reason"), d.get("outcome")] for r in runs for d in r.decisions]
+    parts.append('<h2>Decisions</h2><input id="filter" placeholder="filter decisions (any text)" oninput="filterDecisions(this.value)">'
+                 + _table(["run", "time_s", "vm", "action", "reason", "outcome"], rows, "decisions"))
+    for r in runs:
+        if r.scenario:
+            parts.append(f"<h2>Scenario: {html.escape(r.label)}</h2><pre>{html.escape(r.scenario)}</pre>")
+    style = ("body{font-family:sans-serif;margin:1.5em;max-width:1400px} table{border-collapse:collapse;font-size:12px} "
+             "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left} pre{background:#f6f6f6;padding:1em;font-size:12px} "
+             "#filter{margin:0.5em 0;width:30em}")
+    script = ("function filterDecisions(q){q=q.toLowerCase();for(const tr of document.querySelectorAll('table.decisions tbody tr'))"
+              "{tr.style.display=tr.textContent.toLowerCase().includes(q)?'':'none';}}")
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{style}</style>"
+            f"<script>{get_plotlyjs()}</script><script>{script}</script></head><body>{''.join(parts)}</body></html>")
+
+
+def write(folder: Path, runs: list[Run] | None = None, title: str | None = None, out: Path | None = None) -> Path:
+    """Writes `report.html` for the run folder (or `out` for other runs), atomically."""
+    folder = Path(folder)
+    runs = runs if runs is not None else runs_in(folder)
+    out = out or folder / "report.html"
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(render(runs, title or folder.name), encoding="utf-8")
+    tmp.replace(out)
+    return out
