@@ -52,8 +52,16 @@ def cases() -> list[tuple[str, str]]:
     return list(_core.cases())
 
 
-def read_scenario_text(spec: str) -> tuple[str, str]:
-    """Returns (text, origin) for a case name or a scenario file path."""
+def read_scenario_text(spec: str | dict) -> tuple[str, str]:
+    """Returns (text, origin) for a case name, a scenario file path, or a scenario as a dict (the
+    TOML file's tables as Python values)."""
+    if isinstance(spec, dict):
+        import tomli_w
+
+        try:
+            return tomli_w.dumps(spec), "<dict>"
+        except TypeError as e:
+            raise _core.ScenarioError(f"<dict>: not a scenario: {e}") from None
     text = _core.case_text(spec)
     if text is not None:
         return text, f"case:{spec}"
@@ -64,15 +72,17 @@ def read_scenario_text(spec: str) -> tuple[str, str]:
     raise _core.ScenarioError(f"{spec}: no such case or file (cases: {names})")
 
 
-def load(spec: str, sets: Sequence[str] = ()) -> list:
-    """Loads a case or scenario file; one resolved scenario per variant."""
+def load(spec: str | dict, sets: Sequence[str] = ()) -> list:
+    """Loads a case, a scenario file or a scenario dict; one resolved scenario per variant."""
     text, origin = read_scenario_text(spec)
     return _core.load(text, origin, list(sets))
 
 
-def base_dir(spec: str) -> Path | None:
+def base_dir(spec: str | dict) -> Path | None:
     """Where relative files named in a scenario (traces) are looked for: next to the file."""
-    return None if _core.case_text(spec) is not None else Path(spec).resolve().parent
+    if isinstance(spec, dict) or _core.case_text(spec) is not None:
+        return None
+    return Path(spec).resolve().parent
 
 
 def simulate(
@@ -222,8 +232,8 @@ def reraise(sig: int) -> None:
     raise KeyboardInterrupt
 
 
-def run(spec: str, sets: Sequence[str] = (), jobs: int | None = None, **kw) -> list[RunResult]:
-    """Runs every variant of a case or scenario file, side by side on `jobs` CPUs (`simulate_all`);
+def run(spec: str | dict, sets: Sequence[str] = (), jobs: int | None = None, **kw) -> list[RunResult]:
+    """Runs every variant of a case, scenario file or scenario dict, side by side on `jobs` CPUs (`simulate_all`);
     a `sets` entry that replaces what a variant sets is reported as a warning (UserWarning)."""
     import warnings
 

@@ -1,6 +1,7 @@
 """The Python API."""
 
 import pandas as pd
+import pytest
 
 import memvisor
 from memvisor.runfolder import top_summary
@@ -93,3 +94,19 @@ def test_run_passes_a_progress_callback_to_every_run(small_scenario):
     seen = []
     memvisor.run(str(small_scenario), progress=lambda now, total: seen.append(now))
     assert seen and seen[-1] > 0
+
+
+def test_run_takes_a_scenario_as_a_dict():
+    import memvisor
+
+    spec = {
+        "name": "as-dict",
+        "duration": "2s",
+        "host": {"memory": "1GiB"},
+        "datastore": [{"name": "d", "device": "ssd"}],
+        "vm": [{"name": "g", "memory": "128MiB", "datastore": "d", "workload": {"kind": "idle", "footprint": "16MiB"}}],
+    }
+    (r,) = memvisor.run(spec)
+    assert r.name == "as-dict" and r.summary["vms"][0]["name"] == "g"
+    with pytest.raises(memvisor.ScenarioError, match="vm.g.workload"):
+        memvisor.run({**spec, "vm": [{**spec["vm"][0], "workload": {"kind": "idle"}}]})
