@@ -110,31 +110,42 @@ def _print_report(results: list[api.RunResult]) -> None:
 
 @main.command("sweep")
 @click.argument("spec")
-@click.option("--vary", required=True, type=KeyValues(), help="The key to vary and its values, e.g. vm.g.memory=256MiB,512MiB.")
+@click.option("--vary", "varies", multiple=True, type=KeyValues(), help="A key to vary and its values, e.g. vm.g.memory=256MiB,512MiB; repeated, the grid is every combination.")
+@click.option("--points", "points_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="Explicit points instead: a CSV file, a header of keys and a row of values per point.")
 @click.option("--column", help="Report column to show (default: the scenario's first).")
 @click.option("--vm", help="VM whose report value fills the cells (default: the first).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a scenario value at every point.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: the number of CPUs).")
+@click.option("--scheduler", metavar="ADDRESS", help="Run on this Dask cluster (e.g. tcp://10.0.0.5:8786) instead of local processes.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Keep every run here as it finishes (a sweep run again resumes) and write sweep.parquet: a row per run and VM.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table as CSV.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-def sweep_cmd(spec: str, vary: tuple[str, tuple[str, ...]], column: str | None, vm: str | None, sets: tuple[str, ...], jobs: int | None, csv_path: Path | None, quiet: bool) -> None:
-    """Run every variant of a case or scenario file at each value of one key; show one report
-    value of the first VM (of each VM, without variants) as a table, a row per value, with the
-    biggest jump between neighbouring columns. A run that fails shows its error in its cell; the
-    others go on, and the exit status is then 1."""
+def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_dir, csv_path, quiet) -> None:
+    """Run every variant of a case or scenario file at each point of a grid of overrides; show one
+    report value of the first VM (of each VM, without variants) as a table, a row per point, with
+    the biggest jump between neighbouring columns. A run that fails shows its error in its cell;
+    the others go on, and the exit status is then 1."""
     import pandas as pd
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from memvisor.sweep import JUMP, failed_cells, plan, run_grid, warnings_of
+    from memvisor.sweep import JUMP, failed_cells, plan_points, points_from_csv, product, run_points, warnings_of
     from memvisor.traces import write_bytes_atomically
 
-    key, values = vary
+    if scheduler is not None:
+        try:
+            import dask.distributed  # noqa: F401
+        except ImportError:
+            raise MemvisorError("--scheduler needs Dask: pip install 'memvisor[dask]'", USAGE) from None
+    if bool(varies) == bool(points_file):
+        raise MemvisorError("give the grid as --vary KEY=V1,V2 (repeatable) or as --points FILE, one of the two", USAGE)
     if csv_path is not None and not csv_path.parent.is_dir():
         raise MemvisorError(f"--csv {csv_path}: no directory {csv_path.parent}", USAGE)
     try:
-        grid = plan(spec, key, values, column, sets, vm)
-    except _core.ScenarioError as e:
+        points = product(varies) if varies else points_from_csv(points_file)
+        grid = plan_points(spec, points, column, sets, vm)
+    except (_core.ScenarioError, ValueError) as e:
         raise MemvisorError(str(e), USAGE) from None
+    key = grid.key
     for w in warnings_of(grid):
         warn(w)
     try:
@@ -147,9 +158,19 @@ def sweep_cmd(spec: str, vary: tuple[str, tuple[str, ...]], column: str | None, 
             disable=quiet,
         ) as bar:
             task = bar.add_task(f"sweep {key}", total=grid.runs)
-            df = run_grid(grid, jobs, progress=lambda done, total: bar.update(task, completed=done))
+            df, runs = run_points(grid, jobs, progress=lambda done, total: bar.update(task, completed=done), scheduler=scheduler,
+                                  store=None if out_dir is None else out_dir / "runs")
     except BrokenProcessPool as e:
         raise MemvisorError(f"a worker process died: {e}", 1) from None
+    except OSError as e:
+        raise MemvisorError(f"{'--scheduler ' + scheduler if scheduler else '--out ' + str(out_dir)}: {e}", 1) from None
+    if out_dir is not None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        tmp = out_dir / ".sweep.parquet.tmp"
+        pq.write_table(pa.Table.from_pandas(runs, preserve_index=False), tmp)
+        tmp.replace(out_dir / "sweep.parquet")
     if csv_path is not None:
         try:
             write_bytes_atomically(csv_path, df.to_csv().encode("utf-8"))
@@ -164,6 +185,8 @@ def sweep_cmd(spec: str, vary: tuple[str, tuple[str, ...]], column: str | None, 
     out.print(t)
     if csv_path is not None:
         out.print(f"csv: {csv_path}")
+    if out_dir is not None:
+        out.print(f"runs: {out_dir / 'sweep.parquet'} ({len(runs)} rows)")
     failed = failed_cells(df)
     if failed:
         raise MemvisorError(f"{len(failed)} of {len(df) * len(cols)} cells show a failed run", 1)

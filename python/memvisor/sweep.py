@@ -1,23 +1,32 @@
-"""Sensitivity sweeps: one scenario key given each of several values in turn, every variant run at
-each value in parallel worker processes, and one report value tabulated.
+"""Sweeps: a scenario run at every point of a grid of overrides (one key's values, the cartesian
+product of several keys' values, or an explicit list of points), every variant at every point, in
+parallel worker processes or on a Dask cluster; one report value tabulated, and every run's report
+gathered into one table with the overrides as columns.
 
     df = sweep("paging-stress", "vm.kali.workload.desktop.active", ["300MiB", "600MiB"])
     df.loc["300MiB", "5-instances"]      # pgpgin_KiB/s of the first VM
 
-The engine is deterministic, so the table does not depend on how many workers ran it."""
+The engine is deterministic, so the tables do not depend on how many workers ran them, nor where.
+With a store (a folder), each finished run is kept as it finishes, and a sweep run again with the
+same store does only the runs it lacks."""
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import json
 import math
 import multiprocessing
+import os
 import signal
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 from memvisor import _core, api
 from memvisor.console import fmt
@@ -31,7 +40,8 @@ _SEP = "-_ ./:"
 
 @dataclass
 class Grid:
-    """A sweep checked and ready to run: for each value, one resolved scenario per variant."""
+    """A sweep checked and ready to run: for each point (its overrides), one resolved scenario per
+    variant. `key` names the swept keys (joined by " × "), `values` labels the points."""
 
     key: str
     values: list[str]
@@ -40,23 +50,61 @@ class Grid:
     origin: str
     base: Path | None
     vm: str | None = None
+    points: list[dict] | None = None
 
     @property
     def runs(self) -> int:
         return sum(len(s) for s in self.scenarios)
 
 
+def product(varies: Sequence[tuple[str, Sequence[str]]]) -> list[dict]:
+    """The cartesian product of keys' values, as points (dicts of overrides), the last key fastest."""
+    keys = [k for k, _ in varies]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"a key is varied twice: {', '.join(sorted({k for k in keys if keys.count(k) > 1}))}")
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(list(v) for _, v in varies))]
+
+
+def points_from_csv(path: Path) -> list[dict]:
+    """Explicit points: a CSV file whose header names the keys and whose rows give their values."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise ValueError(f"{path}: no points (a header of keys, then a row of values per point)")
+    for i, r in enumerate(rows, start=2):
+        empty = [k for k, v in r.items() if k is None or v is None or not str(v).strip()]
+        if empty:
+            raise ValueError(f"{path}:{i}: every point needs a value for every key")
+    return [{k.strip(): v.strip() for k, v in r.items()} for r in rows]
+
+
 def plan(spec: str, key: str, values: Sequence[str], column: str | None = None, sets: Sequence[str] = (), vm: str | None = None) -> Grid:
-    """Loads the scenario once per value (the `sets`, then `key=value`), so that a bad key, value or
-    column raises the scenario's own `ScenarioError` before anything runs."""
+    """One key's values (see `plan_points`)."""
     values = list(values)
     if not values:
         raise ValueError("a sweep needs at least one value")
+    return plan_points(spec, [{key: v} for v in values], column, sets, vm)
+
+
+def plan_points(spec: str, points: Sequence[dict], column: str | None = None, sets: Sequence[str] = (), vm: str | None = None) -> Grid:
+    """Loads the scenario once per point (the `sets`, then the point's overrides), so that a bad
+    key, value or column raises the scenario's own `ScenarioError` before anything runs."""
+    points = [dict(p) for p in points]
+    if not points:
+        raise ValueError("a sweep needs at least one point")
+    keys = list(dict.fromkeys(k for p in points for k in p))
+    key = " × ".join(keys)
+    values = [", ".join(str(p.get(k, "-")) for k in keys) for p in points]
     _, origin = api.read_scenario_text(spec)
     try:
-        scenarios = [api.load(spec, [*sets, f"{key}={v}"]) for v in values]
+        scenarios = [api.load(spec, [*sets, *(f"{k}={v}" for k, v in p.items())]) for p in points]
     except _core.ScenarioError as e:
-        raise _core.ScenarioError(str(e).replace(f"--set {key}=", f"--vary {key}=")) from None
+        msg = str(e)
+        for k in keys:
+            msg = msg.replace(f"--set {k}=", f"--vary {k}=")
+        raise _core.ScenarioError(msg) from None
     first = scenarios[0][0]
     if column is None:
         if not first.report_columns:
@@ -68,13 +116,17 @@ def plan(spec: str, key: str, values: Sequence[str], column: str | None = None, 
                 f"'{column}' is not a report column of {s.name} (report columns: {', '.join(s.report_columns)}; "
                 "others can be added with --set report.columns=[...])"
             )
-    return Grid(key, values, column, scenarios, origin, api.base_dir(spec), vm)
+    return Grid(key, values, column, scenarios, origin, api.base_dir(spec), vm, points)
 
 
 def warnings_of(grid: Grid) -> list[str]:
-    """The scenarios' warnings, once each, naming the swept key as --vary."""
-    seen = dict.fromkeys(w.replace(f"--set {grid.key} ", f"--vary {grid.key} ") for per in grid.scenarios for s in per for w in s.warnings)
-    return list(seen)
+    """The scenarios' warnings, once each, naming the swept keys as --vary."""
+    out = []
+    for w in (w for per in grid.scenarios for s in per for w in s.warnings):
+        for k in grid.key.split(" × "):
+            w = w.replace(f"--set {k} ", f"--vary {k} ")
+        out.append(w)
+    return list(dict.fromkeys(out))
 
 
 def sweep(
@@ -93,16 +145,66 @@ def sweep(
     return run_grid(plan(spec, key, values, column, sets, vm), jobs, progress)
 
 
-def run_grid(grid: Grid, jobs: int | None = None, progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
-    """Runs a planned sweep over `jobs` worker processes (default: the CPUs this process may use);
-    `progress(done, total)` is called as runs finish.
+def run_grid(grid: Grid, jobs: int | None = None, progress: Callable[[int, int], None] | None = None, **kw) -> pd.DataFrame:
+    """The table of `run_points` (which see)."""
+    return run_points(grid, jobs, progress, **kw)[0]
+
+
+def _task_id(toml: str) -> str:
+    """A run's identity in a store: the resolved scenario decides the run, bit for bit."""
+    return hashlib.sha256(toml.encode("utf-8")).hexdigest()[:32]
+
+
+def run_points(
+    grid: Grid,
+    jobs: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    scheduler: str | None = None,
+    store: Path | None = None,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Runs a planned sweep over `jobs` worker processes (default: the CPUs this process may use),
+    or on the Dask cluster whose scheduler is at `scheduler`; `progress(done, total)` is called as
+    runs finish. With a `store` folder, each finished run is kept there as it finishes and runs
+    already there are not run again (an interrupted sweep resumes).
+
+    Returns (table, runs). `runs`: a row per run and VM: the point's overrides as columns, then
+    `variant`, `vm`, the report columns, and `error` (the message of a run that failed; its row has
+    no VM). The table:
 
     The table: a row per value (the index, named after the key), a column per variant (per VM when
     the scenario has no variants; the columns' name is the report column), each cell the report
     value of the first VM or of `grid.vm` (of that VM) or, for a run that failed, its error message as a string;
     then `JUMP`. A failed run does not stop the others: `failed_cells` lists them."""
+    import pandas as pd
+
     tasks = [(s.to_toml(), grid.origin, None if grid.base is None else str(grid.base)) for per_value in grid.scenarios for s in per_value]
-    results = iter(_run_all(tasks, jobs or api.cpus(), progress))
+    results: list = [None] * len(tasks)
+    todo = list(range(len(tasks)))
+    if store is not None:
+        store.mkdir(parents=True, exist_ok=True)
+        for i, t in enumerate(tasks):
+            f = store / f"{_task_id(t[0])}.json"
+            if f.exists():
+                results[i] = tuple(json.loads(f.read_text()))
+        todo = [i for i, r in enumerate(results) if r is None]
+
+    def keep(i: int, result) -> None:
+        results[todo[i]] = result
+        if store is not None:
+            f = store / f"{_task_id(tasks[todo[i]][0])}.json"
+            tmp = f.with_name(f.name + f".tmp{os.getpid()}")
+            tmp.write_text(json.dumps(result))
+            os.replace(tmp, f)
+
+    already = len(tasks) - len(todo)
+    shown = None if progress is None else (lambda done, _total: progress(already + done, len(tasks)))
+    if todo:
+        run = _run_dask if scheduler is not None else _run_all
+        run([tasks[i] for i in todo], scheduler if scheduler is not None else (jobs or api.cpus()), shown, keep)
+    elif progress is not None:
+        progress(len(tasks), len(tasks))
+    runs = _long(grid, results)
+    results = iter(results)
     by_vm = grid.scenarios[0][0].variant is None
     rows: list[dict] = []
     errors: list[str | None] = []  # without variants, a failed run's error fills its row
@@ -127,7 +229,25 @@ def run_grid(grid: Grid, jobs: int | None = None, progress: Callable[[int, int],
     df = pd.DataFrame(table, index=pd.Index(grid.values, name=grid.key), columns=names)
     df[JUMP] = [biggest_jump(names, cells) for cells in table]
     df.columns.name = grid.column
-    return df
+    return df, runs
+
+
+def _long(grid: Grid, results: list):
+    """Every run's report rows with the point's overrides as columns."""
+    import pandas as pd
+
+    rows = []
+    it = iter(results)
+    points = grid.points or [{grid.key: v} for v in grid.values]
+    for point, per in zip(points, grid.scenarios):
+        for s in per:
+            ok, res = next(it)
+            base = {**point, "variant": s.variant}
+            if ok:
+                rows.extend({**base, **r, "error": None} for r in res)
+            else:
+                rows.append({**base, "vm": None, "error": res})
+    return pd.DataFrame(rows)
 
 
 def failed_cells(df: pd.DataFrame) -> list[tuple[str, str, str]]:
@@ -210,8 +330,29 @@ def _sigint_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def _run_all(tasks: list[tuple], jobs: int, progress: Callable[[int, int], None] | None) -> list:
-    """`_run_one` on every task, in worker processes; the results in the tasks' order."""
+def _run_dask(tasks: list[tuple], address: str, progress: Callable[[int, int], None] | None, on_result: Callable[[int, object], None]) -> None:
+    """`_run_one` on every task on the Dask cluster at `address`; `on_result(i, result)` as each
+    finishes. Interrupted, it cancels what is left on the cluster."""
+    from dask.distributed import Client, as_completed
+
+    with Client(address, timeout="30s") as client:
+        futures = [client.submit(_run_one, *t, pure=False) for t in tasks]
+        index = {f.key: i for i, f in enumerate(futures)}
+        if progress is not None:
+            progress(0, len(tasks))
+        try:
+            for done, f in enumerate(as_completed(futures), start=1):
+                on_result(index[f.key], tuple(f.result()))
+                if progress is not None:
+                    progress(done, len(tasks))
+        except BaseException:
+            client.cancel(futures)
+            raise
+
+
+def _run_all(tasks: list[tuple], jobs: int, progress: Callable[[int, int], None] | None, on_result: Callable[[int, object], None] | None = None) -> list:
+    """`_run_one` on every task, in worker processes; the results in the tasks' order, each also
+    given to `on_result(i, result)` as it finishes."""
     results: list = [None] * len(tasks)
     with api.deferred_signals() as got:
         # spawn, not fork: the parent has threads (the progress bar's, the pool's own).
@@ -228,6 +369,8 @@ def _run_all(tasks: list[tuple], jobs: int, progress: Callable[[int, int], None]
                 done, pending = wait(pending, timeout=api.SIGNAL_POLL_S, return_when=FIRST_COMPLETED)
                 for f in done:
                     results[futures[f]] = f.result()
+                    if on_result is not None:
+                        on_result(futures[f], results[futures[f]])
                     finished += 1
                     if progress is not None:
                         progress(finished, len(tasks))

@@ -145,3 +145,60 @@ def test_ctrl_c_ends_the_workers_and_leaves_no_csv(tmp_path):
     assert stderr.splitlines() == ["error: interrupted"], stderr
     assert sorted(x.name for x in tmp_path.iterdir()) == ["long.toml"]
     assert not any(Path(f"/proc/{w}").exists() for w in workers), "the workers were ended"
+
+
+def test_a_grid_gives_a_row_per_run_and_vm_equal_to_the_runs_done_one_by_one(tmp_path):
+    from memvisor.sweep import plan_points, product, run_points
+
+    spec = str(write(tmp_path))
+    points = product([("vm.g.memory", ["96MiB", "256MiB"]), ("host.memory", ["512MiB", "1GiB"])])
+    assert points[1] == {"vm.g.memory": "96MiB", "host.memory": "1GiB"}, "the last key varies fastest"
+    table, runs = run_points(plan_points(spec, points, column="runtime_s"), jobs=2)
+    assert len(table) == 4 and table.index.name == "vm.g.memory × host.memory"
+    assert len(runs) == 4 * 2, "a row per point, variant and VM"
+    assert list(runs.columns[:4]) == ["vm.g.memory", "host.memory", "variant", "vm"]
+    for p in points:
+        for r in memvisor.run(spec, sets=[f"{k}={v}" for k, v in p.items()]):
+            row = runs[(runs["vm.g.memory"] == p["vm.g.memory"]) & (runs["host.memory"] == p["host.memory"]) & (runs.variant == r.variant)]
+            assert row.iloc[0]["runtime_s"] == r.summary["vms"][0]["report"]["runtime_s"]
+
+
+def test_a_failed_point_is_reported_and_the_others_kept(tmp_path):
+    from memvisor.sweep import plan_points, run_points
+
+    spec = str(write(tmp_path, SMALL))
+    _, runs = run_points(plan_points(spec, [{"host.memory": "64MiB"}, {"host.memory": "1GiB"}]), jobs=2)
+    assert runs.error.notna().tolist() == [True, False]
+    assert "admission control" in runs.error[0] and runs.runtime_s[1] > 0
+
+
+def test_an_interrupted_sweep_resumes_without_redoing_finished_runs(tmp_path):
+    spec = write(tmp_path)
+    args = ("sweep", "s.toml", "--vary", "vm.g.memory=96MiB,256MiB", "--vary", "vm.g.vcpus=1,2", "--out", "out", "--quiet")
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    store = sorted((tmp_path / "out" / "runs").glob("*.json"))
+    assert len(store) == 8
+    first = pd.read_parquet(tmp_path / "out" / "sweep.parquet")
+    # As if interrupted after all but one run: that one alone is run again.
+    store[3].unlink()
+    kept = {p: p.stat().st_mtime_ns for p in store if p != store[3]}
+    r = run_cli(*args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert store[3].exists() and all(p.stat().st_mtime_ns == t for p, t in kept.items())
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "out" / "sweep.parquet"), first)
+    assert spec.exists()
+
+
+def test_a_sweep_on_a_dask_cluster_equals_the_local_one(tmp_path):
+    from dask.distributed import LocalCluster
+
+    from memvisor.sweep import plan_points, product, run_points
+
+    spec = str(write(tmp_path))
+    grid = plan_points(spec, product([("vm.g.memory", ["96MiB", "256MiB"]), ("vm.g.vcpus", ["1", "2"])]), column="runtime_s")
+    local_table, local_runs = run_points(grid, jobs=2)
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
+        table, runs = run_points(grid, scheduler=cluster.scheduler_address)
+    pd.testing.assert_frame_equal(runs, local_runs)
+    pd.testing.assert_frame_equal(table, local_table)
