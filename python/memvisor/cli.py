@@ -14,6 +14,7 @@ from memvisor.console import USAGE, MemvisorError, Terminated, err, fmt, out, si
 from memvisor.params import ByteSize, IntList, KeyValues
 from memvisor.runfolder import RunFolder
 from memvisor.livecmd import manage_cmd, status_cmd
+from memvisor.plancmd import plan_cmd
 from memvisor.tracecmd import trace
 
 
@@ -337,6 +338,7 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
 
 
 main.add_command(trace)
+main.add_command(plan_cmd)
 main.add_command(manage_cmd)
 main.add_command(status_cmd)
 

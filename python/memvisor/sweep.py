@@ -350,9 +350,15 @@ def _run_dask(tasks: list[tuple], address: str, progress: Callable[[int, int], N
             raise
 
 
-def _run_all(tasks: list[tuple], jobs: int, progress: Callable[[int, int], None] | None, on_result: Callable[[int, object], None] | None = None) -> list:
-    """`_run_one` on every task, in worker processes; the results in the tasks' order, each also
-    given to `on_result(i, result)` as it finishes."""
+def _run_all(
+    tasks: list[tuple],
+    jobs: int,
+    progress: Callable[[int, int], None] | None,
+    on_result: Callable[[int, object], None] | None = None,
+    fn: Callable = _run_one,
+) -> list:
+    """`fn` (default `_run_one`) on every task, in worker processes; the results in the tasks'
+    order, each also given to `on_result(i, result)` as it finishes."""
     results: list = [None] * len(tasks)
     with api.deferred_signals() as got:
         # spawn, not fork: the parent has threads (the progress bar's, the pool's own).
@@ -361,7 +367,7 @@ def _run_all(tasks: list[tuple], jobs: int, progress: Callable[[int, int], None]
         )
         try:
             with _sigint_blocked():  # the pool starts its workers as tasks are submitted
-                futures = {pool.submit(_run_one, *t): i for i, t in enumerate(tasks)}
+                futures = {pool.submit(fn, *t): i for i, t in enumerate(tasks)}
             if progress is not None:
                 progress(0, len(tasks))
             pending, finished = set(futures), 0

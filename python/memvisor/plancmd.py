@@ -1,0 +1,107 @@
+"""`memvisor plan`: the capacity questions of `memvisor.planning`, from the command line."""
+
+from __future__ import annotations
+
+import click
+from rich.table import Table
+
+from memvisor import _core, api
+from memvisor.console import USAGE, MemvisorError, out
+from memvisor.params import ByteSize, IntList
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+MIB = 1 << 20
+
+
+def _mib(v: int) -> str:
+    return f"{v // MIB}MiB" if v % MIB == 0 else f"{v // 4096} pages"
+
+
+@click.command("plan")
+@click.argument("spec")
+@click.option("--vm", required=True, help="The VM whose runtime must stay within the bound.")
+@click.option("--slowdown", type=click.FloatRange(min=1.0), required=True, help="The bound: runtime at most this many times the baseline's.")
+@click.option("--reservation", "question", flag_value="reservation", help="Find the VM's smallest reservation (baseline: a full one).")
+@click.option("--host-memory", "question", flag_value="host-memory", help="Find the smallest host memory (baseline: --max).")
+@click.option("--count", "group", metavar="VM", help="Find the largest count of VM group VM (baseline: --min, default 1).")
+@click.option("--min", "lo", help="The range's low end (a size; a count for --count).")
+@click.option("--max", "hi", help="The range's high end.")
+@click.option("--step", type=ByteSize(), default="64MiB", show_default=True, help="Grid step for sizes.")
+@click.option("--seeds", type=IntList(min=0), default="1,2,3", show_default=True, help="Seeds run at every probed value.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a scenario value in every run.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: the number of CPUs).")
+def plan_cmd(spec, vm, slowdown, question, group, lo, hi, step, seeds, sets, jobs) -> None:
+    """Answer a capacity question by bisection over simulated runs, several seeds per value: the
+    smallest reservation for VM, the smallest host memory, or the largest number of guests, that
+    keeps VM's runtime within SLOWDOWN x its baseline. Prints the answer, whether it is sharp, and
+    the runs that bound it."""
+    from memvisor.planning import Planner, search
+
+    if (question is None) == (group is None):
+        raise MemvisorError("ask one question: --reservation, --host-memory or --count VM", USAGE)
+    try:
+        (s,) = api.load(spec, sets)
+    except ValueError:
+        raise MemvisorError(f"{spec}: plan needs one scenario; this one has variants (choose one with --set)", USAGE) from None
+    except _core.ScenarioError as e:
+        raise MemvisorError(str(e), USAGE) from None
+    resolved = tomllib.loads(s.to_toml())
+    vms = {v["name"]: v for v in resolved.get("vm", [])}
+    if vm not in vms and not any(n.startswith(f"{vm}-") for n in vms):
+        raise MemvisorError(f"--vm {vm}: no such VM (VMs: {', '.join(vms)})", USAGE)
+
+    def size(text, what):
+        try:
+            return _core.parse_bytes(text)
+        except ValueError as e:
+            raise MemvisorError(f"{what}: {e}", USAGE) from None
+
+    if group is not None:
+        key, fmt, high = f"vm.{group}.count", str, False
+        try:
+            lo_v, hi_v = int(lo or 1), int(hi) if hi else None
+        except ValueError:
+            raise MemvisorError("--min and --max are counts with --count", USAGE) from None
+        if hi_v is None:
+            raise MemvisorError("--count needs --max (the most guests to try)", USAGE)
+        grid_step = 1
+        what = f"the largest count of '{group}'"
+    elif question == "reservation":
+        key, fmt, high = f"vm.{vm}.reservation", _mib, True
+        mem = _core.parse_bytes(str(vms[vm]["memory"])) if vm in vms else None
+        lo_v, hi_v = size(lo or "0B", "--min"), size(hi, "--max") if hi else mem
+        grid_step = step
+        what = f"the smallest reservation of '{vm}'"
+    else:
+        key, fmt, high = "host.memory", _mib, True
+        if not lo:
+            raise MemvisorError("--host-memory needs --min (the smallest host to try)", USAGE)
+        lo_v, hi_v = size(lo, "--min"), size(hi, "--max") if hi else _core.parse_bytes(str(resolved["host"]["memory"]))
+        grid_step = step
+        what = "the smallest host memory"
+    if lo_v >= hi_v:
+        raise MemvisorError(f"--min must be below --max ({fmt(lo_v)} >= {fmt(hi_v)})", USAGE)
+    planner = Planner(spec, vm, key, list(sets), list(seeds), jobs, fmt)
+    try:
+        a = search(planner, lo_v, hi_v, grid_step, slowdown, generous_high=high)
+    except (_core.ScenarioError, _core.RunError) as e:
+        raise MemvisorError(str(e), 1) from None
+    failed = any(p.errors for p in a.probes.values())
+    t = Table(key, *[f"seed {x} runtime s" for x in seeds], "slowdowns", "within", *(["why no runtime"] if failed else []), title=f"{spec}: {what} keeping '{vm}' within {slowdown:g}x of {a.baseline:.1f} s")
+    for v in sorted(a.probes):
+        p = a.probes[v]
+        mark = " <- answer" if v == a.value else (" <- bound" if v in a.bracket else "")
+        t.add_row(fmt(v) + mark, *["-" if r is None else f"{r:.1f}" for r in p.runtimes],
+                  ", ".join("-" if x is None else f"{x:.2f}" for x in p.slowdowns), "yes" if p.within(slowdown) else "no",
+                  *([p.errors[0][:100] if p.errors else ""] if failed else []))
+    out.print(t)
+    if a.value is None:
+        raise MemvisorError("no answer: " + "; ".join(a.notes), 1)
+    out.print(f"answer: {key} = {fmt(a.value)}" + ("" if a.bracket[1] is None else f" (bracketed by {fmt(a.bracket[1])}, outside the bound)"))
+    out.print("sharp: the seeds agree at every probe and the runtime was monotonic where probed" if a.sharp else "not sharp: " + "; ".join(a.notes))
+    for n in a.notes if a.sharp else []:
+        out.print(f"note: {n}")

@@ -1,0 +1,155 @@
+"""`memvisor plan`: capacity questions answered by searching over simulated runs. For a scenario and
+a named VM: the smallest reservation, the smallest host memory, or the largest number of guests
+that keeps the VM's runtime within a slowdown of its baseline (its runtime at the most generous end
+of the range: a full reservation, the largest host, one guest).
+
+The search is a bisection over a grid of values (a step apart). Runtime need not be monotonic in the
+value, and runs vary with the seed, so each probed value runs with several seeds (in parallel) and
+counts as within the bound only if every seed is; after the bisection the answer is checked: the
+value itself within the bound, its neighbour toward the constrained end outside it, and every
+probed value on the generous side within it. The answer is "sharp" when all of that holds and the
+seeds agree at both bracketing values; otherwise it says what did not hold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from memvisor import _core, api
+
+PAGE = 4096
+
+
+@dataclass
+class Probe:
+    """One probed value: each seed's runtime of the VM (None: the run failed or the VM did not
+    finish) and its slowdown against the baseline."""
+
+    value: int
+    runtimes: list[float | None]
+    errors: list[str]
+    baseline: float | None = None
+
+    @property
+    def slowdowns(self) -> list[float | None]:
+        return [None if r is None or not self.baseline else r / self.baseline for r in self.runtimes]
+
+    def within(self, bound: float) -> bool:
+        return all(s is not None and s <= bound for s in self.slowdowns)
+
+    def agree(self, bound: float) -> bool:
+        """Whether the seeds agree on which side of the bound the value is."""
+        sides = {s is not None and s <= bound for s in self.slowdowns}
+        return len(sides) == 1
+
+
+@dataclass
+class Answer:
+    question: str
+    value: int | None
+    bound: float
+    baseline: float
+    probes: dict[int, Probe]
+    bracket: tuple[int | None, int | None]
+    sharp: bool
+    notes: list[str] = field(default_factory=list)
+
+
+def _runtime(text: str, origin: str, base: str | None, vm: str) -> tuple[float | None, str | None]:
+    """In a worker: one run; the named VM's runtime (None and why if it has none)."""
+    try:
+        (s,) = _core.load(text, origin)
+        r = api.simulate(s, base=None if base is None else Path(base), step_s=1e9)
+    except (_core.RunError, _core.ScenarioError, _core.TraceError) as e:
+        return None, str(e)
+    for v in r.summary["vms"]:
+        if v["name"] == vm:
+            if v.get("runtime_s") is None:
+                return None, f"VM '{vm}' did not finish within the run"
+            return v["runtime_s"], None
+    return None, f"no VM '{vm}' in the run"
+
+
+class Planner:
+    """Runs the probes of one question."""
+
+    def __init__(self, spec: str, vm: str, key: str, sets: list[str], seeds: list[int], jobs: int | None, fmt: Callable[[int], str]):
+        self.spec, self.vm, self.key, self.sets, self.seeds = spec, vm, key, list(sets), seeds
+        self.jobs = jobs or api.cpus()
+        self.fmt = fmt
+        self.probes: dict[int, Probe] = {}
+        _, self.origin = api.read_scenario_text(spec)
+        self.base = api.base_dir(spec)
+
+    def probe(self, values: list[int]) -> None:
+        """Runs every seed at each value not yet probed, all in parallel."""
+        from memvisor.sweep import _run_all
+
+        new = [v for v in dict.fromkeys(values) if v not in self.probes]
+        tasks, owners = [], []
+        for v in new:
+            for seed in self.seeds:
+                scenarios = api.load(self.spec, [*self.sets, f"{self.key}={self.fmt(v)}", f"seed={seed}"])
+                if len(scenarios) != 1:
+                    raise _core.ScenarioError(f"{self.spec}: plan needs one scenario; this one has variants (choose one with --set)")
+                tasks.append((scenarios[0].to_toml(), self.origin, None if self.base is None else str(self.base), self.vm))
+                owners.append(v)
+        results = _run_all(tasks, self.jobs, None, fn=_runtime) if tasks else []
+        for v in new:
+            got = [r for o, r in zip(owners, results) if o == v]
+            self.probes[v] = Probe(v, [r for r, _ in got], [e for _, e in got if e])
+
+
+def search(planner: Planner, lo: int, hi: int, step: int, bound: float, generous_high: bool) -> Answer:
+    """The value nearest the constrained end of [lo, hi] (on the `step` grid) whose runs stay
+    within `bound` x the baseline, the baseline being the runtime at the generous end (`hi` if
+    `generous_high`, else `lo`)."""
+    grid = list(range(lo, hi + 1, step))
+    if grid[-1] != hi:
+        grid.append(hi)
+    if not generous_high:
+        grid.reverse()  # index 0 is always the constrained end, the last the generous end
+    planner.probe([grid[-1], grid[0]])
+    gen = planner.probes[grid[-1]]
+    runtimes = [r for r in gen.runtimes if r is not None]
+    if len(runtimes) != len(gen.runtimes):
+        raise _core.RunError(f"the baseline ({planner.key} = {planner.fmt(grid[-1])}) has no runtime: {'; '.join(gen.errors)}")
+    baseline = sum(runtimes) / len(runtimes)
+
+    def within(i: int) -> bool:
+        p = planner.probes[grid[i]]
+        p.baseline = baseline
+        return p.within(bound)
+
+    notes = []
+    for p in planner.probes.values():
+        p.baseline = baseline
+    if within(0):
+        value, bracket = grid[0], (grid[0], None)
+        notes.append(f"the most constrained value, {planner.fmt(grid[0])}, is already within the bound")
+    elif not within(len(grid) - 1):
+        return Answer(planner.key, None, bound, baseline, planner.probes, (None, grid[-1]), False,
+                      ["the seeds disagree even at the baseline value: no answer"])
+    else:
+        bad, good = 0, len(grid) - 1  # invariant: grid[bad] outside, grid[good] within
+        while good - bad > 1:
+            mid = (bad + good) // 2
+            planner.probe([grid[mid]])
+            if within(mid):
+                good = mid
+            else:
+                bad = mid
+        value, bracket = grid[good], (grid[good], grid[bad])
+    sharp = True
+    for v, p in planner.probes.items():
+        if not p.agree(bound):
+            sharp = False
+            notes.append(f"at {planner.fmt(v)} the seeds disagree (slowdowns {', '.join('-' if s is None else f'{s:.2f}' for s in p.slowdowns)})")
+    idx = grid.index(value)
+    for v, p in planner.probes.items():
+        if v in grid and grid.index(v) > idx and not p.within(bound):
+            sharp = False
+            notes.append(f"{planner.fmt(v)}, more generous than the answer, is outside the bound: runtime is not monotonic here")
+    return Answer(planner.key, value, bound, baseline, planner.probes, bracket, sharp, notes)
