@@ -31,7 +31,12 @@ WHERE = [
     ("compressed (host)", ["CACHEUSD_MiB"], 1),
     ("host-swapped", ["SWCUR_MiB"], 1),
 ]
-RATES = [("swap-ins/s", "pswpin_pages"), ("swap-outs/s", "pswpout_pages"), ("major faults/s", "pgmajfault")]
+RATES = [
+    ("swap-ins/s", "pswpin_pages"),
+    ("swap-outs/s", "pswpout_pages"),
+    ("major faults/s", "pgmajfault"),
+    ("device queue wait of the VM's datastore (ms per s)", "datastore_queue_wait_ms"),
+]
 STATE_COLOURS = {"high": "rgba(0,160,0,0.08)", "soft": "rgba(230,180,0,0.15)", "hard": "rgba(240,110,0,0.18)", "low": "rgba(220,0,0,0.2)"}
 
 
@@ -161,11 +166,22 @@ def _charts(runs: list[Run]) -> list[str]:
         fig = _figure(title + (" (runs overlaid)" if overlay else "") + others, title)
         for r in runs:
             df = r.timeseries
+            if col not in df:
+                continue
             for vm in few[r.label][0]:
                 d, _ = _thin(df[df.vm == vm])
                 rate = d[col].diff() / d.time_s.diff()
                 fig.add_trace(go.Scatter(x=d.time_s, y=rate, name=f"{r.label}/{vm}", mode="lines"))
         figs.append(fig)
+    runtimes = [(r.label, vm["name"], vm["runtime_s"]) for r in runs for vm in r.summary.get("vms", []) if vm.get("runtime_s") is not None]
+    if runtimes:
+        # Runs side by side: the case's baseline (a VM alone, a reserved VM) is one of the bars.
+        fig = _figure("runtime of each VM, run by run", "seconds")
+        fig.update_layout(xaxis_title="run", hovermode="closest")
+        for vm in dict.fromkeys(v for _, v, _ in runtimes):
+            pts = [(label, t) for label, v, t in runtimes if v == vm]
+            fig.add_trace(go.Bar(x=[p[0] for p in pts], y=[p[1] for p in pts], name=vm))
+        figs.insert(0, fig)
     return [f.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False}) for f in figs]
 
 
@@ -180,13 +196,15 @@ def render(runs: list[Run], title: str) -> str:
     from plotly.offline import get_plotlyjs
 
     parts = [f"<h1>{html.escape(title)}</h1>"]
-    report_rows = []
-    for r in runs:
-        for vm in r.summary.get("vms", []):
-            report_rows.append([r.label, vm.get("name"), vm.get("runtime_s"), *(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}" for k, v in (vm.get("report") or {}).items())])
+    keys = list(dict.fromkeys(k for r in runs for vm in r.summary.get("vms", []) for k in (vm.get("report") or {})))
+    cell = lambda v: "-" if v is None else (f"{v:,.4g}" if isinstance(v, float) else str(v))  # noqa: E731
+    report_rows = [
+        [r.label, vm.get("name"), cell(vm.get("runtime_s")), *(cell((vm.get("report") or {}).get(k)) for k in keys)]
+        for r in runs
+        for vm in r.summary.get("vms", [])
+    ]
     if report_rows:
-        width = max(len(x) for x in report_rows)
-        parts.append("<h2>Report</h2>" + _table(["run", "vm", "runtime_s"] + [""] * (width - 3), [x + [None] * (width - len(x)) for x in report_rows]))
+        parts.append("<h2>Report</h2>" + _table(["run", "vm", "runtime_s", *keys], report_rows))
     parts.append("<h2>Charts</h2>")
     parts.extend(f'<div class="chart">{c}</div>' for c in _charts(runs))
     rows = [[r.label, d.get("time_s"), d.get("vm"), d.get("action"), d.get("reason"), d.get("outcome")] for r in runs for d in r.decisions]

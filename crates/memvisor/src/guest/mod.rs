@@ -464,6 +464,11 @@ impl Guest {
         self.cfg.replacement == Replacement::Windows
     }
 
+    /// The datastore the VM's disk (and swap) lives on.
+    pub fn datastore(&self) -> u32 {
+        self.disk.datastore
+    }
+
     /// The VM's index on its host (its stable id).
     pub fn id(&self) -> u32 {
         self.id

@@ -47,6 +47,7 @@ pub const GAUGES: &[&str] = &[
     "gen0_collections",
     "gen1_collections",
     "gen2_collections",
+    "datastore_queue_wait_ms",
 ];
 
 /// All numeric columns, in row order.
@@ -100,6 +101,8 @@ pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
     ]);
     let clr = g.clr_heap().unwrap_or_default();
     v.extend([(clr.loh_bytes as f64) / (1 << 20) as f64, clr.gen0 as f64, clr.gen1 as f64, clr.gen2 as f64]);
+    // The VM's datastore's device: time requests (of every VM on it) waited in its queue, so far.
+    v.push(sim.datastores[g.datastore() as usize].device.stats().queue_wait_ns as f64 / 1e6);
     v
 }
 
