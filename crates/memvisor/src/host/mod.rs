@@ -519,26 +519,35 @@ impl Host {
             self.fatal.get_or_insert_with(|| format!("{why}, and host swap is off"));
             return None;
         }
+        // Reads that completed since are done: their pages may be taken again (a page read back
+        // and never touched since would otherwise keep its flag until the sampler or the reclaim
+        // daemon ran, and neither need be running).
+        self.finish_reads(now);
+        let v = &self.vms[vm as usize];
         // The victim VM: at its grant limit, the VM itself; otherwise the one with the most
         // reclamation the policy has asked for and not yet had (swap and balloon targets not yet
         // reached), so an emergency serves the policy's choice; with none asked, the one holding
-        // the most above its reservation.
-        let from = if v.granted >= v.grant_limit {
-            Some(vm)
+        // the most above its reservation. A VM whose pages are all on their way in or out has
+        // nothing to give now: the next one in that order gives instead.
+        let order: Vec<u32> = if v.granted >= v.grant_limit {
+            vec![vm]
         } else {
-            self.vms
+            let mut c: Vec<_> = self
+                .vms
                 .iter()
                 .enumerate()
                 .filter(|(_, o)| o.above_reservation())
                 .map(|(i, o)| {
                     let owed = o.swap_target.saturating_sub(o.reclaimed()) + o.balloon_target.saturating_sub(o.ballooned);
-                    ((owed, o.granted - o.reservation_pages()), i)
+                    ((owed, o.granted - o.reservation_pages()), i as u32)
                 })
-                .max()
-                .map(|(_, i)| i as u32)
+                .collect();
+            c.sort_unstable_by(|a, b| b.cmp(a));
+            c.into_iter().map(|(_, i)| i).collect()
         };
-        let victim =
-            from.and_then(|f| hostswap::random_victim(&self.vms[f as usize], now, f, Some(ppn).filter(|_| f == vm)).map(|p| (f, p)));
+        let victim = order
+            .into_iter()
+            .find_map(|f| hostswap::random_victim(&self.vms[f as usize], now, f, Some(ppn).filter(|_| f == vm)).map(|p| (f, p)));
         let Some((from, victim)) = victim else {
             self.fatal.get_or_insert_with(|| format!("{why}, and no VM has memory above its reservation the host could swap out"));
             return None;
