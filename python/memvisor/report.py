@@ -17,6 +17,10 @@ from pathlib import Path
 
 #: Samples kept per VM and chart.
 MAX_POINTS = 2000
+#: Rows of the report table and the decision log, and characters of a scenario, a page shows; the
+#: rest is in the run folder's files (the page says so), so that thousands of VMs stay a small page.
+MAX_ROWS = 2000
+MAX_SCENARIO_CHARS = 100_000
 #: VMs drawn one by one per run; beyond this, the VMs the host reclaimed most from are drawn and
 #: all VMs are summed in one chart (each chart says so).
 MAX_VMS = 12
@@ -204,15 +208,19 @@ def render(runs: list[Run], title: str) -> str:
         for vm in r.summary.get("vms", [])
     ]
     if report_rows:
-        parts.append("<h2>Report</h2>" + _table(["run", "vm", "runtime_s", *keys], report_rows))
+        more = f"<p>The first {MAX_ROWS:,} of {len(report_rows):,} rows; all are in each run's summary.json.</p>" if len(report_rows) > MAX_ROWS else ""
+        parts.append("<h2>Report</h2>" + more + _table(["run", "vm", "runtime_s", *keys], report_rows[:MAX_ROWS]))
     parts.append("<h2>Charts</h2>")
     parts.extend(f'<div class="chart">{c}</div>' for c in _charts(runs))
     rows = [[r.label, d.get("time_s"), d.get("vm"), d.get("action"), d.get("reason"), d.get("outcome")] for r in runs for d in r.decisions]
+    more = f"<p>The first {MAX_ROWS:,} of {len(rows):,} decisions; all are in each run's decisions.jsonl.</p>" if len(rows) > MAX_ROWS else ""
     parts.append('<h2>Decisions</h2><input id="filter" placeholder="filter decisions (any text)" oninput="filterDecisions(this.value)">'
-                 + _table(["run", "time_s", "vm", "action", "reason", "outcome"], rows, "decisions"))
+                 + more + _table(["run", "time_s", "vm", "action", "reason", "outcome"], rows[:MAX_ROWS], "decisions"))
     for r in runs:
         if r.scenario:
-            parts.append(f"<h2>Scenario: {html.escape(r.label)}</h2><pre>{html.escape(r.scenario)}</pre>")
+            text = r.scenario
+            cut = "" if len(text) <= MAX_SCENARIO_CHARS else f"\n... (the first {MAX_SCENARIO_CHARS:,} characters of {len(text):,}: all of it is scenario.toml in the run folder)"
+            parts.append(f"<h2>Scenario: {html.escape(r.label)}</h2><pre>{html.escape(text[:MAX_SCENARIO_CHARS] + cut)}</pre>")
     style = ("body{font-family:sans-serif;margin:1.5em;max-width:1400px} table{border-collapse:collapse;font-size:12px} "
              "td,th{border:1px solid #ccc;padding:2px 6px;text-align:left} pre{background:#f6f6f6;padding:1em;font-size:12px} "
              "#filter{margin:0.5em 0;width:30em}")
