@@ -96,3 +96,13 @@ def test_python_policy_errors_are_clear():
 
     with pytest.raises(memvisor.RunError, match="policy 'terse'.*needs a reason"):
         api.simulate(scenario("static"), policy=NoReason)
+
+
+def test_on_a_case_too():
+    """The nfs-balloon case (its 4GiB variant, the first 60 simulated seconds) under `pressure`."""
+    (s,) = [x for x in api.load("nfs-balloon", ["host.policy=pressure", "duration=60s"]) if x.variant == "4GiB"]
+    rust = api.simulate(s)
+    py = api.simulate(s, policy=Pressure)
+    cols = ["time_s", "vm_id", "vm", "action", "outcome"]
+    assert len(rust.decisions) >= 5
+    assert rust.decisions[cols].equals(py.decisions[cols])
