@@ -2,19 +2,19 @@
 //! A. Litke; vdsm ships the same rules as `mom.d/02-balloon.policy` and `03-ksm.policy`), its two
 //! parts run together as MOM runs them.
 //!
-//! Balloon: while the host's free memory is under 20 % of its memory, every guest is shrunk
-//! toward what it uses plus a free margin (20 % of its size, scaled down with the host's free
-//! memory; negative at 5 % or less, forcing the guest to swap), at most 5 % of its size a round;
-//! otherwise every ballooned guest grows by 5 % a round, at once to its use plus 20 % of its full
-//! size if that is more, up to its full size. Changes of 0.25 % of a guest's size or less are not
-//! made. MOM averages the guests' statistics over its last samples (`StatAvg`); here the current
-//! ones are used. vdsm's version never shrinks a guest below its guaranteed memory: here its
-//! floor (reservation).
+//! Balloon (vdsm's version): every guest's floor is what it uses plus a free margin, 20 % of its
+//! size scaled by the host's free share against 20 % (negative at 5 % or less, forcing the guest
+//! to swap), never below its guaranteed memory. While the host's free memory is under 20 % of
+//! its memory, every guest shrinks toward its floor, at most 5 % of its size a round; otherwise
+//! every ballooned guest grows by 5 % a round, or at once to its floor if that is more, up to its
+//! full size. A guest below its guaranteed memory goes back to it. Changes of 0.25 % of a guest's
+//! size or less are not made. MOM averages statistics over its last 10 samples (`StatAvg`); here
+//! the current ones are used.
 //!
-//! KSM: the scanner stops while the memory KSM could share (what the guests hold) plus a 20 %
-//! margin fits in the host and free memory is above that margin; else it runs, scanning 300 pages
-//! more a round while free memory is under the margin and 50 fewer otherwise (64 to 1,250),
-//! sleeping 10 ms per 16 GiB of host memory.
+//! KSM: the scanner stops while what KSM could share (the QEMU processes' virtual size) plus a
+//! 20 % margin fits in the host and free memory is above that margin; else it runs, scanning 300
+//! pages more a round while free memory is under the margin and 50 fewer otherwise (64 to 1,250),
+//! sleeping 10 ms per 16 GiB of host memory, never less than 10 ms.
 
 use super::{Action, Decision, HostView, Policy, VmView};
 use crate::units::human_bytes;
@@ -52,21 +52,27 @@ fn cur(v: &VmView) -> u64 {
 impl Mom {
     fn balloon(&self, view: &HostView, host_free_pct: f64, out: &mut Vec<Decision>) {
         let shrink = host_free_pct < PRESSURE_THRESHOLD;
+        // The free share a guest keeps: 20 % scaled by the host's free share against the 20 %
+        // threshold, negative at 5 % or less (the guest must swap).
+        let guest_free_pct = if host_free_pct <= PRESSURE_CRITICAL {
+            host_free_pct - 0.05
+        } else {
+            MIN_GUEST_FREE_PERCENT * (host_free_pct / PRESSURE_THRESHOLD)
+        };
         for v in &view.vms {
             if v.guest_total == 0 {
                 continue; // no guest statistics yet: MOM skips guests without them
             }
             let cur = cur(v) as f64;
-            let (size, why) = if shrink {
-                let guest_free_pct = if host_free_pct <= PRESSURE_CRITICAL {
-                    host_free_pct - 0.05
-                } else {
-                    MIN_GUEST_FREE_PERCENT * (host_free_pct / PRESSURE_THRESHOLD)
-                };
-                let used = cur - v.guest_free as f64;
-                let min = (v.reservation as f64).max(used + guest_free_pct * cur);
-                let size = (cur * (1.0 - MAX_BALLOON_CHANGE_PERCENT)).max(min);
-                if size >= cur {
+            let max = v.memory as f64;
+            let guaranteed = v.reservation as f64;
+            let used = cur - v.guest_free as f64;
+            let floor = guaranteed.max(used + guest_free_pct * cur);
+            let (size, why) = if cur < guaranteed {
+                (guaranteed, "below its guaranteed memory: back to it".to_string())
+            } else if shrink {
+                let size = (cur * (1.0 - MAX_BALLOON_CHANGE_PERCENT)).max(floor);
+                if size > cur {
                     continue;
                 }
                 (
@@ -80,23 +86,21 @@ impl Mom {
                         MAX_BALLOON_CHANGE_PERCENT * 100.0
                     ),
                 )
-            } else {
-                if v.balloon_size == 0 {
-                    continue; // not ballooned: nothing to give back
-                }
-                let max = v.memory as f64;
-                let want = (cur - v.guest_free as f64) + MIN_GUEST_FREE_PERCENT * max;
-                let size = (cur * (1.0 + MAX_BALLOON_CHANGE_PERCENT)).min(max).max(want).min(max);
+            } else if cur < max {
+                let size = (cur * (1.0 + MAX_BALLOON_CHANGE_PERCENT)).max(floor).min(max);
                 (
                     size,
                     format!(
-                        "host free {:.1} % >= {:.0} %: grow by {:.0} % a round, at least to use + {:.0} % free",
+                        "host free {:.1} % >= {:.0} %: grow by {:.0} % a round, at once to used {} + {:.1} % free",
                         host_free_pct * 100.0,
                         PRESSURE_THRESHOLD * 100.0,
                         MAX_BALLOON_CHANGE_PERCENT * 100.0,
-                        MIN_GUEST_FREE_PERCENT * 100.0
+                        human_bytes(used.max(0.0) as u64),
+                        guest_free_pct * 100.0
                     ),
                 )
+            } else {
+                continue;
             };
             if (size - cur).abs() <= MIN_BALLOON_CHANGE_PERCENT * cur {
                 continue;
@@ -113,19 +117,24 @@ impl Mom {
     fn ksm(&mut self, view: &HostView, out: &mut Vec<Decision>) {
         let total = view.host_memory as f64;
         let threshold = total * KSM_FREE_PERCENT;
-        // Host.ksm_shareable: the memory the guests hold, which KSM could merge.
-        let committed: f64 = view.vms.iter().map(|v| v.granted as f64).sum();
+        // Host.ksm_shareable: the virtual size of the QEMU processes (MOM sums `ps -o vsz` over
+        // them): each guest's memory and QEMU's own.
+        let committed: f64 = view.vms.iter().map(|v| (v.memory + v.overhead) as f64).sum();
         let free = view.host_available as f64;
         let run = !(threshold + committed < total && free > threshold);
         let npages = view.sharing.pages_to_scan as i64;
         let (npages, sleep_ms, why) = if run {
             let step = if free < threshold { KSM_PAGES_BOOST } else { KSM_PAGES_DECAY };
             let n = (npages + step).clamp(KSM_NPAGES_MIN, KSM_NPAGES_MAX);
-            let sleep = (KSM_SLEEP_MS_BASELINE * KSM_SLEEP_BASE_BYTES / total).round().max(1.0) as u64;
+            // vdsm never sleeps less than the baseline (its max(10, ...)).
+            let sleep = (KSM_SLEEP_MS_BASELINE * KSM_SLEEP_BASE_BYTES / total).round().max(KSM_SLEEP_MS_BASELINE) as u64;
             let why = if free < threshold {
                 format!("free {} < 20 % of the host: scan {step:+} pages", human_bytes(free as u64))
             } else {
-                format!("guests hold {} (with the 20 % margin, more than the host): scan {step:+} pages", human_bytes(committed as u64))
+                format!(
+                    "QEMU's virtual size {} (with the 20 % margin, more than the host): scan {step:+} pages",
+                    human_bytes(committed as u64)
+                )
             };
             (n, sleep, why)
         } else {
@@ -133,7 +142,7 @@ impl Mom {
                 npages,
                 view.sharing.sleep_ms,
                 format!(
-                    "guests hold {} and free {} leaves the 20 % margin: KSM not needed",
+                    "QEMU's virtual size {} and free {} leave the 20 % margin: KSM not needed",
                     human_bytes(committed as u64),
                     human_bytes(free as u64)
                 ),
@@ -211,10 +220,11 @@ mod tests {
         }
         let size = (1024 * MIB - balloon) as f64 / MIB as f64;
         assert!((size - (100.0 + 0.1 * size)).abs() < 0.003 * 1024.0 + 1.0, "converged to {size} MiB");
-        // A free host: at once to its use plus 20 % of its full size (MOM's grow_guest minimum).
+        // A free host (50 %): at once to its use plus a 50 % margin (20 % x 50/20) of its size.
+        let before = (1024 * MIB - balloon) as f64 / MIB as f64;
         let grown = target(&mut p, &view(0.5, balloon, 0)).unwrap();
         let size = (1024 * MIB - grown) as f64 / MIB as f64;
-        assert!((size - (100.0 + 0.2 * 1024.0)).abs() < 1.0, "grew to {size} MiB");
+        assert!((size - (100.0 + 0.5 * before)).abs() < 1.0, "grew from {before} to {size} MiB");
         // A reservation is a floor MOM keeps (guest.balloon_min).
         let floored = target(&mut p, &view(0.10, 0, 1000 * MIB)).unwrap();
         assert_eq!(floored, 24 * MIB);
@@ -238,7 +248,8 @@ mod tests {
         let mut p = Mom::default();
         let mut v = view(0.9, 0, 0);
         assert!(p.decide(&v).iter().all(|d| !matches!(d.action, Action::SetSharing { run: true, .. })));
-        v.vms[0].granted = 8192 * MIB; // the guests hold 8 GiB: with the 20 % margin, more than the host
+        v.vms[0].memory = 8192 * MIB; // QEMU's virtual size 8 GiB: with the 20 % margin, more than the host
+        v.vms[0].guest_total = 0; // (no balloon statistics: only KSM is decided)
         let d = p.decide(&v);
         let Some(Action::SetSharing { run: true, pages_to_scan, sleep_ms }) =
             d.iter().map(|d| d.action.clone()).find(|a| matches!(a, Action::SetSharing { .. }))
@@ -246,5 +257,9 @@ mod tests {
             panic!("KSM should run: {d:?}")
         };
         assert_eq!((pages_to_scan, sleep_ms), (KSM_NPAGES_MIN as u64, 20), "decay from 0, held at the minimum; 10 ms per 16 GiB on 8 GiB");
+        v.host_memory = 64 << 30;
+        v.vms[0].memory = 64 << 30;
+        let d = p.decide(&v);
+        assert!(d.iter().any(|d| matches!(d.action, Action::SetSharing { run: true, sleep_ms: 10, .. })), "never under 10 ms: {d:?}");
     }
 }
