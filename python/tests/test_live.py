@@ -96,18 +96,21 @@ def test_manage_moves_memory_from_idle_to_busy_within_floors(guests, tmp_path):
     a, b, c = guests["a"], guests["b"], guests["c"]
     b_before, c_before = actual(b), actual(c)
     c_total_before = c.meminfo()["MemTotal"]
-    p = manage(tmp_path, "pressure", "--vm", f"a={a.qmp}", "--vm", f"c={c.qmp}", "--floor", "a=400MiB", "--period", "0.25", "--rounds", "160")
+    p = manage(tmp_path, "pressure", "--vm", f"a={a.qmp}", "--vm", f"c={c.qmp}", "--floor", "a=400MiB", "--period", "0.25", "--rounds", "176")
     stdout, stderr = p.communicate(timeout=300)
     assert p.returncode == 0, stderr
     recs = decisions(tmp_path)
-    # The busy guest grew: it faults (virtio-balloon major faults: no PSI on this cgroup v1 host).
-    assert actual(c) >= c_before + 128 * MIB, (c_before, actual(c))
-    assert c.meminfo()["MemTotal"] > c_total_before + 100 * 1024, "the guest sees the memory it was given"
-    assert any(r["vm"] == "c" and "grow" in r["reason"] and "major faults" in r["reason"] for r in recs)
-    # The idle guest gave memory, down to its floor and never below (1 % probes every 1.5 s take
-    # it there in about 25 of the run's 40 s).
-    assert abs(actual(a) - 400 * MIB) <= MIB, actual(a) / MIB
     ts = pd.read_parquet(tmp_path / "timeseries.parquet")
+    # The busy guest grew as soon as it faulted (virtio-balloon major faults: no PSI on this cgroup
+    # v1 host); later probes take it back down only as far as its program's 300 MiB lets them.
+    c_sizes = 512 - ts[ts.vm == "c"].MCTLSZ_MiB
+    assert c_sizes.max() >= c_before / MIB + 128, c_sizes.tolist()
+    assert actual(c) >= 300 * MIB, actual(c) / MIB
+    assert c.meminfo()["MemTotal"] > c_total_before + 40 * 1024, "the guest sees the memory it was given"
+    assert any(r["vm"] == "c" and "grow" in r["reason"] and "major faults" in r["reason"] for r in recs)
+    # The idle guest gave memory, down to its floor and never below (a 1 % probe every 6 rounds:
+    # 25 of the run's 29 probes take it there).
+    assert abs(actual(a) - 400 * MIB) <= MIB, actual(a) / MIB
     assert ts[ts.vm == "a"].MCTLSZ_MiB.max() <= 112 + 1e-9
     # A VM that is not listed is never touched (b is as idle as a).
     assert actual(b) == b_before
