@@ -44,11 +44,6 @@ class MemoryCgroup:
         """Memory charged to the group, bytes (memory.current; memory.usage_in_bytes)."""
         return self._int("memory.current" if self.v2 else "memory.usage_in_bytes") or 0
 
-    def limit(self) -> int | None:
-        """The hard limit, bytes; None if unlimited."""
-        v = self._int("memory.max" if self.v2 else "memory.limit_in_bytes")
-        return None if v is None or v >= 1 << 62 else v
-
     def stat(self) -> dict[str, int]:
         """memory.stat."""
         return {k: int(v) for k, v in (line.split() for line in self._read("memory.stat").splitlines())}

@@ -35,7 +35,7 @@ const MIN_SIZE: u64 = 100 << 20;
 /// v2 host give the stall itself).
 pub const FAULT_COST_NS: u64 = 1_000_000;
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 struct Track {
     last: Option<u64>,
     integral: u64,
