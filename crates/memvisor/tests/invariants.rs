@@ -108,3 +108,50 @@ fn compression_cache_evictions_lose_no_frame() {
     let evicted: u64 = sim.world().host().vms().iter().map(|v| v.stats.zip_evicted).sum();
     assert!(evicted > 100, "the run must evict from a full compression cache ({evicted})");
 }
+
+/// A container in a guest: a process in a memory cgroup with a limit pages under it while another
+/// process outside the cgroup keeps its memory; charges stay within the limit at every step
+/// (`check_invariants`), pages stay on their cgroup's lists, and refaults are detected.
+#[test]
+fn memory_cgroup_limit_reclaim_keeps_every_invariant() {
+    for cgroup in ["v1", "v2"] {
+        let s = scenario(&one_guest(
+            "1GiB",
+            &format!(
+                "name = \"g\"\nmemory = \"256MiB\"\ncgroup = \"{cgroup}\"\n\
+                 [[vm.workload]]\nkind = \"stress\"\nname = \"box\"\npages = 6000\npasses = 4\nmemory_limit = \"16MiB\"\n\
+                 [[vm.workload]]\nkind = \"random\"\nname = \"zipf\"\npages = 3000\ntouches = 20000\ndistribution = \"zipf\"\nmemory_limit = \"8MiB\"\n\
+                 [[vm.workload]]\nkind = \"stress\"\nname = \"free\"\npages = 5000\npasses = 4\n"
+            ),
+            "",
+        ));
+        let sim = run_checked(&s, 2_000_000);
+        let g = &sim.world().guests()[0];
+        let box_ = g.processes().iter().find(|p| p.name == "box").unwrap();
+        assert_eq!(box_.state, memvisor::guest::ProcState::Exited, "{cgroup}");
+        assert!(box_.stats.majflt > 1_000, "{cgroup}: the boxed sweep must page ({})", box_.stats.majflt);
+        let free = g.processes().iter().find(|p| p.name == "free").unwrap();
+        assert_eq!(free.stats.majflt, 0, "{cgroup}: the process outside the cgroup has room and must not page");
+        assert!(g.counters().get(Counter::WorkingsetRefaultAnon) > 1_000, "{cgroup}");
+        assert_eq!(g.counters().get(Counter::AllocStall), 0, "{cgroup}: no global reclaim");
+    }
+}
+
+/// A cgroup whose limit cannot hold its process and has no swap left kills its own process, not
+/// the bigger one outside it.
+#[test]
+fn memory_cgroup_oom_kills_inside_the_cgroup() {
+    let s = scenario(&one_guest(
+        "1GiB",
+        "name = \"g\"\nmemory = \"256MiB\"\nswap = \"4MiB\"\n\
+         [[vm.workload]]\nkind = \"stress\"\nname = \"big\"\npages = 20000\npasses = 100\n\
+         [[vm.workload]]\nkind = \"stress\"\nname = \"box\"\npages = 8000\npasses = 2\nmemory_limit = \"16MiB\"\nstart = \"50ms\"\n",
+        "",
+    ));
+    let sim = run_checked(&s, 5_000_000);
+    let g = &sim.world().guests()[0];
+    assert_eq!(g.counters().get(Counter::OomKill), 1, "{:?}", g.log());
+    assert!(g.log()[0].1.contains("(box)"), "{}", g.log()[0].1);
+    let big = g.processes().iter().find(|p| p.name == "big").unwrap();
+    assert_ne!(big.state, memvisor::guest::ProcState::Killed);
+}

@@ -7,7 +7,6 @@
 //! those references; other patterns stop at the next event.
 
 use super::filemap::Progress;
-use super::lru::LruList;
 use super::memory::Touch;
 use super::page::{NONE, PG_DIRTY};
 use super::process::{PTE_MASK, PTE_PRESENT};
@@ -112,7 +111,7 @@ impl Guest {
             if write && (!pg.has(p, PG_DIRTY) || pg.swap[p as usize] != NONE) {
                 return false;
             }
-            lru.touch_head(LruList::Exact, p);
+            lru.touch_head(p);
             true
         })
     }

@@ -274,7 +274,7 @@ impl Guest {
         if self.pages.nr_free() <= floor {
             return None;
         }
-        let p = self.pages.take_free(PageKind::Balloon, super::NONE, super::NONE)?;
+        let p = self.pages.take_free(PageKind::Balloon, super::NONE, super::NONE, 0)?;
         self.balloon.pages.push(p);
         env.host.balloon(self.id, p);
         self.vmstat.inc(Counter::BalloonInflate);

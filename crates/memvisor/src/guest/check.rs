@@ -25,17 +25,37 @@ impl Guest {
         }
         // LRU lists: walk them, count them.
         let mut on_lru = vec![NR_LISTS as u8; n];
-        for l in LruList::ALL {
-            let mut len = 0;
-            for p in self.lru.iter(l) {
-                if on_lru[p as usize] != NR_LISTS as u8 {
-                    return err(format!("page {p} on two LRU lists"));
+        for v in 0..self.lru.lruvecs() {
+            for l in LruList::ALL {
+                let mut len = 0;
+                for p in self.lru.iter(v, l) {
+                    if on_lru[p as usize] != NR_LISTS as u8 {
+                        return err(format!("page {p} on two LRU lists"));
+                    }
+                    if self.pages.memcg[p as usize] != v {
+                        return err(format!("page {p} of cgroup {} on cgroup {v}'s {l:?} list", self.pages.memcg[p as usize]));
+                    }
+                    on_lru[p as usize] = l as u8;
+                    len += 1;
                 }
-                on_lru[p as usize] = l as u8;
-                len += 1;
+                if len != self.lru.len_in(v, l) {
+                    return err(format!("cgroup {v}'s {l:?} has {len} pages but counts {}", self.lru.len_in(v, l)));
+                }
             }
-            if len != self.lru.len(l) {
-                return err(format!("{l:?} has {len} pages but counts {}", self.lru.len(l)));
+        }
+        // Memory cgroups: charges add up and stay within the limit.
+        let mut charged = vec![0u64; self.memcgs.len()];
+        for p in 0..n {
+            if self.pages.kind[p] != PageKind::Free {
+                charged[self.pages.memcg[p] as usize] += 1;
+            }
+        }
+        for (v, cg) in self.memcgs.iter().enumerate() {
+            if charged[v] != self.pages.charged(v as u8) {
+                return err(format!("cgroup {v} holds {} pages but is charged {}", charged[v], self.pages.charged(v as u8)));
+            }
+            if charged[v] > cg.limit {
+                return err(format!("cgroup {v} ({}) holds {} pages, over its limit of {}", cg.name, charged[v], cg.limit));
             }
         }
         let reclaim_wb = (0..n as u32)

@@ -5,6 +5,7 @@ use super::bio::{BioKind, Submission, Waited};
 use super::lru::LruList;
 use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_READAHEAD, PG_REFERENCED, PageKind};
 use super::page_alloc::Stall;
+use super::workingset::{NO_SHADOW, Shadow};
 use super::{Counter, Env, Guest, Replacement};
 use crate::units::PAGE_SIZE;
 
@@ -16,6 +17,8 @@ pub(super) const MAX_REQUEST_PAGES: usize = 256;
 pub struct File {
     /// Page index -> cached page, or `NONE`.
     pub pages: Vec<u32>,
+    /// Page index -> the shadow entry reclaim left where an evicted page was.
+    pub shadows: Vec<Shadow>,
     /// Byte offset of the file's first block on the virtual disk (files are contiguous).
     pub disk_off: u64,
     /// Dirty pages.
@@ -51,6 +54,7 @@ impl Guest {
         let id = self.files.len() as u32;
         self.files.push(File {
             pages: vec![NONE; pages as usize],
+            shadows: vec![NO_SHADOW; pages as usize],
             disk_off: self.fs_next,
             nr_dirty: 0,
             nr_writeback: 0,
@@ -72,6 +76,23 @@ impl Guest {
     pub(super) fn remove_from_page_cache(&mut self, p: u32) {
         let (f, i) = (self.pages.owner[p as usize], self.pages.index[p as usize]);
         self.files[f as usize].pages[i as usize] = NONE;
+    }
+
+    /// Removes a page reclaim frees from its file's index, leaving its shadow entry there.
+    pub(super) fn evict_from_page_cache(&mut self, p: u32, shadow: Shadow) {
+        let (f, i) = (self.pages.owner[p as usize], self.pages.index[p as usize]);
+        self.files[f as usize].pages[i as usize] = NONE;
+        self.files[f as usize].shadows[i as usize] = shadow;
+    }
+
+    /// Puts a new page in a file's index and on its LRU list: the active list if it refaults
+    /// close enough (`filemap_add_folio` with `workingset_refault`).
+    fn add_to_page_cache(&mut self, p: u32, file: u32, index: u32) {
+        let f = &mut self.files[file as usize];
+        f.pages[index as usize] = p;
+        let shadow = std::mem::replace(&mut f.shadows[index as usize], NO_SHADOW);
+        let active = self.cfg.replacement == Replacement::Linux && self.workingset_refault(shadow, true);
+        self.lru_add(p, true, active);
     }
 
     /// `mark_page_accessed`: the first access sets PG_referenced, the second activates.
@@ -97,8 +118,7 @@ impl Guest {
             return Ok((p, self.host_touch(p, now, true, env).0));
         }
         let (p, host_ns) = self.alloc_page(pid, PageKind::File, file, index, now, env)?;
-        self.files[file as usize].pages[index as usize] = p;
-        self.lru_add_new(p, true);
+        self.add_to_page_cache(p, file, index);
         Ok((p, host_ns))
     }
 
@@ -171,9 +191,8 @@ impl Guest {
             let p = if i == start && sync {
                 self.grab_page(pid, file, i, now, env)?.0
             } else {
-                let Some((p, _)) = self.alloc_page_nowait(PageKind::File, file, i, now, env) else { break };
-                self.files[file as usize].pages[i as usize] = p;
-                self.lru_add_new(p, true);
+                let Some((p, _)) = self.alloc_page_nowait(PageKind::File, file, i, self.memcg_of(pid), now, env) else { break };
+                self.add_to_page_cache(p, file, i);
                 p
             };
             self.pages.set(p, PG_LOCKED);

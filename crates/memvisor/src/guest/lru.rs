@@ -2,8 +2,9 @@
 //! removing and rotating a page are O(1) index updates.
 //!
 //! The head of a list is the most recently added end (Linux `list_add`); reclaim takes from the tail.
-//! Link slots exist for the pages used so far (slot `p + NR_LISTS` for page `p`; the lists' heads
-//! take slots 0..NR_LISTS), so the lists grow with use.
+//! Each memory cgroup has its own set of lists (its `lruvec`; number 0 is the root's), and a page
+//! is on its cgroup's lists. Link slots exist for the pages used so far (the lists' heads take the
+//! first slots, page `p` the slot after them plus `p`), so the lists grow with use.
 
 use super::page::NONE;
 
@@ -31,6 +32,8 @@ pub enum LruList {
 pub const NR_LISTS: usize = 7;
 /// Marker for "on no list".
 pub const NO_LIST: u8 = u8::MAX;
+/// Most lruvecs a guest can have (a page's list must fit in a byte next to `NO_LIST`).
+pub const MAX_LRUVECS: u8 = (NO_LIST as usize / NR_LISTS) as u8;
 
 impl LruList {
     /// All lists, indexed by their number.
@@ -58,90 +61,108 @@ impl LruList {
     }
 }
 
-/// The lists.
+/// The lists of every memory cgroup.
 #[derive(Clone, Debug)]
 pub struct Lru {
     next: Vec<u32>,
     prev: Vec<u32>,
+    /// Per page: the list it is on, as `lruvec x NR_LISTS + list` (its head's slot), or `NO_LIST`.
     on: Vec<u8>,
-    len: [u64; NR_LISTS],
+    /// Pages per list of each lruvec, indexed like `on`.
+    len: Vec<u64>,
+    /// Pages per list over all lruvecs.
+    total: [u64; NR_LISTS],
+    /// Slots taken by the lists' heads (page `p` links at slot `heads + p`).
+    heads: u32,
 }
 
-impl Default for Lru {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// Link slot of page `p`.
+/// Link slot of list `l`'s head in lruvec `v`.
 #[inline]
-fn slot(p: u32) -> u32 {
-    p + NR_LISTS as u32
-}
-
-/// Link slot of list `l`'s head.
-#[inline]
-fn sentinel(l: LruList) -> u32 {
-    l as u32
+fn sentinel(v: u8, l: LruList) -> u32 {
+    v as u32 * NR_LISTS as u32 + l as u32
 }
 
 impl Lru {
-    /// Empty lists.
-    pub fn new() -> Self {
-        let s: Vec<u32> = (0..NR_LISTS as u32).collect();
-        Self { next: s.clone(), prev: s, on: Vec::new(), len: [0; NR_LISTS] }
+    /// Empty lists for `lruvecs` memory cgroups (the root and its children).
+    pub fn new(lruvecs: u8) -> Self {
+        assert!((1..=MAX_LRUVECS).contains(&lruvecs), "1..={MAX_LRUVECS} lruvecs");
+        let heads = lruvecs as u32 * NR_LISTS as u32;
+        let s: Vec<u32> = (0..heads).collect();
+        Self { next: s.clone(), prev: s, on: Vec::new(), len: vec![0; heads as usize], total: [0; NR_LISTS], heads }
     }
 
-    /// Pages on a list.
+    /// Link slot of page `p`.
+    #[inline]
+    fn slot(&self, p: u32) -> u32 {
+        p + self.heads
+    }
+
+    /// Pages on a list, over all lruvecs.
     #[inline]
     pub fn len(&self, l: LruList) -> u64 {
-        self.len[l as usize]
+        self.total[l as usize]
+    }
+
+    /// Pages on a list of lruvec `v`.
+    #[inline]
+    pub fn len_in(&self, v: u8, l: LruList) -> u64 {
+        self.len[sentinel(v, l) as usize]
     }
 
     /// The list a page is on, if any.
     #[inline]
     pub fn list_of(&self, p: u32) -> Option<LruList> {
         let l = *self.on.get(p as usize)?;
-        (l != NO_LIST).then(|| LruList::ALL[l as usize])
+        (l != NO_LIST).then(|| LruList::ALL[l as usize % NR_LISTS])
     }
 
-    /// Adds a page at the head of a list.
-    pub fn add_head(&mut self, l: LruList, p: u32) {
-        self.link_after(sentinel(l), p, l);
+    /// Adds a page at the head of a list of lruvec `v`.
+    pub fn add_head(&mut self, v: u8, l: LruList, p: u32) {
+        self.link_after(sentinel(v, l), p, sentinel(v, l));
     }
 
-    /// Adds a page at the tail of a list (reclaimed first).
-    pub fn add_tail(&mut self, l: LruList, p: u32) {
-        let last = self.prev[sentinel(l) as usize];
-        self.link_after(last, p, l);
+    /// Adds a page at the tail of a list of lruvec `v` (reclaimed first).
+    pub fn add_tail(&mut self, v: u8, l: LruList, p: u32) {
+        let last = self.prev[sentinel(v, l) as usize];
+        self.link_after(last, p, sentinel(v, l));
     }
 
-    fn link_after(&mut self, at: u32, p: u32, l: LruList) {
+    fn link_after(&mut self, at: u32, p: u32, list: u32) {
         if p as usize >= self.on.len() {
             self.on.resize(p as usize + 1, NO_LIST);
-            self.next.resize(slot(p) as usize + 1, NONE);
-            self.prev.resize(slot(p) as usize + 1, NONE);
+            let n = self.slot(p) as usize + 1;
+            self.next.resize(n, NONE);
+            self.prev.resize(n, NONE);
         }
         debug_assert_eq!(self.on[p as usize], NO_LIST);
-        let (sp, nx) = (slot(p), self.next[at as usize]);
+        let (sp, nx) = (self.slot(p), self.next[at as usize]);
         self.next[sp as usize] = nx;
         self.prev[sp as usize] = at;
         self.prev[nx as usize] = sp;
         self.next[at as usize] = sp;
-        self.on[p as usize] = l as u8;
-        self.len[l as usize] += 1;
+        self.on[p as usize] = list as u8;
+        self.len[list as usize] += 1;
+        self.total[list as usize % NR_LISTS] += 1;
+    }
+
+    /// The lruvec of the list a page is on (it must be on one).
+    #[inline]
+    fn lruvec_of(&self, p: u32) -> u8 {
+        debug_assert_ne!(self.on[p as usize], NO_LIST);
+        (self.on[p as usize] as usize / NR_LISTS) as u8
     }
 
     /// Removes a page from whatever list it is on.
     pub fn remove(&mut self, p: u32) {
         let l = self.on[p as usize];
         debug_assert_ne!(l, NO_LIST);
-        let sp = slot(p) as usize;
+        let sp = self.slot(p) as usize;
         let (pv, nx) = (self.prev[sp], self.next[sp]);
         self.next[pv as usize] = nx;
         self.prev[nx as usize] = pv;
         self.on[p as usize] = NO_LIST;
         self.len[l as usize] -= 1;
+        self.total[l as usize % NR_LISTS] -= 1;
     }
 
     /// Removes a page from its list if it is on one (a Windows page in a working set is not).
@@ -151,48 +172,57 @@ impl Lru {
         }
     }
 
-    /// Moves a page to the head of a list (possibly another one).
+    /// Moves a page to the head of a list (possibly another one) of the lruvec it is on.
     pub fn move_head(&mut self, l: LruList, p: u32) {
+        let v = self.lruvec_of(p);
         self.remove(p);
-        self.add_head(l, p);
+        self.add_head(v, l, p);
     }
 
-    /// Moves a page to the head of a list it is already on, unless it is there already (the common
-    /// case of consecutive references to one page).
+    /// Moves a page to the head of the list it is on, unless it is there already (the common case
+    /// of consecutive references to one page).
     #[inline]
-    pub fn touch_head(&mut self, l: LruList, p: u32) {
-        if self.next[sentinel(l) as usize] != slot(p) {
-            self.move_head(l, p);
+    pub fn touch_head(&mut self, p: u32) {
+        let head = self.on[p as usize] as u32;
+        if self.next[head as usize] != self.slot(p) {
+            self.remove(p);
+            self.link_after(head, p, head);
         }
     }
 
-    /// Moves a page to the tail of a list.
+    /// Moves a page to the tail of a list of the lruvec it is on.
     pub fn move_tail(&mut self, l: LruList, p: u32) {
+        let v = self.lruvec_of(p);
         self.remove(p);
-        self.add_tail(l, p);
+        self.add_tail(v, l, p);
     }
 
-    /// The tail (least recent) page of a list.
+    /// The tail (least recent) page of a list of lruvec `v`.
     #[inline]
-    pub fn tail(&self, l: LruList) -> Option<u32> {
-        let s = sentinel(l);
+    pub fn tail(&self, v: u8, l: LruList) -> Option<u32> {
+        let s = sentinel(v, l);
         let t = self.prev[s as usize];
-        (t != s).then(|| t - NR_LISTS as u32)
+        (t != s).then(|| t - self.heads)
     }
 
-    /// Walks a list from head to tail (for invariant checks).
-    pub fn iter(&self, l: LruList) -> impl Iterator<Item = u32> + '_ {
-        let s = sentinel(l);
+    /// Walks a list of lruvec `v` from head to tail (for invariant checks).
+    pub fn iter(&self, v: u8, l: LruList) -> impl Iterator<Item = u32> + '_ {
+        let s = sentinel(v, l);
         let mut cur = self.next[s as usize];
         std::iter::from_fn(move || {
             if cur == s {
                 None
             } else {
-                let p = cur - NR_LISTS as u32;
+                let p = cur - self.heads;
                 cur = self.next[cur as usize];
                 Some(p)
             }
         })
+    }
+
+    /// Number of lruvecs.
+    pub fn lruvecs(&self) -> u8 {
+        (self.heads as usize / NR_LISTS) as u8
     }
 }
 
@@ -202,18 +232,24 @@ mod tests {
 
     #[test]
     fn add_remove_rotate() {
-        let mut lru = Lru::new();
-        lru.add_head(LruList::InactiveAnon, 0);
-        lru.add_head(LruList::InactiveAnon, 1);
-        lru.add_tail(LruList::InactiveAnon, 2);
-        assert_eq!(lru.iter(LruList::InactiveAnon).collect::<Vec<_>>(), vec![1, 0, 2]);
-        assert_eq!(lru.tail(LruList::InactiveAnon), Some(2));
+        let mut lru = Lru::new(2);
+        lru.add_head(0, LruList::InactiveAnon, 0);
+        lru.add_head(0, LruList::InactiveAnon, 1);
+        lru.add_tail(0, LruList::InactiveAnon, 2);
+        lru.add_head(1, LruList::InactiveAnon, 3);
+        assert_eq!(lru.iter(0, LruList::InactiveAnon).collect::<Vec<_>>(), vec![1, 0, 2]);
+        assert_eq!(lru.tail(0, LruList::InactiveAnon), Some(2));
         lru.move_head(LruList::ActiveAnon, 2);
-        assert_eq!(lru.tail(LruList::InactiveAnon), Some(0));
+        assert_eq!(lru.tail(0, LruList::InactiveAnon), Some(0));
         assert_eq!(lru.len(LruList::ActiveAnon), 1);
+        // A cgroup's page stays on its cgroup's lists when it moves.
+        lru.move_head(LruList::ActiveAnon, 3);
+        assert_eq!((lru.len_in(0, LruList::ActiveAnon), lru.len_in(1, LruList::ActiveAnon), lru.len(LruList::ActiveAnon)), (1, 1, 2));
+        assert_eq!(lru.tail(1, LruList::ActiveAnon), Some(3));
+        lru.touch_head(2);
         lru.remove(0);
         lru.remove(1);
-        assert_eq!(lru.tail(LruList::InactiveAnon), None);
+        assert_eq!(lru.tail(0, LruList::InactiveAnon), None);
         assert_eq!(lru.list_of(2), Some(LruList::ActiveAnon));
     }
 }

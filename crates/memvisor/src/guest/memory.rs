@@ -121,18 +121,20 @@ impl Guest {
         };
         // An anonymous page has no copy anywhere else: it is dirty from birth.
         self.pages.set(p, PG_DIRTY);
-        self.lru_add_new(p, false);
+        self.lru_add(p, false, false);
         self.map_page(pid, vpn, p, write, true);
         self.procs[pid as usize].stats.minflt += 1;
         Touch::Done(self.cfg.costs.minor_fault_ns + host_ns)
     }
 
-    /// Puts a newly allocated page on its LRU list (inactive, as `folio_add_lru` does since 5.9).
-    /// A Windows page in a working set is on no list.
-    pub(super) fn lru_add_new(&mut self, p: u32, file: bool) {
+    /// Puts a newly allocated page on its cgroup's LRU list: inactive, as `folio_add_lru` does since
+    /// 5.9, unless refault detection activated it. A Windows page in a working set is on no list.
+    pub(super) fn lru_add(&mut self, p: u32, file: bool, active: bool) {
+        let v = self.pages.memcg[p as usize];
         match self.cfg.replacement {
-            Replacement::Linux => self.lru.add_head(LruList::inactive(file), p),
-            Replacement::ExactLru => self.lru.add_head(LruList::Exact, p),
+            Replacement::Linux if active => self.lru.add_head(v, LruList::active(file), p),
+            Replacement::Linux => self.lru.add_head(v, LruList::inactive(file), p),
+            Replacement::ExactLru => self.lru.add_head(v, LruList::Exact, p),
             Replacement::Windows => {}
         }
     }

@@ -12,6 +12,7 @@ mod check;
 mod filemap;
 mod kswapd;
 mod lru;
+mod memcontrol;
 mod memory;
 mod oom_kill;
 mod page;
@@ -23,12 +24,14 @@ mod swapfile;
 mod vmscan;
 mod vmstat;
 mod windows;
+mod workingset;
 mod writeback;
 
 pub use balloon::{Balloon, BalloonDriver};
 pub use bio::{Bio, BioKind};
 use bio::{Submission, Waited, runs};
 pub use lru::LruList;
+pub use memcontrol::{CgroupVersion, MemCgroup};
 pub use page::{NONE, PageKind};
 pub use page_alloc::Watermarks;
 pub use process::{ProcState, ProcStats, Process};
@@ -266,6 +269,8 @@ pub struct GuestConfig {
     pub sysctl: Sysctl,
     /// Transparent huge pages (for their effect on `min_free_kbytes`).
     pub transparent_hugepage: Thp,
+    /// The cgroup hierarchy its workloads' memory cgroups live in.
+    pub cgroup: CgroupVersion,
     /// The balloon driver.
     pub balloon: BalloonDriver,
     /// CPU costs.
@@ -341,7 +346,10 @@ pub struct Guest {
     /// Event counters.
     pub(crate) vmstat: VmStat,
     disk: VirtualDisk,
-    reclaim_stat: ReclaimStat,
+    /// Recent reclaim statistics of each lruvec.
+    reclaim_stat: Vec<ReclaimStat>,
+    /// Memory cgroups, the root first, then one per workload with a memory limit.
+    pub(crate) memcgs: Vec<MemCgroup>,
     /// Processes waiting for any I/O completion before they retry (reclaim, dirty throttling).
     throttled: Vec<u32>,
     /// Dirty page-cache pages.
@@ -407,7 +415,14 @@ impl Guest {
     pub fn boot(id: u32, cfg: GuestConfig, disk: VirtualDisk, traces: TraceSource, env: &mut Env) -> Result<Self, String> {
         let n = cfg.memory_pages;
         let managed = n.checked_sub(cfg.reserved_pages).ok_or("reservation exceeds memory")?;
-        let pages = Pages::new(managed, cfg.reserved_pages);
+        let mut memcgs = vec![MemCgroup::new("", u64::MAX)];
+        for w in &cfg.workloads {
+            if let Some(limit) = w.memory_limit {
+                memcgs.push(MemCgroup::new(&w.name, limit));
+            }
+        }
+        let nr_memcgs = u8::try_from(memcgs.len()).ok().filter(|&n| n <= lru::MAX_LRUVECS).ok_or("too many memory cgroups")?;
+        let pages = Pages::new(managed, cfg.reserved_pages, nr_memcgs);
         env.host.back_range(id, managed, n);
         let managed = managed as u64;
         let wmark = match cfg.replacement {
@@ -417,7 +432,7 @@ impl Guest {
         let mut g = Self {
             id,
             pages,
-            lru: Lru::new(),
+            lru: Lru::new(nr_memcgs),
             wmark,
             procs: Vec::new(),
             sched: sched::Sched::new(cfg.vcpus),
@@ -428,7 +443,8 @@ impl Guest {
             flusher: Flusher::default(),
             vmstat: VmStat::default(),
             disk,
-            reclaim_stat: ReclaimStat::default(),
+            reclaim_stat: vec![ReclaimStat::default(); nr_memcgs as usize],
+            memcgs,
             throttled: Vec::new(),
             nr_dirty: 0,
             nr_writeback_file: 0,
@@ -443,11 +459,18 @@ impl Guest {
         };
         g.balloon_boot(env);
         g.windows_boot(env);
+        let mut next_memcg = 1;
         for (wi, w) in g.cfg.workloads.clone().iter().enumerate() {
+            let memcg = if w.memory_limit.is_some() {
+                next_memcg += 1;
+                next_memcg - 1
+            } else {
+                0
+            };
             for (k, workload) in w.spec.processes(traces, crate::rng::derive(g.cfg.seed, &[wi as u64]))?.into_iter().enumerate() {
                 let pid = g.procs.len() as u32;
                 let name = if w.spec.processes_len() > 1 { format!("{}.{}", w.name, k + 1) } else { w.name.clone() };
-                g.procs.push(Process::new(pid, name, workload, wi));
+                g.procs.push(Process::new(pid, name, workload, wi, memcg));
                 g.live += 1;
                 if w.spec.is_finite() {
                     g.finite_left += 1;
@@ -755,4 +778,16 @@ impl Guest {
         p.blocked_since = now;
         p.blocked_on_memory = on_memory;
     }
+}
+
+/// Test helper: a 128 MiB guest whose idle process has touched 100 pages, 10 ms into its run.
+#[cfg(test)]
+pub(crate) fn idle_guest_with_100_pages() -> crate::Simulation {
+    let text = "name = \"t\"\nduration = \"1s\"\n[host]\nmemory = \"1GiB\"\n[[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
+                [[vm]]\nname = \"g\"\nmemory = \"128MiB\"\ndatastore = \"d\"\n\
+                workload = { kind = \"idle\", footprint = \"100 pages\" }\n";
+    let s = crate::scenario::load(text, "t", &[]).unwrap().remove(0);
+    let mut sim = crate::Simulation::new(&s).unwrap();
+    sim.run_until(10_000_000).unwrap();
+    sim
 }

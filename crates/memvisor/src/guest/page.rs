@@ -54,6 +54,10 @@ pub struct Pages {
     pub swap: Vec<u32>,
     /// In-flight I/O request the page is part of; `NONE` otherwise.
     pub io: Vec<u32>,
+    /// The memory cgroup the page is charged to (0: the root).
+    pub memcg: Vec<u8>,
+    /// Pages charged to each memory cgroup (`memory.usage_in_bytes` / 4 KiB), root first.
+    charged: Vec<u64>,
     /// Freed pages, reused last-freed first.
     free_list: Vec<u32>,
     /// Pages the kernel manages (allocatable); the reservation follows them.
@@ -63,8 +67,8 @@ pub struct Pages {
 }
 
 impl Pages {
-    /// `managed` free pages followed by `reserved` kernel pages.
-    pub fn new(managed: u32, reserved: u32) -> Self {
+    /// `managed` free pages followed by `reserved` kernel pages, for `memcgs` memory cgroups.
+    pub fn new(managed: u32, reserved: u32, memcgs: u8) -> Self {
         Self {
             kind: Vec::new(),
             flags: Vec::new(),
@@ -72,6 +76,8 @@ impl Pages {
             index: Vec::new(),
             swap: Vec::new(),
             io: Vec::new(),
+            memcg: Vec::new(),
+            charged: vec![0; memcgs as usize],
             free_list: Vec::new(),
             managed,
             count: [managed as u64, reserved as u64, 0, 0, 0],
@@ -93,8 +99,14 @@ impl Pages {
         self.count[PageKind::Free as usize]
     }
 
-    /// Takes a free page (the last freed, else the lowest never used) and gives it a kind and owner.
-    pub fn take_free(&mut self, kind: PageKind, owner: u32, index: u32) -> Option<u32> {
+    /// Pages charged to memory cgroup `v`.
+    pub fn charged(&self, v: u8) -> u64 {
+        self.charged[v as usize]
+    }
+
+    /// Takes a free page (the last freed, else the lowest never used) and gives it a kind and owner,
+    /// charged to memory cgroup `memcg`.
+    pub fn take_free(&mut self, kind: PageKind, owner: u32, index: u32, memcg: u8) -> Option<u32> {
         let p = match self.free_list.pop() {
             Some(p) => p,
             None if (self.kind.len() as u32) < self.managed => {
@@ -104,6 +116,7 @@ impl Pages {
                 self.index.push(NONE);
                 self.swap.push(NONE);
                 self.io.push(NONE);
+                self.memcg.push(0);
                 (self.kind.len() - 1) as u32
             }
             None => return None,
@@ -114,6 +127,8 @@ impl Pages {
         self.flags[i] = 0;
         self.owner[i] = owner;
         self.index[i] = index;
+        self.memcg[i] = memcg;
+        self.charged[memcg as usize] += 1;
         self.count[0] -= 1;
         self.count[kind as usize] += 1;
         Some(p)
@@ -127,6 +142,8 @@ impl Pages {
         debug_assert_eq!(self.io[i], NONE);
         self.count[self.kind[i] as usize] -= 1;
         self.count[0] += 1;
+        self.charged[self.memcg[i] as usize] -= 1;
+        self.memcg[i] = 0;
         self.kind[i] = PageKind::Free;
         self.flags[i] = 0;
         self.owner[i] = NONE;

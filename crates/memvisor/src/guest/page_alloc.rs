@@ -101,7 +101,8 @@ impl Guest {
         now: u64,
         env: &mut Env,
     ) -> Result<(u32, u64), Stall> {
-        let mut spent = 0;
+        let memcg = self.memcg_of(pid);
+        let mut spent = if memcg != 0 { self.try_charge(pid, memcg, now, env)? } else { 0 };
         loop {
             if self.windows() {
                 if let Some(r) = self.windows_alloc(kind, owner, index, now, env) {
@@ -124,7 +125,7 @@ impl Guest {
             }
             let floor = if self.cfg.replacement == Replacement::Linux { self.wmark.min } else { 0 };
             if self.pages.nr_free() > floor {
-                let p = self.pages.take_free(kind, owner, index).expect("free page");
+                let p = self.pages.take_free(kind, owner, index, memcg).expect("free page");
                 // Zeroing the page touches it: the host backs it, or brings back what it took.
                 let (host, _) = self.host_touch(p, now + spent, true, env);
                 return Ok((p, spent + host));
@@ -143,29 +144,37 @@ impl Guest {
             }
             return Err(Stall::Wait(spent));
         }
-        match self.oom_kill(now, env) {
+        match self.oom_kill(now, None, env) {
             Oom::Freed => Ok(()),
             Oom::Killed(v) if v != pid => Ok(()),
             Oom::Killed(_) | Oom::NoVictim => Err(Stall::Killed),
         }
     }
 
-    /// Allocates a readahead page: like any allocation it may wake kswapd and reclaim directly
-    /// (the kernel allocates readahead pages with the faulting allocation's flags), but it never
-    /// waits or kills: without a page the readahead just stops. Returns the page and the time
-    /// spent reclaiming.
-    pub(super) fn alloc_page_nowait(&mut self, kind: PageKind, owner: u32, index: u32, now: u64, env: &mut Env) -> Option<(u32, u64)> {
+    /// Allocates a readahead page charged to cgroup `memcg`: like any allocation it may wake kswapd
+    /// and reclaim directly, or reclaim for its cgroup's limit (the kernel allocates and charges
+    /// readahead pages with the faulting allocation's flags), but it never waits or kills: without a
+    /// page the readahead just stops. Returns the page and the time spent reclaiming.
+    pub(super) fn alloc_page_nowait(
+        &mut self,
+        kind: PageKind,
+        owner: u32,
+        index: u32,
+        memcg: u8,
+        now: u64,
+        env: &mut Env,
+    ) -> Option<(u32, u64)> {
         if self.windows() {
             let p = self.windows_take_page(kind, owner, index)?;
             self.host_touch(p, now, false, env);
             return Some((p, 0));
         }
-        let mut spent = 0;
+        let mut spent = if memcg != 0 { self.try_charge(NONE, memcg, now, env).ok()? } else { 0 };
         let floor = if self.cfg.replacement == Replacement::Linux {
             if self.pages.nr_free() <= self.wmark.low {
                 self.wakeup_kswapd(now, env);
                 if self.pages.nr_free() <= self.wmark.min {
-                    spent = self.try_to_free_pages(now, env) * self.cfg.costs.reclaim_scan_ns;
+                    spent += self.try_to_free_pages(now + spent, env) * self.cfg.costs.reclaim_scan_ns;
                 }
             }
             self.wmark.min
@@ -175,7 +184,7 @@ impl Guest {
         if self.pages.nr_free() <= floor {
             return None;
         }
-        let p = self.pages.take_free(kind, owner, index)?;
+        let p = self.pages.take_free(kind, owner, index, memcg)?;
         // The device fills the page: the host backs it in its I/O path, not on a vCPU.
         self.host_touch(p, now + spent, false, env);
         Some((p, spent))

@@ -214,13 +214,15 @@ pub struct Process {
     pub files: Vec<u32>,
     /// Index of the scenario workload this process runs.
     pub workload_index: usize,
+    /// Its memory cgroup (0: the root).
+    pub memcg: u8,
     /// References made ahead of the rest of the simulation.
     pub ahead: AheadLog,
 }
 
 impl Process {
     /// A process that has not started yet.
-    pub fn new(pid: u32, name: String, workload: Box<dyn Workload>, workload_index: usize) -> Self {
+    pub fn new(pid: u32, name: String, workload: Box<dyn Workload>, workload_index: usize, memcg: u8) -> Self {
         Self {
             pid,
             name,
@@ -235,6 +237,7 @@ impl Process {
             swap_ra: SwapRa::default(),
             files: Vec::new(),
             workload_index,
+            memcg,
             ahead: AheadLog::default(),
         }
     }

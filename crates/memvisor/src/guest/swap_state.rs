@@ -20,6 +20,15 @@ impl Guest {
         self.swap.set_cached(slot, p);
     }
 
+    /// Puts a page being read from `slot` on its LRU list, the active one if the slot's shadow entry
+    /// says it refaults close enough (`__read_swap_cache_async` calls `workingset_refault` for the
+    /// faulting page and readahead pages alike).
+    fn swapin_lru_add(&mut self, p: u32, slot: u32) {
+        let shadow = self.swap.take_shadow(slot);
+        let active = self.cfg.replacement == Replacement::Linux && self.workingset_refault(shadow, false);
+        self.lru_add(p, false, active);
+    }
+
     /// Removes page `p` from the swap cache; frees its slot too if asked.
     pub(super) fn delete_from_swap_cache(&mut self, p: u32, free_slot: bool) {
         let slot = self.pages.swap[p as usize];
@@ -76,7 +85,7 @@ impl Guest {
         let (p, mut spent) = self.alloc_page(pid, PageKind::Anon, pid, vpn, now, env)?;
         self.add_to_swap_cache(p, slot);
         self.pages.set(p, PG_LOCKED);
-        self.lru_add_new(p, false);
+        self.swapin_lru_add(p, slot);
         // At most 2^SWAP_RA_ORDER_CEILING pages: kept on the stack, this is a hot path.
         let mut buf = [(0u32, 0u32); 1 << SWAP_RA_ORDER_CEILING];
         buf[0] = (slot, p);
@@ -97,11 +106,11 @@ impl Guest {
             if n == buf.len() {
                 break;
             }
-            let Some((q, ns)) = self.alloc_page_nowait(PageKind::Anon, pid, v, now + spent, env) else { break };
+            let Some((q, ns)) = self.alloc_page_nowait(PageKind::Anon, pid, v, self.memcg_of(pid), now + spent, env) else { break };
             spent += ns;
             self.add_to_swap_cache(q, s);
             self.pages.set(q, PG_LOCKED | PG_READAHEAD);
-            self.lru_add_new(q, false);
+            self.swapin_lru_add(q, s);
             buf[n] = (s, q);
             n += 1;
         }
@@ -128,7 +137,7 @@ impl Guest {
                 self.pages.release(p);
             } else if self.windows() && p != fault_page {
                 // A clustered page is not mapped: it waits on the standby list.
-                self.lru.add_head(super::lru::LruList::Standby, p);
+                self.lru.add_head(0, super::lru::LruList::Standby, p);
             }
         }
         if let Some((p, write)) = bio.fault {

@@ -2,6 +2,7 @@
 //! page (`mm/swap_state.c`).
 
 use super::page::NONE;
+use super::workingset::{NO_SHADOW, Shadow};
 use crate::bitmap::Bitmap;
 use crate::slots::Slots;
 
@@ -14,12 +15,14 @@ pub struct SwapArea {
     written: Bitmap,
     /// Swap cache: the page holding each slot's contents in memory, or `NONE`.
     cache: Vec<u32>,
+    /// Shadow entries reclaim left in the swap cache (`NO_SHADOW` where none).
+    shadow: Vec<Shadow>,
 }
 
 impl SwapArea {
     /// A swap area of `slots` pages.
     pub fn new(slots: u32) -> Self {
-        Self { slots: Slots::new(slots), written: Bitmap::default(), cache: Vec::new() }
+        Self { slots: Slots::new(slots), written: Bitmap::default(), cache: Vec::new(), shadow: Vec::new() }
     }
 
     /// Total slots.
@@ -40,29 +43,32 @@ impl SwapArea {
     /// Allocates a slot after the previous one.
     pub fn alloc(&mut self) -> Option<u32> {
         let s = self.slots.alloc()?;
-        let len = self.slots.table_len();
-        if len > self.cache.len() {
-            self.written.grow(len);
-            self.cache.resize(len, NONE);
-        }
+        self.grow();
         Some(s)
     }
 
     /// Allocates `n` consecutive slots (see `Slots::alloc_run`); returns the first.
     pub fn alloc_run(&mut self, n: u32) -> Option<u32> {
         let s = self.slots.alloc_run(n)?;
+        self.grow();
+        Some(s)
+    }
+
+    /// Extends the per-slot tables to the slots used so far.
+    fn grow(&mut self) {
         let len = self.slots.table_len();
         if len > self.cache.len() {
             self.written.grow(len);
             self.cache.resize(len, NONE);
+            self.shadow.resize(len, NO_SHADOW);
         }
-        Some(s)
     }
 
     /// Frees a slot; says whether it held written data (which is now discarded).
     pub fn free(&mut self, s: u32) -> bool {
         debug_assert_eq!(self.cache[s as usize], NONE);
         self.slots.free(s);
+        self.shadow[s as usize] = NO_SHADOW;
         let had = self.written.get(s as usize);
         self.written.clear(s as usize);
         had
@@ -98,6 +104,16 @@ impl SwapArea {
     #[inline]
     pub fn set_cached(&mut self, s: u32, p: u32) {
         self.cache[s as usize] = p;
+    }
+
+    /// Leaves a shadow entry in a slot whose page reclaim freed.
+    pub fn set_shadow(&mut self, s: u32, shadow: Shadow) {
+        self.shadow[s as usize] = shadow;
+    }
+
+    /// Takes the shadow entry of a slot (a page is coming back to it).
+    pub fn take_shadow(&mut self, s: u32) -> Shadow {
+        std::mem::replace(&mut self.shadow[s as usize], NO_SHADOW)
     }
 }
 

@@ -4,16 +4,17 @@
 //! reclaim (`try_to_free_pages`), and exact-LRU eviction.
 //!
 //! Kernel versions differ; this follows 5.9+ for list placement and reference checks (new pages go
-//! to the inactive list; a mapped page must be seen referenced twice to be activated) and the
-//! 4.x-5.8 `recent_scanned / recent_rotated` ratio for balancing anonymous against file scanning.
-//! Refault (workingset) detection is not modelled.
+//! to the inactive list; a mapped page must be seen referenced twice to be activated), refault
+//! detection (`workingset.rs`) and the 4.x-5.8 `recent_scanned / recent_rotated` ratio for
+//! balancing anonymous against file scanning. Each memory cgroup has its own lists (its lruvec):
+//! global reclaim walks every lruvec, limit reclaim only its cgroup's (`memcontrol.rs`).
 
 use super::bio::{Bio, BioKind, Submission};
 use super::lru::LruList;
 use super::oom_kill::Oom;
 use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_MAPPED, PG_RECLAIM, PG_REFERENCED, PG_WRITEBACK, PG_YOUNG, PageKind};
 use super::page_alloc::SWAP_CLUSTER_MAX;
-use super::{Counter, Env, Guest};
+use super::{CgroupVersion, Counter, Env, Guest};
 use crate::units::PAGE_SIZE;
 
 /// DEF_PRIORITY: reclaim starts by scanning 1/4096 of each list.
@@ -44,6 +45,11 @@ pub(super) struct ScanControl {
     pub nr_scanned: u64,
     /// Dirty page-cache pages met (the flusher is asked to write them).
     pub nr_dirty_file: u64,
+    /// The memory cgroup whose limit is being enforced (`None`: global reclaim).
+    pub target: Option<u8>,
+    /// Limit reclaim in a cgroup v1 hierarchy met a page it must wait for (`folio_wait_writeback`
+    /// in case 3 of `shrink_folio_list`); the scan stopped.
+    pub wait_writeback: bool,
     /// Swap writes gathered under the block plug: (slot, page).
     plug: Vec<(u32, u32)>,
 }
@@ -59,13 +65,24 @@ impl ScanControl {
             nr_writeback: 0,
             nr_scanned: 0,
             nr_dirty_file: 0,
+            target: None,
+            wait_writeback: false,
             plug: Vec::new(),
         }
     }
 
-    /// Pages freed or on their way to being freed.
+    /// Pages freed or on their way to being freed. The kernel counts freed pages only, but its scan
+    /// takes real time during which earlier writes complete and their pages are freed at the list's
+    /// tail; here a scan is instantaneous, so counting only freed pages would write out a whole
+    /// list before any write could complete.
     pub(super) fn progress(&self) -> u64 {
         self.nr_reclaimed + self.nr_writeback
+    }
+
+    /// The lruvec whose clock stamps the shadow entries of pages this scan frees (the kernel's
+    /// `target_memcg`; the root for global reclaim).
+    fn shadow_target(&self) -> u8 {
+        self.target.unwrap_or(0)
     }
 }
 
@@ -83,27 +100,29 @@ fn isqrt(x: u64) -> u64 {
 }
 
 impl Guest {
-    /// Whether the inactive list of a type is too small next to the active one
+    /// Whether the inactive list of a type in lruvec `v` is too small next to the active one
     /// (`inactive_is_low`: ratio sqrt(10 x GiB of the type), at least 1).
-    pub(super) fn inactive_is_low(&self, file: bool) -> bool {
-        let ina = self.lru.len(LruList::inactive(file));
-        let act = self.lru.len(LruList::active(file));
+    pub(super) fn inactive_is_low(&self, v: u8, file: bool) -> bool {
+        let ina = self.lru.len_in(v, LruList::inactive(file));
+        let act = self.lru.len_in(v, LruList::active(file));
         let gb = (ina + act) >> (30 - 12);
         let ratio = if gb > 0 { isqrt(10 * gb) } else { 1 };
         ina * ratio < act
     }
 
-    /// `get_scan_count`: pages to scan on each of the four lists at this priority.
-    fn get_scan_count(&mut self, priority: u32) -> [u64; 4] {
-        let lens = [0, 1, 2, 3].map(|l| self.lru.len(LruList::ALL[l]));
+    /// `get_scan_count`: pages to scan on each of the four lists of lruvec `v` at this priority.
+    fn get_scan_count(&mut self, v: u8, sc: &ScanControl) -> [u64; 4] {
+        let priority = sc.priority;
+        let lens = [0, 1, 2, 3].map(|l| self.lru.len_in(v, LruList::ALL[l]));
         let anon = lens[0] + lens[1];
         let file = lens[2] + lens[3];
         let swappiness = self.cfg.sysctl.swappiness as u64;
         // Age the recent statistics so they follow the workload.
+        let rs = &mut self.reclaim_stat[v as usize];
         for (t, size) in [(0, anon), (1, file)] {
-            if self.reclaim_stat.scanned[t] > size / 4 {
-                self.reclaim_stat.scanned[t] /= 2;
-                self.reclaim_stat.rotated[t] /= 2;
+            if rs.scanned[t] > size / 4 {
+                rs.scanned[t] /= 2;
+                rs.rotated[t] /= 2;
             }
         }
         enum Balance {
@@ -115,14 +134,15 @@ impl Guest {
         let free = self.pages.nr_free();
         let balance = if !self.swap.has_free() {
             Balance::File
-        } else if file + free <= self.wmark.high && lens[0] >> priority > 0 {
+        } else if sc.target.is_none() && file + free <= self.wmark.high && lens[0] >> priority > 0 {
+            // `file_is_tiny`, judged for global reclaim only.
             Balance::Anon
         } else if priority == 0 && swappiness > 0 {
             Balance::Equal
-        } else if lens[2] >> priority > 0 && !self.inactive_is_low(true) {
+        } else if lens[2] >> priority > 0 && !self.inactive_is_low(v, true) {
             Balance::File
         } else {
-            let rs = &self.reclaim_stat;
+            let rs = &self.reclaim_stat[v as usize];
             let ap = swappiness * (rs.scanned[0] + 1) / (rs.rotated[0] + 1);
             let fp = (200 - swappiness) * (rs.scanned[1] + 1) / (rs.rotated[1] + 1);
             Balance::Fract(ap, fp)
@@ -156,34 +176,49 @@ impl Guest {
         nr
     }
 
-    /// `shrink_node` / `shrink_lruvec`: scan the lists in batches of SWAP_CLUSTER_MAX until the
-    /// targets are met or enough is reclaimed, then rebalance the anonymous lists.
+    /// `shrink_node`: limit reclaim scans its cgroup's lruvec; global reclaim walks every lruvec,
+    /// the root's first (`shrink_node_memcgs`), direct reclaim stopping once it has enough.
     pub(super) fn shrink_node(&mut self, sc: &mut ScanControl) {
-        let mut nr = self.get_scan_count(sc.priority);
+        if let Some(v) = sc.target {
+            self.shrink_lruvec(v, sc);
+            return;
+        }
+        for v in 0..self.lru.lruvecs() {
+            self.shrink_lruvec(v, sc);
+            if !sc.kswapd && sc.progress() >= sc.nr_to_reclaim {
+                break;
+            }
+        }
+    }
+
+    /// `shrink_lruvec`: scan the lists in batches of SWAP_CLUSTER_MAX until the targets are met or
+    /// enough is reclaimed, then rebalance the anonymous lists.
+    fn shrink_lruvec(&mut self, v: u8, sc: &mut ScanControl) {
+        let mut nr = self.get_scan_count(v, sc);
         while nr[0] > 0 || nr[2] > 0 || nr[3] > 0 {
             for (l, left) in nr.iter_mut().enumerate() {
                 if *left > 0 {
                     let n = SWAP_CLUSTER_MAX.min(*left);
                     *left -= n;
-                    self.shrink_list(LruList::ALL[l], n, sc);
+                    self.shrink_list(v, LruList::ALL[l], n, sc);
                 }
             }
-            if sc.progress() >= sc.nr_to_reclaim {
-                break;
+            if sc.progress() >= sc.nr_to_reclaim || sc.wait_writeback {
+                return;
             }
         }
-        if self.swap.has_free() && self.inactive_is_low(false) {
-            self.shrink_active_list(LruList::ActiveAnon, SWAP_CLUSTER_MAX, sc);
+        if self.swap.has_free() && self.inactive_is_low(v, false) {
+            self.shrink_active_list(v, LruList::ActiveAnon, SWAP_CLUSTER_MAX, sc);
         }
     }
 
-    fn shrink_list(&mut self, l: LruList, n: u64, sc: &mut ScanControl) {
+    fn shrink_list(&mut self, v: u8, l: LruList, n: u64, sc: &mut ScanControl) {
         if l.is_active() {
-            if self.inactive_is_low(l.is_file()) {
-                self.shrink_active_list(l, n, sc);
+            if self.inactive_is_low(v, l.is_file()) {
+                self.shrink_active_list(v, l, n, sc);
             }
         } else {
-            self.shrink_inactive_list(l, n, sc);
+            self.shrink_inactive_list(v, l, n, sc);
         }
     }
 
@@ -205,14 +240,14 @@ impl Guest {
 
     /// `shrink_active_list`: move pages from the tail of an active list to the inactive list,
     /// clearing their accessed bits (referenced ones count as rotated).
-    fn shrink_active_list(&mut self, l: LruList, n: u64, sc: &mut ScanControl) {
+    fn shrink_active_list(&mut self, v: u8, l: LruList, n: u64, sc: &mut ScanControl) {
         let t = l.is_file() as usize;
-        for _ in 0..n.min(self.lru.len(l)) {
-            let Some(p) = self.lru.tail(l) else { break };
+        for _ in 0..n.min(self.lru.len_in(v, l)) {
+            let Some(p) = self.lru.tail(v, l) else { break };
             self.vmstat.inc(Counter::PgRefill);
-            self.reclaim_stat.scanned[t] += 1;
+            self.reclaim_stat[v as usize].scanned[t] += 1;
             if self.test_clear_young(p, sc.now) {
-                self.reclaim_stat.rotated[t] += 1;
+                self.reclaim_stat[v as usize].rotated[t] += 1;
             }
             self.lru.move_head(LruList::inactive(l.is_file()), p);
             self.vmstat.inc(Counter::PgDeactivate);
@@ -234,18 +269,34 @@ impl Guest {
 
     /// `shrink_inactive_list` + `shrink_folio_list`: take `n` pages from the tail of an inactive
     /// list and free, write, keep or activate each.
-    fn shrink_inactive_list(&mut self, l: LruList, n: u64, sc: &mut ScanControl) {
+    fn shrink_inactive_list(&mut self, v: u8, l: LruList, n: u64, sc: &mut ScanControl) {
         let file = l.is_file();
         let t = file as usize;
         let (scan_ev, steal_ev) =
             if sc.kswapd { (Counter::PgScanKswapd, Counter::PgStealKswapd) } else { (Counter::PgScanDirect, Counter::PgStealDirect) };
-        for _ in 0..n.min(self.lru.len(l)) {
-            let Some(p) = self.lru.tail(l) else { break };
+        for _ in 0..n.min(self.lru.len_in(v, l)) {
+            let Some(p) = self.lru.tail(v, l) else { break };
             sc.nr_scanned += 1;
             self.vmstat.inc(scan_ev);
-            self.reclaim_stat.scanned[t] += 1;
-            if self.pages.io[p as usize] != NONE || self.pages.has(p, PG_WRITEBACK | PG_LOCKED) {
-                // Locked for a read or under writeback: not reclaimable now.
+            self.reclaim_stat[v as usize].scanned[t] += 1;
+            if self.pages.has(p, PG_WRITEBACK) {
+                if sc.target.is_some() && self.cfg.cgroup == CgroupVersion::V1 && self.pages.has(p, PG_RECLAIM) {
+                    // Case 3: legacy cgroup reclaim waits for the write, then tries the page again
+                    // (the write's completion frees it if it is still idle then).
+                    self.lru.move_head(l, p);
+                    sc.wait_writeback = true;
+                    return;
+                }
+                // Cases 1 and 2 (since 4.11): moved out of the way to the active list, tagged so
+                // that its completion does not rotate it back.
+                self.pages.set(p, PG_RECLAIM);
+                self.lru.move_head(LruList::active(file), p);
+                self.vmstat.inc(Counter::PgActivate);
+                self.reclaim_stat[v as usize].rotated[t] += 1;
+                continue;
+            }
+            if self.pages.io[p as usize] != NONE || self.pages.has(p, PG_LOCKED) {
+                // Locked for a read: not reclaimable now (`folio_trylock` fails: keep).
                 self.lru.move_head(l, p);
                 continue;
             }
@@ -253,7 +304,7 @@ impl Guest {
                 Verdict::Activate => {
                     self.lru.move_head(LruList::active(file), p);
                     self.vmstat.inc(Counter::PgActivate);
-                    self.reclaim_stat.rotated[t] += 1;
+                    self.reclaim_stat[v as usize].rotated[t] += 1;
                 }
                 Verdict::Keep => self.lru.move_head(l, p),
                 Verdict::ReclaimClean if self.pages.has(p, PG_DIRTY) => self.lru.move_head(l, p),
@@ -295,6 +346,8 @@ impl Guest {
             sc.nr_writeback += 1;
             false
         } else {
+            let shadow = self.workingset_eviction(sc.shadow_target());
+            self.swap.set_shadow(slot, shadow);
             self.delete_from_swap_cache(p, false);
             self.lru.remove(p);
             self.pages.release(p);
@@ -311,7 +364,8 @@ impl Guest {
             sc.nr_dirty_file += 1;
             return false;
         }
-        self.remove_from_page_cache(p);
+        let shadow = self.workingset_eviction(sc.shadow_target());
+        self.evict_from_page_cache(p, shadow);
         self.lru.remove(p);
         self.pages.release(p);
         true
@@ -369,7 +423,7 @@ impl Guest {
         // several processes fault at once).
         let mut victim = None;
         for _ in 0..self.lru.len(LruList::Exact) {
-            let Some(p) = self.lru.tail(LruList::Exact) else { break };
+            let Some(p) = self.lru.tail(0, LruList::Exact) else { break };
             if self.pages.io[p as usize] == NONE {
                 victim = Some(p);
                 break;
@@ -383,7 +437,7 @@ impl Guest {
                 let mut slot = self.pages.swap[p as usize];
                 if slot == NONE {
                     let Some(s) = self.swap.alloc() else {
-                        return Some(self.oom_kill(now, env));
+                        return Some(self.oom_kill(now, None, env));
                     };
                     slot = s;
                     self.add_to_swap_cache(p, slot);
@@ -441,9 +495,13 @@ impl Guest {
             let on_inactive = self.lru.list_of(p) == Some(LruList::inactive(file));
             let idle = !self.pages.has(p, PG_MAPPED | PG_DIRTY | PG_REFERENCED);
             if on_inactive && idle {
+                // No scan frees it here (the kernel's next scan would): the shadow takes its own
+                // cgroup's clock, which is the scan's when limit reclaim wrote it.
+                let shadow = self.workingset_eviction(self.pages.memcg[p as usize]);
                 if file {
-                    self.remove_from_page_cache(p);
+                    self.evict_from_page_cache(p, shadow);
                 } else if self.pages.swap[p as usize] != NONE {
+                    self.swap.set_shadow(self.pages.swap[p as usize], shadow);
                     self.delete_from_swap_cache(p, false);
                 }
                 self.lru.remove(p);
@@ -459,24 +517,18 @@ impl Guest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Simulation;
 
     /// `folio_check_references` since 5.9: a mapped page carries the reference of the fault that
     /// created it, so the first scan that finds it young only marks it referenced; it is activated
     /// only if a second scan finds it young again, and reclaimed if not.
     #[test]
     fn a_mapped_page_is_activated_only_when_seen_referenced_twice() {
-        let text = "name = \"t\"\nduration = \"1s\"\n[host]\nmemory = \"1GiB\"\n[[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
-                    [[vm]]\nname = \"g\"\nmemory = \"128MiB\"\ndatastore = \"d\"\n\
-                    workload = { kind = \"idle\", footprint = \"100 pages\" }\n";
-        let s = crate::scenario::load(text, "t", &[]).unwrap().remove(0);
-        let mut sim = Simulation::new(&s).unwrap();
-        sim.run_until(10_000_000).unwrap();
+        let mut sim = super::super::idle_guest_with_100_pages();
         sim.with_guest(0, |g, env| {
-            let pages: Vec<u32> = g.lru.iter(LruList::InactiveAnon).collect();
+            let pages: Vec<u32> = g.lru.iter(0, LruList::InactiveAnon).collect();
             assert_eq!(pages.len(), 100, "the idle footprint starts on the inactive list");
             let mut sc = ScanControl::new(1_000, true, 10_000_000);
-            g.shrink_inactive_list(LruList::InactiveAnon, 100, &mut sc);
+            g.shrink_inactive_list(0, LruList::InactiveAnon, 100, &mut sc);
             assert_eq!(g.lru.len(LruList::ActiveAnon), 0, "one reference (the fault's) must not activate");
             assert!(pages.iter().all(|&p| g.pages.has(p, PG_REFERENCED) && g.lru.list_of(p) == Some(LruList::InactiveAnon)));
             // The MMU sets the accessed bit of half of them again; the second scan activates those
@@ -484,7 +536,7 @@ mod tests {
             for &p in &pages[..50] {
                 g.pages.set(p, PG_YOUNG);
             }
-            g.shrink_inactive_list(LruList::InactiveAnon, 100, &mut sc);
+            g.shrink_inactive_list(0, LruList::InactiveAnon, 100, &mut sc);
             assert!(pages[..50].iter().all(|&p| g.lru.list_of(p) == Some(LruList::ActiveAnon)));
             assert!(pages[50..].iter().all(|&p| g.pages.has(p, PG_WRITEBACK) && !g.pages.has(p, PG_MAPPED)));
             g.finish_reclaim(&mut sc, 10_000_000, env);
@@ -496,19 +548,14 @@ mod tests {
     /// and leaves them young (and fast), while pages the sweep passed before the scan lose the bit.
     #[test]
     fn a_scan_sees_references_made_ahead_of_it() {
-        let text = "name = \"t\"\nduration = \"1s\"\n[host]\nmemory = \"1GiB\"\n[[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
-                    [[vm]]\nname = \"g\"\nmemory = \"128MiB\"\ndatastore = \"d\"\n\
-                    workload = { kind = \"idle\", footprint = \"100 pages\" }\n";
-        let s = crate::scenario::load(text, "t", &[]).unwrap().remove(0);
-        let mut sim = Simulation::new(&s).unwrap();
-        sim.run_until(10_000_000).unwrap();
+        let mut sim = super::super::idle_guest_with_100_pages();
         sim.with_guest(0, |g, env| {
-            let pages: Vec<u32> = g.lru.iter(LruList::InactiveAnon).collect();
+            let pages: Vec<u32> = g.lru.iter(0, LruList::InactiveAnon).collect();
             let (pid, start) = (g.pages.owner[pages[0] as usize], g.procs[0].mm.regions[0].start);
             // From t = 20 ms, one visit every 10 ns from page 0: pages 0..50 are visited by 20.0005 ms.
             g.procs[pid as usize].ahead.record(start, 100, 0, 50, 20_000_000, 10);
             let mut sc = ScanControl::new(1_000, true, 20_000_250);
-            g.shrink_inactive_list(LruList::InactiveAnon, 100, &mut sc);
+            g.shrink_inactive_list(0, LruList::InactiveAnon, 100, &mut sc);
             for &p in &pages {
                 let vpn = g.pages.index[p as usize] - start;
                 let after = vpn < 50 && 20_000_000 + vpn as u64 * 10 > 20_000_250;

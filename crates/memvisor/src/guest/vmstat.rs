@@ -64,10 +64,18 @@ pub enum Counter {
     WsTrimmed,
     /// Windows: standby pages given a new use (their next touch reads the pagefile).
     StandbyRepurposed,
+    /// Anonymous pages read back where reclaim had left a shadow entry.
+    WorkingsetRefaultAnon,
+    /// Page-cache pages read back where reclaim had left a shadow entry.
+    WorkingsetRefaultFile,
+    /// Anonymous refaults close enough to be activated at once.
+    WorkingsetActivateAnon,
+    /// Page-cache refaults close enough to be activated at once.
+    WorkingsetActivateFile,
 }
 
 /// Number of counters.
-pub const NR_COUNTERS: usize = 28;
+pub const NR_COUNTERS: usize = 32;
 
 impl Counter {
     /// Column names with units, in counter order.
@@ -100,6 +108,10 @@ impl Counter {
         "transition_faults",
         "ws_trimmed_pages",
         "standby_repurposed_pages",
+        "workingset_refault_anon_pages",
+        "workingset_refault_file_pages",
+        "workingset_activate_anon_pages",
+        "workingset_activate_file_pages",
     ];
 }
 

@@ -6,7 +6,7 @@ use toml::Spanned;
 use super::raw::{Qty, RawScenario, RawVm, RawWorkload};
 use super::{ScenarioError, Source};
 use crate::devices::{DeviceKind, DeviceSpec};
-use crate::guest::{BalloonDriver, Costs, GuestConfig, Replacement, Sysctl, Thp, Watermarks};
+use crate::guest::{BalloonDriver, CgroupVersion, Costs, GuestConfig, Replacement, Sysctl, Thp, Watermarks};
 use crate::host::{Content, HostCosts, HostProfile};
 use crate::policy::{ESX_STATE_TABLES, POLICY_NAMES, PolicySpec};
 use crate::units::{self, PAGE_SIZE};
@@ -524,6 +524,8 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs, p
     }
     // The kernel's Kconfig default, and Debian's (Kali's): THP always. Only the watermarks feel it.
     let thp = Thp::parse(c.choice(&v.transparent_hugepage, &f("transparent_hugepage"), "always", Thp::NAMES)?).expect("checked");
+    // systemd mounts cgroup v2 alone by default since version 247 (2020); Debian 11 and later do.
+    let cgroup = CgroupVersion::parse(c.choice(&v.cgroup, &f("cgroup"), "v2", CgroupVersion::NAMES)?).expect("checked");
     // Resolved scenarios state the kernel's value after boot.
     let managed = (memory_pages - reserved_pages) as u64;
     let zones = Watermarks::linux_zones(memory);
@@ -532,6 +534,15 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs, p
     if let Some(ws) = &v.workload {
         for w in ws {
             let entry = resolve_workload(c, w, &base_name, (memory_pages - reserved_pages) as u64 * PAGE_SIZE)?;
+            if let (Some(_), Some(q)) = (entry.memory_limit, &w.get_ref().memory_limit)
+                && replacement != Replacement::Linux
+            {
+                return c.err(
+                    q.span(),
+                    &f("workload.memory_limit"),
+                    format!("memory cgroups are modelled in Linux guests only (this guest's replacement is '{}')", replacement.name()),
+                );
+            }
             if os == "windows" && entry.spec.uses_files() {
                 return c.err(
                     w.span(),
@@ -558,6 +569,7 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs, p
                 replacement,
                 sysctl: sysctl.clone(),
                 transparent_hugepage: thp,
+                cgroup,
                 balloon,
                 costs: costs.clone(),
                 sched_slice_ns: GuestConfig::default_sched_slice_ns(vcpus),
@@ -585,7 +597,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         "file-io" => &["size", "block", "fsync", "read"],
         "idle" => &["footprint", "active", "period"],
         "trace" => &["file", "loops", "compute"],
-        "random" => &["pages", "touches", "seed", "write", "compute"],
+        "random" => &["pages", "touches", "seed", "write", "compute", "distribution"],
         "stress-vm" => &["workers", "bytes", "keep", "rounds"],
         "bonnie" => &["size"],
         "dotnet-heap" => &["live", "object", "cycles", "replace_percent", "visit"],
@@ -597,7 +609,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
             );
         }
     };
-    let present: [(&str, Option<std::ops::Range<usize>>); 25] = [
+    let present: [(&str, Option<std::ops::Range<usize>>); 26] = [
         ("instances", r.instances.as_ref().map(|x| x.span())),
         ("pages", r.pages.as_ref().map(|x| x.span())),
         ("passes", r.passes.as_ref().map(|x| x.span())),
@@ -612,6 +624,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         ("loops", r.loops.as_ref().map(|x| x.span())),
         ("compute", r.compute.as_ref().map(|x| x.span())),
         ("touches", r.touches.as_ref().map(|x| x.span())),
+        ("distribution", r.distribution.as_ref().map(|x| x.span())),
         ("seed", r.seed.as_ref().map(|x| x.span())),
         ("write", r.write.as_ref().map(|x| x.span())),
         ("workers", r.workers.as_ref().map(|x| x.span())),
@@ -631,7 +644,10 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
             return c.err(
                 span,
                 &f(field),
-                format!("a '{kind}' workload has no field '{field}' (its fields: name, start, content, {})", allowed.join(", ")),
+                format!(
+                    "a '{kind}' workload has no field '{field}' (its fields: name, start, content, memory_limit, {})",
+                    allowed.join(", ")
+                ),
             );
         }
     }
@@ -739,6 +755,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
                 r.seed.as_ref().map(|_| c.int(&r.seed, &f("seed"), 1, 1, i64::MAX as u64)).transpose()?,
                 r.write.as_ref().is_some_and(|b| *b.get_ref()),
                 c.opt_ns(&r.compute, &f("compute"), 0)?,
+                c.choice(&r.distribution, &f("distribution"), "uniform", &["uniform", "zipf"])? == "zipf",
             ))
         }
         "trace" => {
@@ -781,10 +798,22 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         .as_ref()
         .map(|_| c.choice(&r.content, &f("content"), "", &names).map(|n| Content::parse(n).expect("checked")))
         .transpose()?;
+    let memory_limit = match &r.memory_limit {
+        Some(q) => {
+            let b = c.bytes(q, &f("memory_limit"))?;
+            let pages = units::pages(b);
+            if pages == 0 {
+                return c.err(q.span(), &f("memory_limit"), "a memory cgroup's limit must hold at least one page (4 KiB)");
+            }
+            Some(pages)
+        }
+        None => None,
+    };
     Ok(WorkloadEntry {
         name: r.name.as_ref().map_or_else(|| kind.to_string(), |n| n.get_ref().clone()),
         start_ns: c.opt_ns(&r.start, &f("start"), 0)?,
         spec,
         content,
+        memory_limit,
     })
 }

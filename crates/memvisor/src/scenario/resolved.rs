@@ -98,6 +98,9 @@ impl Scenario {
                         if let Some(c) = w.content {
                             e.push(("content", s(c.key())));
                         }
+                        if let Some(l) = w.memory_limit {
+                            e.push(("memory_limit", s(fmt_bytes(l * PAGE_SIZE))));
+                        }
                         match &w.spec {
                             WorkloadSpec::Stress(st) => {
                                 e.push(("instances", i(st.instances as u64)));
@@ -120,6 +123,7 @@ impl Scenario {
                                 }
                                 e.push(("write", Value::Boolean(rd.write)));
                                 e.push(("compute", s(fmt_duration(rd.compute_ns))));
+                                e.push(("distribution", s(if rd.zipf { "zipf" } else { "uniform" })));
                             }
                             WorkloadSpec::Trace(t) => {
                                 e.push(("file", s(&t.file)));
@@ -167,6 +171,7 @@ impl Scenario {
                     ("replacement", s(g.replacement.name())),
                     ("kernel_reserved", s(fmt_bytes(g.reserved_pages as u64 * PAGE_SIZE))),
                     ("transparent_hugepage", s(g.transparent_hugepage.name())),
+                    ("cgroup", s(g.cgroup.name())),
                     ("sysctl", Value::Table(sysctl)),
                     ("workload", Value::Array(workloads)),
                 ];

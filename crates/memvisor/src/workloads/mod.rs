@@ -158,6 +158,8 @@ pub struct WorkloadEntry {
     pub spec: WorkloadSpec,
     /// What its pages hold, if the scenario says (else the kind's default, `WorkloadSpec::content`).
     pub content: Option<crate::host::Content>,
+    /// Its processes run in a memory cgroup with this limit in pages (Linux guests).
+    pub memory_limit: Option<u64>,
 }
 
 impl WorkloadEntry {

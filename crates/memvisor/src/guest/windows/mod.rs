@@ -145,13 +145,13 @@ impl Guest {
     /// Dynamics"); zeroed and free are one list here.
     pub(super) fn windows_take_page(&mut self, kind: PageKind, owner: u32, index: u32) -> Option<u32> {
         if self.pages.nr_free() == 0 {
-            let p = self.lru.tail(LruList::Standby)?;
+            let p = self.lru.tail(0, LruList::Standby)?;
             self.lru.remove(p);
             self.delete_from_swap_cache(p, false);
             self.pages.release(p);
             self.vmstat.inc(super::Counter::StandbyRepurposed);
         }
-        self.pages.take_free(kind, owner, index)
+        self.pages.take_free(kind, owner, index, 0)
     }
 
     /// Takes page `p` out of its owner's working set: its entry now refers to the page through its
@@ -166,7 +166,7 @@ impl Guest {
         }
         self.unmap_to_swap(p, slot);
         let list = if self.pages.has(p, PG_DIRTY) { LruList::Modified } else { LruList::Standby };
-        self.lru.add_head(list, p);
+        self.lru.add_head(0, list, p);
         self.vmstat.inc(super::Counter::WsTrimmed);
         true
     }
@@ -277,7 +277,7 @@ mod tests {
             assert_eq!(g.lru.len(LruList::Standby), 49);
             // Use every free page, then one more: the oldest standby page is repurposed, and its
             // owner's next touch reads the pagefile.
-            let victim = g.lru.tail(LruList::Standby).unwrap();
+            let victim = g.lru.tail(0, LruList::Standby).unwrap();
             let victim_vpn = g.pages.index[victim as usize];
             while g.pages.nr_free() > 0 {
                 g.windows_take_page(PageKind::Kernel, NONE, NONE).unwrap();
@@ -303,7 +303,7 @@ mod tests {
         });
         sim.run_until(400_000_000).unwrap();
         sim.with_guest(0, |g, _| {
-            let q = g.lru.tail(LruList::Standby).expect("written pages are on standby");
+            let q = g.lru.tail(0, LruList::Standby).expect("written pages are on standby");
             let (slot, vpn) = (g.pages.swap[q as usize], g.pages.index[q as usize]);
             assert!(g.swap.is_written(slot), "the page's contents are on the pagefile");
             assert_eq!(g.windows_take_page(PageKind::Kernel, NONE, NONE), Some(q));

@@ -45,7 +45,7 @@ impl Guest {
         while self.win.writes < PAGING_FILE_MDLS && self.lru.len(LruList::Modified) > 0 {
             batch.clear();
             while batch.len() < WRITE_CLUSTER {
-                let Some(p) = self.lru.tail(LruList::Modified) else { break };
+                let Some(p) = self.lru.tail(0, LruList::Modified) else { break };
                 self.lru.remove(p);
                 self.pages.clear(p, PG_DIRTY);
                 self.pages.set(p, PG_WRITEBACK);
@@ -86,7 +86,7 @@ impl Guest {
                 }
                 self.pages.release(p);
             } else if !self.pages.has(p, PG_MAPPED) {
-                self.lru.add_head(LruList::Standby, p);
+                self.lru.add_head(0, LruList::Standby, p);
             }
         }
         self.win.writes -= 1;
