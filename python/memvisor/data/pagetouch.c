@@ -5,6 +5,8 @@
  *                                        (seed 003's loop; the first pass allocates them)
  *   pagetouch random PAGES TOUCHES SEED  store to PAGES pages once in order, then TOUCHES loads
  *                                        from pages drawn uniformly by xorshift64* from SEED
+ *   pagetouch zipf PAGES TOUCHES SEED    the same with pages drawn by Zipf's law (exponent 1),
+ *                                        in integers as memvisor's `access::Zipf` draws them
  *
  * Transparent huge pages are refused (MADV_NOHUGEPAGE) so that the kernel pages 4 KiB at a time,
  * as the simulator does. Build: cc -O2 -o pagetouch pagetouch.c
@@ -31,10 +33,26 @@ static uint64_t next(void) {
     return state * 0x2545F4914F6CDD1DULL;
 }
 
+/* Zipf with exponent 1: cumulative weights floor(2^40 / (k + 1)); a draw picks the first rank
+ * whose cumulative weight exceeds it modulo the total; ranks spread by a prime multiplier. */
+static uint64_t *cdf;
+static uint64_t zipf_page(uint64_t x, size_t pages) {
+    uint64_t r = x % cdf[pages - 1];
+    size_t lo = 0, hi = pages;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cdf[mid] <= r)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return (uint64_t)lo * 2654435761ULL % pages;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 4 || (strcmp(argv[1], "stress") && strcmp(argv[1], "random")) ||
-        (!strcmp(argv[1], "random") && argc < 5)) {
-        fprintf(stderr, "usage: pagetouch stress PAGES PASSES | pagetouch random PAGES TOUCHES SEED\n");
+    int random = argc >= 2 && (!strcmp(argv[1], "random") || !strcmp(argv[1], "zipf"));
+    if (argc < 4 || (strcmp(argv[1], "stress") && !random) || (random && argc < 5)) {
+        fprintf(stderr, "usage: pagetouch stress PAGES PASSES | pagetouch random|zipf PAGES TOUCHES SEED\n");
         return 2;
     }
     size_t pages = strtoull(argv[2], 0, 10);
@@ -51,11 +69,23 @@ int main(int argc, char **argv) {
                 p[i * 4096]++;
     } else {
         state = strtoull(argv[4], 0, 10);
+        int zipf = !strcmp(argv[1], "zipf");
+        if (zipf) {
+            /* Built before the first pass, so that its pages are charged before the sweep's. */
+            cdf = malloc(pages * sizeof *cdf);
+            if (!cdf) {
+                perror("malloc");
+                return 1;
+            }
+            uint64_t sum = 0;
+            for (size_t k = 0; k < pages; k++)
+                cdf[k] = sum += (1ULL << 40) / (k + 1);
+        }
         for (size_t i = 0; i < pages; i++)
             p[i * 4096]++;
         char sum = 0;
         for (uint64_t k = 0; k < n; k++)
-            sum += p[(next() % pages) * 4096];
+            sum += p[(zipf ? zipf_page(next(), pages) : next() % pages) * 4096];
         sink = sum;
     }
     return 0;

@@ -21,6 +21,54 @@ pub struct Ref {
     pub compute_ns: u64,
 }
 
+/// Zipf's law with exponent 1 over the pages of a region: the page of rank `k` (from 0) is drawn
+/// with probability proportional to 1 / (k + 1). Integer arithmetic only, so that `validate
+/// linux-paging`'s native program (pagetouch.c) draws the same pages from the same generator:
+/// weight(k) = floor(2^40 / (k + 1)), a draw `x` picks the first rank whose cumulative weight
+/// exceeds `x mod total`, and ranks are spread over the region by the bijection
+/// page = rank x 2654435761 mod pages (a prime multiplier, so hot pages are not neighbours that
+/// swap readahead would bring in together).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Zipf {
+    cdf: Vec<u64>,
+}
+
+/// The rank-spreading multiplier (a prime: coprime with any region size below it).
+const ZIPF_SPREAD: u64 = 2_654_435_761;
+
+impl Zipf {
+    /// The distribution over `pages` pages.
+    pub fn new(pages: u32) -> Self {
+        let mut sum = 0u64;
+        let cdf = (0..pages as u64)
+            .map(|k| {
+                sum += (1u64 << 40) / (k + 1);
+                sum
+            })
+            .collect();
+        Self { cdf }
+    }
+
+    /// The page a generator output picks.
+    #[inline]
+    pub fn page(&self, x: u64) -> u32 {
+        let total = *self.cdf.last().expect("at least one page");
+        let r = x % total;
+        let rank = self.cdf.partition_point(|&c| c <= r) as u64;
+        (rank * ZIPF_SPREAD % self.cdf.len() as u64) as u32
+    }
+}
+
+/// The next page of a random pattern.
+#[inline]
+fn draw(state: &mut u64, pages: u32, zipf: &Option<Arc<Zipf>>) -> u32 {
+    let x = xorshift64star(state);
+    match zipf {
+        None => (x % pages as u64) as u32,
+        Some(z) => z.page(x),
+    }
+}
+
 /// How a process references a region.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Pattern {
@@ -36,8 +84,8 @@ pub enum Pattern {
         /// Whether the references store.
         write: bool,
     },
-    /// `count` references to pages drawn uniformly by xorshift64* from `state`, `compute_ns` of
-    /// CPU after each.
+    /// `count` references to pages drawn by xorshift64* from `state` (uniformly, or by `zipf`'s
+    /// ranks), `compute_ns` of CPU after each.
     Random {
         /// Generator state.
         state: u64,
@@ -47,6 +95,8 @@ pub enum Pattern {
         write: bool,
         /// CPU time after each reference.
         compute_ns: u64,
+        /// Zipf-distributed ranks instead of uniform pages.
+        zipf: Option<Arc<Zipf>>,
     },
     /// A recorded trace, `loops` times over, `compute_ns` of CPU between references.
     Trace {
@@ -78,14 +128,9 @@ impl Pattern {
             Self::Sweep { first, count, refs, write } => {
                 (*count > 0).then_some(Ref { page: *first, write: *write, refs: *refs, compute_ns: 0 })
             }
-            Self::Random { state, count, write, compute_ns } => {
+            Self::Random { state, count, write, compute_ns, zipf } => {
                 let mut s = *state;
-                (*count > 0).then(|| Ref {
-                    page: (xorshift64star(&mut s) % pages as u64) as u32,
-                    write: *write,
-                    refs: 1,
-                    compute_ns: *compute_ns,
-                })
+                (*count > 0).then(|| Ref { page: draw(&mut s, pages, zipf), write: *write, refs: 1, compute_ns: *compute_ns })
             }
             Self::Trace { trace, pos, loops, compute_ns } => {
                 let refs = trace.refs();
@@ -153,11 +198,11 @@ impl Pattern {
                 }
                 *count -= n;
             }
-            Self::Random { state, count, write, .. } => {
+            Self::Random { state, count, write, zipf, .. } => {
                 let budget = budget.min(*count);
                 while n < budget {
                     let mut next = *state;
-                    let page = (xorshift64star(&mut next) % pages as u64) as u32;
+                    let page = draw(&mut next, pages, zipf);
                     if !hit(page, *write) {
                         break;
                     }
@@ -220,7 +265,7 @@ mod tests {
 
     #[test]
     fn random_references_follow_xorshift_and_advance_only_when_told() {
-        let mut p = Pattern::Random { state: 42, count: 3, write: false, compute_ns: 0 };
+        let mut p = Pattern::Random { state: 42, count: 3, write: false, compute_ns: 0, zipf: None };
         let mut s = 42;
         let expect = (xorshift64star(&mut s) % 1000) as u32;
         assert_eq!(p.peek(1000).unwrap().page, expect);

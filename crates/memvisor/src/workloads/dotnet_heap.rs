@@ -246,8 +246,10 @@ impl DotnetProcess {
             let n = left.min(VISITS_PER_OP);
             left -= n;
             let state = self.rng.random::<u64>() | 1;
-            self.queue
-                .push_back(Op::Access { region, pattern: Pattern::Random { state, count: n, write: true, compute_ns: self.cfg.visit_ns } });
+            self.queue.push_back(Op::Access {
+                region,
+                pattern: Pattern::Random { state, count: n, write: true, compute_ns: self.cfg.visit_ns, zipf: None },
+            });
         }
     }
 }

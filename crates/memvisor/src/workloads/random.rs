@@ -1,8 +1,11 @@
-//! Uniformly random page references: write every page once in order (allocating them), then make
-//! `touches` references to pages drawn by xorshift64*, the generator `validate linux-paging`'s
-//! native program uses too, so both see the same sequence. The generator's seed derives from the
+//! Random page references: write every page once in order (allocating them), then make `touches`
+//! references to pages drawn by xorshift64* (uniformly, or by Zipf's law: `access::Zipf`), the
+//! generator `validate linux-paging`'s native program uses too, so both see the same sequence. The generator's seed derives from the
 //! scenario's seed unless the workload pins it (as the validation does, to match the native run).
 
+use std::sync::Arc;
+
+use super::access::Zipf;
 use super::{Op, Pattern, SystemView, Workload};
 
 /// The random workload.
@@ -20,13 +23,15 @@ pub struct Random {
     pub write: bool,
     /// CPU time after each reference.
     pub compute_ns: u64,
+    /// Pages drawn by Zipf's law (exponent 1) instead of uniformly.
+    pub zipf: bool,
     step: u8,
 }
 
 impl Random {
     /// A random workload.
-    pub fn new(pages: u32, touches: u64, seed: Option<u64>, write: bool, compute_ns: u64) -> Self {
-        Self { pages, touches, seed, write, compute_ns, state: 0, step: 0 }
+    pub fn new(pages: u32, touches: u64, seed: Option<u64>, write: bool, compute_ns: u64, zipf: bool) -> Self {
+        Self { pages, touches, seed, write, compute_ns, zipf, state: 0, step: 0 }
     }
 
     /// The process for a run whose stream seed for this workload is `derived`.
@@ -44,7 +49,13 @@ impl Workload for Random {
             2 => Op::Access { region: 0, pattern: Pattern::Sweep { first: 0, count: self.pages as u64, refs: 1, write: true } },
             3 if self.touches > 0 => Op::Access {
                 region: 0,
-                pattern: Pattern::Random { state: self.state, count: self.touches, write: self.write, compute_ns: self.compute_ns },
+                pattern: Pattern::Random {
+                    state: self.state,
+                    count: self.touches,
+                    write: self.write,
+                    compute_ns: self.compute_ns,
+                    zipf: self.zipf.then(|| Arc::new(Zipf::new(self.pages))),
+                },
             },
             _ => Op::Exit,
         }
@@ -65,5 +76,18 @@ mod tests {
         let mut s = 1;
         let last = (0..1001).map(|_| xorshift64star(&mut s)).last();
         assert_eq!(last, Some(0x3027_8c3e_fbe9_3744));
+    }
+
+    #[test]
+    fn zipf_draws_match_the_native_program() {
+        // pagetouch.c's zipf draws over 51,200 pages from seed 42, printed by a build of it.
+        let z = crate::workloads::access::Zipf::new(51_200);
+        let mut s = 42;
+        let pages: Vec<u32> = (0..5).map(|_| z.page(xorshift64star(&mut s))).collect();
+        assert_eq!(pages, [30_660, 0, 1_985, 28_508, 35_366]);
+        // Rank 0 is the most drawn page: about 1 / H(51,200) = 8.9 % of draws.
+        let mut s = 7;
+        let hot = (0..100_000).filter(|_| z.page(xorshift64star(&mut s)) == 0).count();
+        assert!((8_000..9_800).contains(&hot), "{hot}");
     }
 }
