@@ -1,8 +1,10 @@
 """`memvisor validate linux-paging`: the guest model against the Linux kernel on this machine.
 
-A native program (data/pagetouch.c) runs the seed 003 stress pattern and a uniformly random pattern
-inside a real memory cgroup with a real swap file, at several memory limits; the same patterns run in
-a simulated guest given the same memory. Major faults and swap traffic are compared side by side.
+A native program (data/pagetouch.c) runs the seed 003 stress pattern, a uniformly random pattern
+and a Zipf pattern inside a real memory cgroup with a real swap file, at several memory limits and
+several times each (the kernel's spread is a measured band); the same patterns run in a simulated
+guest as a process in a memory cgroup with the same limit. Major faults, swap traffic and refault
+detection's counters are compared side by side.
 
 The kernel settings that change the answer are read and stated (vm.page-cluster, swappiness,
 transparent huge pages, VMA swap readahead, multi-generational LRU); the simulator is given the same
@@ -20,6 +22,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import tempfile
 import time
@@ -132,22 +135,44 @@ def kernel_settings() -> dict:
     }
 
 
+#: Patterns compared: seed 003's cyclic sweep, uniform references, Zipf references.
+PATTERNS = ("stress", "random", "zipf")
+#: Counters compared besides major faults: the swap traffic and refault detection's own.
+COUNTERS = ("pswpin", "pswpout", "workingset_refault_anon", "workingset_activate_anon", "pgactivate")
+#: The band is the kernel's min..max widened by this share of its median on each side (the issue's
+#: target: the kernel's own spread, plus 10 % of its median).
+BAND_MARGIN = 0.10
+
+
 @dataclass
 class Row:
     pattern: str
     limit_MiB: int
     working_set_MiB: float
-    kernel_majflt: int | None
+    kernel_runs: int
+    kernel_oom_kills: int
+    kernel_majflt_min: int | None
+    kernel_majflt_median: float | None
+    kernel_majflt_max: int | None
     sim_majflt: int
+    #: Simulated major faults inside the kernel's band (None when every kernel run was OOM-killed).
+    within_band: bool | None
+    #: (sim - kernel median) / kernel median.
     majflt_error: float | None
-    kernel_pswpin: int | None
-    sim_pswpin: int
-    kernel_pswpout: int | None
-    sim_pswpout: int
-    kernel_oom_killed: bool
-    stable: bool
+    #: Medians of the kernel's counters over runs that completed, and the simulator's.
+    kernel: dict
+    sim: dict
+    sim_oom_killed: bool
     kernel_wall_s: float
     sim_time_s: float
+
+
+def band(values: list[int]) -> tuple[float, float] | None:
+    """The accepted range for the simulator: the kernel's min..max widened by BAND_MARGIN x median."""
+    if not values:
+        return None
+    med = statistics.median(values)
+    return min(values) - BAND_MARGIN * med, max(values) + BAND_MARGIN * med
 
 
 def classify_exit(returncode: int, oom_kills_delta: int) -> str:
@@ -185,17 +210,19 @@ def _check(cmd: list[str]) -> None:
 def program_args(pattern: str, pages: int, passes: int, touches: int, seed: int) -> list[str]:
     if pattern == "stress":
         return ["stress", str(pages), str(passes)]
-    return ["random", str(pages), str(touches), str(seed)]
+    return [pattern, str(pages), str(touches), str(seed)]
 
 
 def simulated(pattern: str, pages: int, passes: int, touches: int, seed: int, limit: int, settings: dict) -> dict:
-    """The same pattern in a simulated guest whose process has `limit` bytes, as in the cgroup."""
-    guest = _core.guest_pages_for(limit // PAGE, "linux")
-    wl = (
-        f'kind = "stress", pages = {pages}, passes = {passes}'
-        if pattern == "stress"
-        else f'kind = "random", pages = {pages}, touches = {touches}, seed = {seed}'
-    )
+    """The same pattern in a simulated guest, run as the kernel side runs it: a process in a memory
+    cgroup of `limit` bytes (same cgroup version) in a guest with room for the whole working set,
+    so that only the cgroup's limit reclaim acts."""
+    guest = _core.guest_pages_for(pages + 4096, "linux")
+    if pattern == "stress":
+        wl = f'kind = "stress", pages = {pages}, passes = {passes}'
+    else:
+        dist = "zipf" if pattern == "zipf" else "uniform"
+        wl = f'kind = "random", pages = {pages}, touches = {touches}, seed = {seed}, distribution = "{dist}"'
     text = f"""name = "validate-linux-paging"
 [host]
 memory = "{guest + 256} pages"
@@ -204,30 +231,88 @@ sample_interval = "1h"
 name = "swap"
 device = "ssd"
 [[vm]]
-name = "cgroup"
+name = "guest"
 memory = "{guest} pages"
 kernel_reserved = "0B"
 overhead = "0B"
 transparent_hugepage = "never"
+cgroup = "v{settings['cgroup_version']}"
 datastore = "swap"
 swap = "{2 * pages} pages"
 sysctl = {{ "vm.page-cluster" = {settings['vm.page-cluster']}, "vm.swappiness" = {settings['vm.swappiness']} }}
-workload = {{ {wl} }}
+workload = {{ {wl}, memory_limit = "{limit // PAGE} pages" }}
 """
     (s,) = _core.load(text, "validate-linux-paging")
     r = simulate(s, step_s=float("inf"))
     c = r.summary["vms"][0]["counters"]
-    return {"majflt": int(c["pgmajfault"]), "pswpin": int(c["pswpin_pages"]), "pswpout": int(c["pswpout_pages"]), "time_s": r.summary["sim_time_s"]}
+    return {
+        "majflt": int(c["pgmajfault"]),
+        "pswpin": int(c["pswpin_pages"]),
+        "pswpout": int(c["pswpout_pages"]),
+        "workingset_refault_anon": int(c["workingset_refault_anon_pages"]),
+        "workingset_activate_anon": int(c["workingset_activate_anon_pages"]),
+        "pgactivate": int(c["pgactivate_pages"]),
+        "oom_killed": int(c["oom_kill"]) > 0,
+        "time_s": r.summary["sim_time_s"],
+    }
+
+
+def run_kernel(exe: Path, args: list[str], cg_root: Path, version: int, limit: int, swappiness: int, name: str) -> dict:
+    """One run of the program in a fresh memory cgroup; its counters, or {"oom_killed": True}."""
+    path = cg_root / name
+    path.mkdir()
+    try:
+        cg = Cgroup(path, version)
+        if version == 1:
+            (path / "memory.swappiness").write_text(str(swappiness))
+        cg.set_limit(limit)
+        ooms_before = cg.oom_kills()
+        before = vmstat()
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [str(exe), *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda p=path: (p / "cgroup.procs").write_text(str(os.getpid())),
+        )
+        wall = time.perf_counter() - t0
+        after = vmstat()
+        outcome = classify_exit(proc.returncode, cg.oom_kills() - ooms_before)
+        if outcome == "error":
+            msg = " ".join(proc.stderr.split()) or "no message"
+            raise ValidationError(f"pagetouch {' '.join(args)} in a {limit >> 20} MiB cgroup failed with {describe_status(proc.returncode)}: {msg}")
+        if outcome == "oom-killed":
+            return {"oom_killed": True, "wall_s": wall}
+        # The cgroup's own counters where it has them; the machine's deltas for the rest (this
+        # program is the only one paging while it runs).
+        return {
+            "oom_killed": False,
+            "wall_s": wall,
+            "majflt": cg.stat("pgmajfault"),
+            "workingset_refault_anon": cg.stat("workingset_refault_anon"),
+            "pswpin": after["pswpin"] - before["pswpin"],
+            "pswpout": after["pswpout"] - before["pswpout"],
+            "workingset_activate_anon": after.get("workingset_activate_anon", 0) - before.get("workingset_activate_anon", 0),
+            "pgactivate": after["pgactivate"] - before["pgactivate"],
+        }
+    finally:
+        try:
+            path.rmdir()
+        except OSError:
+            pass
 
 
 def run_validation(
     out: Path,
     cgroup_root: Path = Path("/sys/fs/cgroup"),
     working_set: int = 96 << 20,
-    limits_mib: tuple[int, ...] = (16, 24, 32, 48, 64, 80),
+    limits_mib: tuple[int, ...] = (24, 40, 56, 72, 91),
     passes: int = 5,
     touches: int = 200_000,
     seed: int = 42,
+    repeats: int = 5,
+    patterns: tuple[str, ...] = PATTERNS,
     log=print,
 ) -> tuple[list[Row], dict]:
     """Runs the comparison and writes the run folder; the caller has checked the prerequisites."""
@@ -239,7 +324,6 @@ def run_validation(
     swapfile = work / "swapfile"
     lru_gen = Path("/sys/kernel/mm/lru_gen/enabled")
     restore_lru_gen = None
-    cgroups: list[Path] = []
     swap_on = False
     try:
         exe = work / "pagetouch"
@@ -258,50 +342,33 @@ def run_validation(
             lru_gen.write_text("n")
             settings["lru_gen_note"] = "the multi-generational LRU was turned off for the runs (memvisor models the classic lists) and turned back on"
         rows = []
-        for pattern in ("stress", "random"):
+        for pattern in patterns:
             for limit_mib in limits_mib:
                 limit = limit_mib << 20
-                path = cg_root / f"memvisor-validate-{os.getpid()}-{pattern}-{limit_mib}"
-                path.mkdir()
-                cgroups.append(path)
-                cg = Cgroup(path, version)
-                if version == 1:
-                    (path / "memory.swappiness").write_text(str(settings["vm.swappiness"]))
-                cg.set_limit(limit)
                 args = program_args(pattern, pages, passes, touches, seed)
-                ooms_before = cg.oom_kills()
-                before = vmstat()
-                t0 = time.perf_counter()
-                proc = subprocess.run(
-                    [str(exe), *args],
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    preexec_fn=lambda p=path: (p / "cgroup.procs").write_text(str(os.getpid())),
-                )
-                wall = time.perf_counter() - t0
-                after = vmstat()
-                outcome = classify_exit(proc.returncode, cg.oom_kills() - ooms_before)
-                if outcome == "error":
-                    msg = " ".join(proc.stderr.split()) or "no message"
-                    raise ValidationError(f"pagetouch {' '.join(args)} in a {limit_mib} MiB cgroup failed with {describe_status(proc.returncode)}: {msg}")
-                oom = outcome == "oom-killed"
-                kmaj = cg.stat("pgmajfault")
-                path.rmdir()
-                cgroups.remove(path)
+                runs = [
+                    run_kernel(exe, args, cg_root, version, limit, settings["vm.swappiness"], f"memvisor-validate-{os.getpid()}-{pattern}-{limit_mib}-{k}")
+                    for k in range(repeats)
+                ]
+                done = [r for r in runs if not r["oom_killed"]]
                 sim = simulated(pattern, pages, passes, touches, seed, limit, settings)
-                stable = limit * 2 <= working_set and not oom
-                err = None if oom or kmaj == 0 else (sim["majflt"] - kmaj) / kmaj
+                majflts = [r["majflt"] for r in done]
+                b = band(majflts)
+                med = statistics.median(majflts) if majflts else None
                 rows.append(Row(
-                    pattern, limit_mib, working_set / (1 << 20),
-                    None if oom else kmaj, sim["majflt"], err,
-                    None if oom else after["pswpin"] - before["pswpin"], sim["pswpin"],
-                    None if oom else after["pswpout"] - before["pswpout"], sim["pswpout"],
-                    oom, stable, wall, sim["time_s"],
+                    pattern, limit_mib, working_set / (1 << 20), len(runs), len(runs) - len(done),
+                    min(majflts) if majflts else None, med, max(majflts) if majflts else None,
+                    sim["majflt"],
+                    None if b is None else b[0] <= sim["majflt"] <= b[1],
+                    None if not med else (sim["majflt"] - med) / med,
+                    {k: statistics.median(r[k] for r in done) for k in COUNTERS} if done else {},
+                    {k: sim[k] for k in COUNTERS},
+                    sim["oom_killed"],
+                    statistics.median(r["wall_s"] for r in runs), sim["time_s"],
                 ))
                 log(rows[-1])
     finally:
-        for p in cgroups:
+        for p in cg_root.glob(f"memvisor-validate-{os.getpid()}-*"):
             try:
                 p.rmdir()
             except OSError:
@@ -320,12 +387,14 @@ def write_folder(out: Path, rows: list[Row], settings: dict) -> Path:
     import pandas as pd
 
     with RunFolder(out) as folder:
-        df = pd.DataFrame([asdict(r) for r in rows])
+        df = pd.json_normalize([asdict(r) for r in rows], sep="_")
         df.to_csv(folder.tmp / "comparison.csv", index=False)
+        misses = {p: sum(1 for r in rows if r.pattern == p and r.within_band is False) for p in dict.fromkeys(r.pattern for r in rows)}
         summary = {
             "settings": settings,
-            "criterion": "where the kernel is stable (limit <= half the working set, no OOM kill), simulated major faults within 10 % of the kernel's",
-            "stable_rows_within_10pct": all(r.majflt_error is not None and abs(r.majflt_error) <= 0.10 for r in rows if r.stable),
+            "criterion": f"simulated major faults inside the kernel's min..max over its runs, widened by {BAND_MARGIN:.0%} of its median on each side; at most one miss per pattern",
+            "misses_per_pattern": misses,
+            "target_met": all(m <= 1 for m in misses.values()),
             "rows": [asdict(r) for r in rows],
         }
         (folder.tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -9,7 +9,7 @@ from importlib import resources
 import pytest
 
 from conftest import memvisor as run_cli
-from memvisor.validate import classify_exit
+from memvisor.validate import band, classify_exit
 
 
 def test_without_a_memory_cgroup_it_says_what_is_missing(tmp_path):
@@ -50,19 +50,85 @@ def test_pagetouch_exits_0_whatever_the_data(tmp_path):
         for seed in range(1, 51):
             p = subprocess.run([str(exe), "random", "64", str(touches), str(seed)], capture_output=True)
             assert p.returncode == 0, (touches, seed, p.returncode, p.stderr)
+    for seed in range(1, 11):
+        assert subprocess.run([str(exe), "zipf", "64", "1000", str(seed)]).returncode == 0
     for passes in (1, 2, 3):
         assert subprocess.run([str(exe), "stress", "64", str(passes)]).returncode == 0
     assert subprocess.run([str(exe), "bogus", "64", "1"], capture_output=True).returncode == 2
 
 
+def test_the_band_is_the_kernels_spread_widened_by_a_tenth_of_its_median():
+    assert band([100, 110, 120]) == pytest.approx((89.0, 131.0))
+    assert band([]) is None
+
+
+def test_an_unknown_pattern_is_refused_before_anything_runs(tmp_path):
+    r = run_cli("validate", "linux-paging", "--patterns", "stress,sawtooth", "--out", "v", cwd=tmp_path)
+    assert r.returncode == 2
+    assert "sawtooth" in r.stderr and "stress, random, zipf" in r.stderr
+    assert not (tmp_path / "v").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
-def test_simulated_major_faults_within_ten_percent_where_the_kernel_is_stable(tmp_path):
-    r = run_cli("validate", "linux-paging", "--out", "v", "--working-set", "48MiB", "--limits", "8,16,24", cwd=tmp_path)
+def test_random_and_zipf_major_faults_fall_in_the_kernels_band(tmp_path):
+    r = run_cli("validate", "linux-paging", "--out", "v", "--working-set", "48MiB", "--limits", "12,24,36",
+                "--patterns", "random,zipf", "--repeats", "3", cwd=tmp_path)
     if r.returncode == 77:
         pytest.skip(r.stderr)
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads((tmp_path / "v" / "summary.json").read_text())
-    stable = [row for row in summary["rows"] if row["stable"]]
-    assert any(row["pattern"] == "stress" for row in stable)
-    assert all(abs(row["majflt_error"]) <= 0.10 for row in stable)
+    assert summary["target_met"], summary["misses_per_pattern"]
+    assert {row["pattern"] for row in summary["rows"]} == {"random", "zipf"}
+
+
+SETTINGS = {"cgroup_version": 1, "vm.page-cluster": 3, "vm.swappiness": 60}
+#: 96 MiB in pages, the validation's default working set.
+PAGES = 24576
+
+
+def _whole_guest_sweep(replacement: str, passes: int = 4) -> dict:
+    """A sweep 8 % larger than a whole guest's free memory (the Debian-under-QEMU measurement)."""
+    from memvisor import _core
+    from memvisor.api import simulate
+
+    guest = _core.guest_pages_for(int(PAGES / 1.08), replacement)
+    text = f"""name = "sweep"
+[host]
+memory = "{guest + 256} pages"
+[[datastore]]
+name = "d"
+device = "ssd"
+[[vm]]
+name = "g"
+memory = "{guest} pages"
+kernel_reserved = "0B"
+overhead = "0B"
+transparent_hugepage = "never"
+replacement = "{replacement}"
+datastore = "d"
+swap = "{2 * PAGES} pages"
+workload = {{ kind = "stress", pages = {PAGES}, passes = {passes} }}
+"""
+    (s,) = _core.load(text, "sweep")
+    return simulate(s, step_s=float("inf")).summary["vms"][0]["counters"]
+
+
+@pytest.mark.parametrize("replacement", ["linux", "exact-lru"])
+def test_a_sweep_slightly_larger_than_a_whole_guest_faults_on_every_page_of_every_pass(replacement):
+    # Measured: Debian's 6.1 under QEMU/TCG with zram swap faulted on every page of every pass; an
+    # exact LRU must too (a cyclic sweep longer than an LRU cache always misses).
+    c = _whole_guest_sweep(replacement)
+    assert c["pswpin_pages"] == 3 * PAGES
+    assert c["workingset_activate_anon_pages"] == 0
+
+
+@pytest.mark.xfail(strict=True, reason="model gap (README, Validation): the kernel rescues written pages the sweep re-references before reclaim frees them; the simulator's instantaneous scan does not")
+def test_a_sweep_slightly_larger_than_its_memory_cgroup_stays_mostly_resident_as_in_the_kernel():
+    from memvisor.validate import BAND_MARGIN, simulated
+
+    # The kernel's five runs at 91 MiB of 96 on this project's machine (kernel 6.18, cgroup v1),
+    # one of them OOM-killed: 1,919..2,433 major faults, median 2,236 (README, Validation).
+    lo, hi = 1919 - BAND_MARGIN * 2236, 2433 + BAND_MARGIN * 2236
+    sim = simulated("stress", PAGES, 5, 200_000, 42, 91 << 20, SETTINGS)
+    assert lo <= sim["majflt"] <= hi, sim
