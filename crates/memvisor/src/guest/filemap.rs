@@ -91,7 +91,7 @@ impl Guest {
         let f = &mut self.files[file as usize];
         f.pages[index as usize] = p;
         let shadow = std::mem::replace(&mut f.shadows[index as usize], NO_SHADOW);
-        let active = self.cfg.replacement == Replacement::Linux && self.workingset_refault(shadow, true);
+        let active = self.workingset_refault(shadow, true);
         self.lru_add(p, true, active);
     }
 

@@ -43,10 +43,7 @@ impl CgroupVersion {
 
     /// The scenario name.
     pub fn name(self) -> &'static str {
-        match self {
-            Self::V1 => "v1",
-            Self::V2 => "v2",
-        }
+        Self::NAMES[self as usize]
     }
 }
 

@@ -415,11 +415,17 @@ impl Guest {
     pub fn boot(id: u32, cfg: GuestConfig, disk: VirtualDisk, traces: TraceSource, env: &mut Env) -> Result<Self, String> {
         let n = cfg.memory_pages;
         let managed = n.checked_sub(cfg.reserved_pages).ok_or("reservation exceeds memory")?;
+        // The root, then one cgroup per workload with a limit; each workload's processes join its.
         let mut memcgs = vec![MemCgroup::new("", u64::MAX)];
+        let mut workload_memcg = Vec::with_capacity(cfg.workloads.len());
         for w in &cfg.workloads {
-            if let Some(limit) = w.memory_limit {
-                memcgs.push(MemCgroup::new(&w.name, limit));
-            }
+            workload_memcg.push(match w.memory_limit {
+                Some(limit) => {
+                    memcgs.push(MemCgroup::new(&w.name, limit));
+                    memcgs.len() - 1
+                }
+                None => 0,
+            });
         }
         let nr_memcgs = u8::try_from(memcgs.len()).ok().filter(|&n| n <= lru::MAX_LRUVECS).ok_or("too many memory cgroups")?;
         let pages = Pages::new(managed, cfg.reserved_pages, nr_memcgs);
@@ -459,14 +465,8 @@ impl Guest {
         };
         g.balloon_boot(env);
         g.windows_boot(env);
-        let mut next_memcg = 1;
         for (wi, w) in g.cfg.workloads.clone().iter().enumerate() {
-            let memcg = if w.memory_limit.is_some() {
-                next_memcg += 1;
-                next_memcg - 1
-            } else {
-                0
-            };
+            let memcg = workload_memcg[wi] as u8;
             for (k, workload) in w.spec.processes(traces, crate::rng::derive(g.cfg.seed, &[wi as u64]))?.into_iter().enumerate() {
                 let pid = g.procs.len() as u32;
                 let name = if w.spec.processes_len() > 1 { format!("{}.{}", w.name, k + 1) } else { w.name.clone() };

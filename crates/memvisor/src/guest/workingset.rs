@@ -13,7 +13,7 @@
 //! order that coarsens the clock on machines whose memory overflows its bits.
 
 use super::lru::LruList;
-use super::{Counter, Guest};
+use super::{Counter, Guest, Replacement};
 
 /// A shadow entry: present bit, cgroup in bits 1..9, eviction age above (`pack_shadow`).
 pub type Shadow = u64;
@@ -46,9 +46,10 @@ impl Guest {
     }
 
     /// `workingset_refault`: a page of the given type comes back where `shadow` was left. Counts
-    /// the refault and says whether the page goes to the active list.
+    /// the refault and says whether the page goes to the active list (Linux replacement only: the
+    /// exact LRU and Windows have no active list to promote to).
     pub(super) fn workingset_refault(&mut self, shadow: Shadow, file: bool) -> bool {
-        if shadow == NO_SHADOW {
+        if shadow == NO_SHADOW || self.cfg.replacement != Replacement::Linux {
             return false;
         }
         let (v, eviction) = unpack(shadow);
