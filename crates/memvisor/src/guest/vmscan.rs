@@ -290,8 +290,7 @@ impl Guest {
                 // Cases 1 and 2 (since 4.11): moved out of the way to the active list, tagged so
                 // that its completion does not rotate it back.
                 self.pages.set(p, PG_RECLAIM);
-                self.lru.move_head(LruList::active(file), p);
-                self.vmstat.inc(Counter::PgActivate);
+                self.putback_active(p, file);
                 self.reclaim_stat[v as usize].rotated[t] += 1;
                 continue;
             }
@@ -302,8 +301,7 @@ impl Guest {
             }
             match self.check_references(p, file, sc.now) {
                 Verdict::Activate => {
-                    self.lru.move_head(LruList::active(file), p);
-                    self.vmstat.inc(Counter::PgActivate);
+                    self.putback_active(p, file);
                     self.reclaim_stat[v as usize].rotated[t] += 1;
                 }
                 Verdict::Keep => self.lru.move_head(l, p),
@@ -319,6 +317,15 @@ impl Guest {
         }
     }
 
+    /// Puts a page reclaim keeps back on its active list (`move_folios_to_lru`, which ticks the
+    /// refault clock for every active page it puts back: since 5.9 activations by reclaim age the
+    /// nonresident information too).
+    fn putback_active(&mut self, p: u32, file: bool) {
+        self.lru.move_head(LruList::active(file), p);
+        self.vmstat.inc(Counter::PgActivate);
+        self.age_nonresident(self.pages.memcg[p as usize]);
+    }
+
     /// Reclaims an anonymous page: give it a swap slot, unmap it, write it if dirty, free it if
     /// clean. Returns whether it was freed now.
     fn reclaim_anon_page(&mut self, p: u32, sc: &mut ScanControl) -> bool {
@@ -326,8 +333,7 @@ impl Guest {
         if slot == NONE {
             let Some(s) = self.swap.alloc() else {
                 // Swap full: the page stays (`activate_locked`).
-                self.lru.move_head(LruList::ActiveAnon, p);
-                self.vmstat.inc(Counter::PgActivate);
+                self.putback_active(p, false);
                 return false;
             };
             slot = s;
@@ -491,23 +497,10 @@ impl Guest {
             if !reclaim {
                 continue;
             }
+            // `folio_rotate_reclaimable`: a clean page still on its inactive list goes to the
+            // tail, where the next scan frees it unless it was referenced meanwhile.
             let file = self.pages.kind[p as usize] == PageKind::File;
-            let on_inactive = self.lru.list_of(p) == Some(LruList::inactive(file));
-            let idle = !self.pages.has(p, PG_MAPPED | PG_DIRTY | PG_REFERENCED);
-            if on_inactive && idle {
-                // No scan frees it here (the kernel's next scan would): the shadow takes its own
-                // cgroup's clock, which is the scan's when limit reclaim wrote it.
-                let shadow = self.workingset_eviction(self.pages.memcg[p as usize]);
-                if file {
-                    self.evict_from_page_cache(p, shadow);
-                } else if self.pages.swap[p as usize] != NONE {
-                    self.swap.set_shadow(self.pages.swap[p as usize], shadow);
-                    self.delete_from_swap_cache(p, false);
-                }
-                self.lru.remove(p);
-                self.pages.release(p);
-                self.vmstat.inc(if bio.kthread { Counter::PgStealKswapd } else { Counter::PgStealDirect });
-            } else if on_inactive {
+            if self.lru.list_of(p) == Some(LruList::inactive(file)) && !self.pages.has(p, PG_DIRTY) {
                 self.lru.move_tail(LruList::inactive(file), p);
             }
         }

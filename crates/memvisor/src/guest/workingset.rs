@@ -1,7 +1,7 @@
 //! Refault detection (`mm/workingset.c`, classic LRU, as since 5.9). When reclaim frees a page it
 //! leaves a shadow entry where the page was (the swap cache slot, the file's page index) holding
 //! the reclaiming cgroup and its `nonresident_age`, a clock that ticks once per eviction and per
-//! refault activation. When the page is read back, the clock's advance since then is its refault
+//! activation (by refault or by reclaim putting a page back on the active list). When the page is read back, the clock's advance since then is its refault
 //! distance: how many pages the cgroup let go or promoted meanwhile. If that is no more than the
 //! memory its working set could have had (`workingset_test_recent`: the active file list, plus the
 //! inactive file list for an anonymous page, plus the anonymous lists when swap has room, the
@@ -30,7 +30,7 @@ fn unpack(s: Shadow) -> (u8, u64) {
 
 impl Guest {
     /// `workingset_age_nonresident`: ticks cgroup `v`'s clock and its ancestors' (the root's).
-    fn age_nonresident(&mut self, v: u8) {
+    pub(super) fn age_nonresident(&mut self, v: u8) {
         self.memcgs[v as usize].nonresident_age += 1;
         if v != 0 {
             self.memcgs[0].nonresident_age += 1;
