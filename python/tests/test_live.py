@@ -173,7 +173,14 @@ def test_a_real_guest_and_its_simulated_twin_agree(tmp_path):
     gap = rows["MemFree_KiB"]["simulated"] - rows["MemFree_KiB"]["real"]
     assert 0 <= gap <= 1.1 * 4 * u, (gap, u)
     hv = r["host_view"]
-    assert hv["guest"] == hv["host view"]
+    guest, view = dict(hv["guest"]), dict(hv["host view"])
+    free_gap = abs(guest.pop("MemFree_KiB") - view.pop("MemFree_KiB"))
+    assert guest == view, "cumulative counters are the guest's own"
+    # MemFree is a gauge read at two moments (the balloon's statistics up to one polling period
+    # before the guest's own read): the global free count lags the per-CPU deltas by up to the
+    # zones' stat_threshold each (calculate_normal_threshold: 2 x fls(cpus) x (1 + fls(zone MiB /
+    # 128)); 1 vCPU, DMA 16 MiB: 2, DMA32 240 MiB: 4), so two reads differ by up to twice 6 pages.
+    assert free_gap <= 2 * 6 * 4, (hv["guest"], hv["host view"])
     assert (tmp_path / "vb" / "comparison.json").exists()
 
 
