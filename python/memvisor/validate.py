@@ -138,7 +138,7 @@ def kernel_settings() -> dict:
 #: Patterns compared: seed 003's cyclic sweep, uniform references, Zipf references.
 PATTERNS = ("stress", "random", "zipf")
 #: Counters compared besides major faults: the swap traffic and refault detection's own.
-COUNTERS = ("pswpin", "pswpout", "workingset_refault_anon", "workingset_activate_anon", "pgactivate")
+COUNTERS = ("pswpin", "pswpout", "workingset_refault_anon", "workingset_activate_anon", "pgactivate", "pgscan", "pgsteal")
 #: The band is the kernel's min..max widened by this share of its median on each side (the issue's
 #: target: the kernel's own spread, plus 10 % of its median).
 BAND_MARGIN = 0.10
@@ -252,6 +252,8 @@ workload = {{ {wl}, memory_limit = "{limit // PAGE} pages" }}
         "workingset_refault_anon": int(c["workingset_refault_anon_pages"]),
         "workingset_activate_anon": int(c["workingset_activate_anon_pages"]),
         "pgactivate": int(c["pgactivate_pages"]),
+        "pgscan": int(c["pgscan_kswapd_pages"] + c["pgscan_direct_pages"]),
+        "pgsteal": int(c["pgsteal_kswapd_pages"] + c["pgsteal_direct_pages"]),
         "oom_killed": int(c["oom_kill"]) > 0,
         "time_s": r.summary["sim_time_s"],
     }
@@ -278,6 +280,10 @@ def run_kernel(exe: Path, args: list[str], cg_root: Path, version: int, limit: i
         )
         wall = time.perf_counter() - t0
         after = vmstat()
+
+        def delta(key: str) -> int:
+            return after.get(key, 0) - before.get(key, 0)
+
         outcome = classify_exit(proc.returncode, cg.oom_kills() - ooms_before)
         if outcome == "error":
             msg = " ".join(proc.stderr.split()) or "no message"
@@ -293,8 +299,10 @@ def run_kernel(exe: Path, args: list[str], cg_root: Path, version: int, limit: i
             "workingset_refault_anon": cg.stat("workingset_refault_anon"),
             "pswpin": after["pswpin"] - before["pswpin"],
             "pswpout": after["pswpout"] - before["pswpout"],
-            "workingset_activate_anon": after.get("workingset_activate_anon", 0) - before.get("workingset_activate_anon", 0),
+            "workingset_activate_anon": delta("workingset_activate_anon"),
             "pgactivate": after["pgactivate"] - before["pgactivate"],
+            "pgscan": delta("pgscan_anon") + delta("pgscan_file"),
+            "pgsteal": delta("pgsteal_anon") + delta("pgsteal_file"),
         }
     finally:
         try:

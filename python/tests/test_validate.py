@@ -123,12 +123,48 @@ def test_a_sweep_slightly_larger_than_a_whole_guest_faults_on_every_page_of_ever
     assert c["workingset_activate_anon_pages"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="model gap (README, Validation): the kernel rescues written pages the sweep re-references before reclaim frees them; the simulator's instantaneous scan does not")
+def test_a_sweep_a_third_larger_than_its_memory_cgroup_is_partly_rescued_as_in_the_kernel():
+    """At 72 MiB of 96 the kernel keeps part of the sweep: its runs on this project's machine
+    (kernel 6.18, cgroup v1; four validations of five runs each) took 6,718..9,577 major faults,
+    median about 8,400, against about 12,300 when every page faults. Tolerance: the issue's band,
+    the kernel's min..max widened by 10 % of its median."""
+    from memvisor.validate import BAND_MARGIN, simulated
+
+    lo, hi = 6718 - BAND_MARGIN * 8400, 9577 + BAND_MARGIN * 8400
+    sim = simulated("stress", PAGES, 5, 200_000, 42, 72 << 20, SETTINGS)
+    assert lo <= sim["majflt"] <= hi, sim
+    # The mechanism: reclaim writes pages the sweep comes back to before their writes complete and
+    # are freed, so it writes more than it frees (the kernel: 97,000..110,000 written, 69,000..71,000 freed).
+    assert sim["pswpout"] > 1.1 * sim["pgsteal"], sim
+
+
+def test_limit_reclaim_does_not_depend_on_how_often_the_run_is_sampled():
+    """A limit reclaim takes time and lets the rest of the simulation run in between (its writes
+    complete, their pages rotate to the tail); where it stops to let time pass must not change what
+    it does. Sampling adds events, so stops, and nothing else."""
+    from memvisor import _core, validate
+
+    results = []
+    for interval in ("1h", "1ms"):
+        original = _core.load
+
+        def load(text, origin, *a, interval=interval):
+            return original(text.replace('sample_interval = "1h"', f'sample_interval = "{interval}"'), origin, *a)
+
+        validate._core.load = load
+        try:
+            results.append(validate.simulated("stress", PAGES // 2, 4, 0, 42, 44 << 20, SETTINGS))
+        finally:
+            validate._core.load = original
+    assert results[0] == results[1]
+
+
+@pytest.mark.xfail(strict=True, reason="model gap (README, Validation): at 91 MiB of 96 the kernel frees about a quarter of the pages it writes and activates 10,000-17,000; the model frees three quarters and activates 3,500")
 def test_a_sweep_slightly_larger_than_its_memory_cgroup_stays_mostly_resident_as_in_the_kernel():
     from memvisor.validate import BAND_MARGIN, simulated
 
-    # The kernel's five runs at 91 MiB of 96 on this project's machine (kernel 6.18, cgroup v1),
-    # one of them OOM-killed: 1,919..2,433 major faults, median 2,236 (README, Validation).
-    lo, hi = 1919 - BAND_MARGIN * 2236, 2433 + BAND_MARGIN * 2236
+    # The kernel's runs at 91 MiB of 96 on this project's machine (kernel 6.18, cgroup v1; four
+    # validations of five runs each): 1,919..3,142 major faults, median about 2,500.
+    lo, hi = 1919 - BAND_MARGIN * 2500, 3142 + BAND_MARGIN * 2500
     sim = simulated("stress", PAGES, 5, 200_000, 42, 91 << 20, SETTINGS)
     assert lo <= sim["majflt"] <= hi, sim

@@ -148,6 +148,10 @@ impl Guest {
                 *now += ns;
                 Err(Progress::Blocked)
             }
+            Touch::Yield(ns) => {
+                *now += ns;
+                Err(Progress::Resync)
+            }
             Touch::Killed => Err(Progress::Killed),
         }
     }

@@ -91,7 +91,7 @@ impl Guest {
         let f = &mut self.files[file as usize];
         f.pages[index as usize] = p;
         let shadow = std::mem::replace(&mut f.shadows[index as usize], NO_SHADOW);
-        let active = self.workingset_refault(shadow, true);
+        let active = self.workingset_refault(shadow, true, p);
         self.lru_add(p, true, active);
     }
 
@@ -148,6 +148,10 @@ impl Guest {
                 Err(Stall::Wait(ns)) => {
                     *now += ns;
                     return Progress::Blocked;
+                }
+                Err(Stall::Yield(ns)) => {
+                    *now += ns;
+                    return Progress::Resync;
                 }
                 Err(Stall::Killed) => return Progress::Killed,
             };
@@ -242,6 +246,10 @@ impl Guest {
                     Err(Stall::Wait(ns)) => {
                         *now += ns;
                         Progress::Blocked
+                    }
+                    Err(Stall::Yield(ns)) => {
+                        *now += ns;
+                        Progress::Resync
                     }
                     Err(Stall::Killed) => Progress::Killed,
                 };

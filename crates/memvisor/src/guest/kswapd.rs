@@ -94,6 +94,8 @@ impl Guest {
         }
         self.kswapd.busy_until = now + spent;
         self.kswapd.state = if self.pages.nr_free() >= self.wmark.high {
+            // The end of `balance_pgdat`'s cycle.
+            self.snapshot_refaults(0);
             KswapdState::Sleeping
         } else if self.kswapd_balanced() {
             KswapdState::Throttled

@@ -17,6 +17,21 @@ use super::{Env, Guest};
 /// MAX_RECLAIM_RETRIES (mm/internal.h): fruitless reclaims before a charge gives up.
 const MAX_RECLAIM_RETRIES: u32 = 16;
 
+/// A charge's limit reclaim under way in its process's context (`try_charge_memcg`'s retry loop
+/// and its current `try_to_free_mem_cgroup_pages` call), kept while the process lets time pass.
+pub(super) struct LimitReclaim {
+    /// The call under way.
+    call: Option<ScanControl>,
+    /// Fruitless calls left before the OOM killer.
+    retries: u32,
+}
+
+impl Default for LimitReclaim {
+    fn default() -> Self {
+        Self { call: None, retries: MAX_RECLAIM_RETRIES }
+    }
+}
+
 /// Which cgroup hierarchy the guest mounts. It changes how limit reclaim treats pages under
 /// writeback (`writeback_throttling_sane`): v1 ("legacy") reclaim waits for such a page, v2 moves
 /// it to the active list like global reclaim does.
@@ -61,12 +76,17 @@ pub struct MemCgroup {
     /// Evictions and refault activations so far (`lruvec->nonresident_age`): the clock refault
     /// distances are measured in.
     pub nonresident_age: u64,
+    /// Refaults activated in the cgroup and its descendants, anon and file
+    /// (`WORKINGSET_ACTIVATE_ANON`, `_FILE` of its lruvec).
+    pub workingset_activate: [u64; 2],
+    /// `workingset_activate` at the end of the last reclaim cycle on it (`lruvec->refaults`).
+    pub refaults: [u64; 2],
 }
 
 impl MemCgroup {
     /// A cgroup with a limit in pages (`u64::MAX` for none).
     pub fn new(name: &str, limit: u64) -> Self {
-        Self { name: name.to_string(), limit, failcnt: 0, oom_kill: 0, nonresident_age: 0 }
+        Self { name: name.to_string(), limit, failcnt: 0, oom_kill: 0, nonresident_age: 0, workingset_activate: [0; 2], refaults: [0; 2] }
     }
 }
 
@@ -78,11 +98,75 @@ impl Guest {
     }
 
     /// Charges one page to cgroup `v` for process `pid` (`try_charge_memcg`): at the limit, reclaim
-    /// from the cgroup's lists and retry while reclaim frees pages; with writes in flight, wait for
-    /// them (`Err(Wait)`: the process is blocked and retries when woken); after MAX_RECLAIM_RETRIES
-    /// fruitless attempts, kill within the cgroup. With `pid` `NONE` (readahead) it never waits or
-    /// kills: `Err(Wait)` only says the charge failed. Returns the time spent reclaiming.
+    /// from the cgroup's lists (`try_to_free_mem_cgroup_pages`) and retry while reclaim frees pages;
+    /// after MAX_RECLAIM_RETRIES fruitless calls, kill within the cgroup. The reclaim takes time
+    /// (`reclaim_scan_ns` a page): when its clock passes the next event elsewhere it stops between
+    /// batches and the process yields (`Err(Yield)`: still runnable, it retries the charge and the
+    /// call goes on where it stopped, to its own end, as a preempted task's would), so the writes
+    /// it started complete, and their pages rotate to the tail to be freed, while it scans. A v1
+    /// scan that must wait for a write (`folio_wait_writeback`), or a call that frees nothing with
+    /// writes in flight, blocks the process until an I/O completes (`Err(Wait)`). Returns the time
+    /// spent reclaiming.
     pub(super) fn try_charge(&mut self, pid: u32, v: u8, now: u64, env: &mut Env) -> Result<u64, Stall> {
+        if pid == NONE {
+            return self.try_charge_readahead(v, now, env).ok_or(Stall::Wait(0));
+        }
+        let mut st = self.procs[pid as usize].limit_reclaim.take().map_or_else(LimitReclaim::default, |b| *b);
+        let mut spent = 0;
+        loop {
+            let t = now + spent;
+            let mut sc = match st.call.take() {
+                Some(sc) => sc,
+                None if self.pages.charged(v) < self.memcgs[v as usize].limit => return Ok(spent),
+                None => {
+                    self.memcgs[v as usize].failcnt += 1;
+                    let mut sc = ScanControl::timed(SWAP_CLUSTER_MAX, t, self.cfg.costs.reclaim_scan_ns);
+                    sc.target = Some(v);
+                    sc
+                }
+            };
+            sc.resume_at(t, env.events.peek_time().unwrap_or(u64::MAX));
+            self.do_try_to_free_pages(&mut sc, env);
+            spent = sc.clock() - now;
+            if sc.stopped() || sc.wait_writeback {
+                let wait = sc.wait_writeback;
+                st.call = Some(sc);
+                self.procs[pid as usize].limit_reclaim = Some(Box::new(st));
+                if wait {
+                    self.block(pid, now + spent, true);
+                    self.throttled.push(pid);
+                    return Err(Stall::Wait(spent));
+                }
+                return Err(Stall::Yield(spent));
+            }
+            if self.pages.charged(v) < self.memcgs[v as usize].limit || sc.nr_reclaimed > 0 {
+                continue;
+            }
+            if st.retries > 0 {
+                st.retries -= 1;
+                continue;
+            }
+            if self.bios.in_flight() > 0 {
+                // The kernel would go on retrying and may give up with writes still in flight (its
+                // runs of the validation see such OOM kills); the model waits for them instead.
+                st.retries = MAX_RECLAIM_RETRIES;
+                self.procs[pid as usize].limit_reclaim = Some(Box::new(st));
+                self.block(pid, now + spent, true);
+                self.throttled.push(pid);
+                return Err(Stall::Wait(spent));
+            }
+            match self.oom_kill(now + spent, Some(v), env) {
+                Oom::Killed(k) if k != pid => st.retries = MAX_RECLAIM_RETRIES,
+                Oom::Freed => st.retries = MAX_RECLAIM_RETRIES,
+                Oom::Killed(_) | Oom::NoVictim => return Err(Stall::Killed),
+            }
+        }
+    }
+
+    /// A readahead page's charge: the faulting process cannot stop in the middle of its readahead
+    /// here, so the reclaim is instantaneous, counts pages being written as progress, and never
+    /// waits or kills: `None` if the page cannot be charged now. Returns the time spent reclaiming.
+    fn try_charge_readahead(&mut self, v: u8, now: u64, env: &mut Env) -> Option<u64> {
         let mut spent = 0;
         let mut retries = MAX_RECLAIM_RETRIES;
         while self.pages.charged(v) >= self.memcgs[v as usize].limit {
@@ -91,30 +175,47 @@ impl Guest {
             if self.pages.charged(v) < self.memcgs[v as usize].limit {
                 break;
             }
-            if wait || (reclaimed == 0 && self.bios.in_flight() > 0) {
-                if pid != NONE {
-                    self.block(pid, now + spent, true);
-                    self.throttled.push(pid);
-                }
-                return Err(Stall::Wait(spent));
+            if wait || (reclaimed == 0 && self.bios.in_flight() > 0) || (reclaimed == 0 && retries == 0) {
+                return None;
             }
-            if reclaimed > 0 {
-                continue;
-            }
-            if retries > 0 {
+            if reclaimed == 0 {
                 retries -= 1;
-                continue;
-            }
-            if pid == NONE {
-                return Err(Stall::Wait(spent));
-            }
-            match self.oom_kill(now + spent, Some(v), env) {
-                Oom::Killed(k) if k != pid => retries = MAX_RECLAIM_RETRIES,
-                Oom::Freed => retries = MAX_RECLAIM_RETRIES,
-                Oom::Killed(_) | Oom::NoVictim => return Err(Stall::Killed),
             }
         }
-        Ok(spent)
+        Some(spent)
+    }
+
+    /// `do_try_to_free_pages` for limit reclaim: shrink the cgroup's lists from the scan's priority
+    /// down until it has freed enough, must wait for a write, or stops at its deadline. The block
+    /// plug spans one `shrink_lruvec` call, so each priority level's swap writes go to the device
+    /// when the level ends (or when the scan sleeps on a write), at the time the scan reached.
+    fn do_try_to_free_pages(&mut self, sc: &mut ScanControl, env: &mut Env) {
+        let v = sc.target.expect("limit reclaim has a target");
+        loop {
+            self.shrink_node(sc);
+            if sc.stopped() {
+                return;
+            }
+            let clock = sc.clock();
+            self.finish_reclaim(sc, clock, env);
+            // The writes just submitted complete in time order with the rest of the scan.
+            sc.deadline = sc.deadline.min(env.events.peek_time().unwrap_or(u64::MAX));
+            if sc.wait_writeback {
+                return;
+            }
+            if sc.progress() >= sc.nr_to_reclaim || sc.priority == 0 {
+                self.snapshot_refaults(v);
+                if sc.priority == 0 && sc.retry_forcing_deactivation() {
+                    continue;
+                }
+                return;
+            }
+            sc.priority -= 1;
+            if sc.overdue() {
+                sc.stop();
+                return;
+            }
+        }
     }
 
     /// Limit reclaim (`try_to_free_mem_cgroup_pages`): scan the cgroup's lists from DEF_PRIORITY
@@ -124,10 +225,16 @@ impl Guest {
     fn try_to_free_mem_cgroup_pages(&mut self, v: u8, now: u64, spent: &mut u64, env: &mut Env) -> (u64, bool) {
         let mut sc = ScanControl::new(SWAP_CLUSTER_MAX, false, now);
         sc.target = Some(v);
-        for prio in (0..=DEF_PRIORITY).rev() {
-            sc.priority = prio;
-            self.shrink_node(&mut sc);
-            if sc.progress() >= sc.nr_to_reclaim || sc.wait_writeback {
+        loop {
+            for prio in (0..=DEF_PRIORITY).rev() {
+                sc.priority = prio;
+                self.shrink_node(&mut sc);
+                if sc.progress() >= sc.nr_to_reclaim || sc.wait_writeback {
+                    break;
+                }
+            }
+            self.snapshot_refaults(v);
+            if sc.wait_writeback || !sc.retry_forcing_deactivation() {
                 break;
             }
         }

@@ -3,7 +3,7 @@
 //! read back; unmapping tears a region down.
 
 use super::lru::LruList;
-use super::page::{NONE, PG_DIRTY, PG_MAPPED, PG_READAHEAD, PG_YOUNG, PageKind};
+use super::page::{NONE, PG_DIRTY, PG_MAPPED, PG_READAHEAD, PG_WRITEBACK, PG_YOUNG, PageKind};
 use super::page_alloc::Stall;
 use super::process::{PTE_MASK, PTE_PRESENT, PTE_SWAP};
 use super::{Counter, Env, Guest, Replacement};
@@ -19,6 +19,9 @@ pub(super) enum Touch {
     Done(u64),
     /// The process spent this long and is now blocked; it retries the reference when woken.
     Blocked(u64),
+    /// The process spent this long and must let the rest of the simulation catch up; it retries
+    /// the reference then.
+    Yield(u64),
     /// The process was killed.
     Killed,
 }
@@ -117,6 +120,7 @@ impl Guest {
         let (p, host_ns) = match self.alloc_page(pid, PageKind::Anon, pid, vpn, now, env) {
             Ok(x) => x,
             Err(Stall::Wait(ns)) => return Touch::Blocked(ns),
+            Err(Stall::Yield(ns)) => return Touch::Yield(ns),
             Err(Stall::Killed) => return Touch::Killed,
         };
         // An anonymous page has no copy anywhere else: it is dirty from birth.
@@ -155,6 +159,10 @@ impl Guest {
             let ra = &mut self.procs[pid as usize].swap_ra;
             ra.prev_vpn = vpn;
             if self.pages.test_and_clear(p, PG_READAHEAD) {
+                if self.pages.has(p, PG_WRITEBACK) {
+                    // Not a readahead page: the mark was reclaim's (the aliased bit).
+                    self.nr_reclaim_wb -= 1;
+                }
                 self.vmstat.inc(Counter::SwapRaHit);
                 ra.hits = (ra.hits + 1).min(SWAP_RA_HITS_MAX);
             }
@@ -182,6 +190,7 @@ impl Guest {
                 Touch::Blocked(cpu)
             }
             Err(Stall::Wait(ns)) => Touch::Blocked(ns),
+            Err(Stall::Yield(ns)) => Touch::Yield(ns),
             Err(Stall::Killed) => Touch::Killed,
         }
     }

@@ -33,8 +33,12 @@ pub const PG_RECLAIM: u8 = 1 << 4;
 pub const PG_LOCKED: u8 = 1 << 5;
 /// Mapped by its owning process's page table.
 pub const PG_MAPPED: u8 = 1 << 6;
-/// Brought in by readahead and not yet used (swap or file); a use counts a readahead hit.
-pub const PG_READAHEAD: u8 = 1 << 7;
+/// Brought in by readahead and not yet used (swap or file); a use counts a readahead hit. The same
+/// bit as `PG_RECLAIM`, as in the kernel (`PG_readahead = PG_reclaim`, include/linux/page-flags.h:
+/// "PG_readahead is only used for reads; PG_reclaim is only for writes"), with the kernel's
+/// consequence: a swap-cache hit on a page under reclaim writeback takes it for a readahead hit and
+/// clears its reclaim mark, so its write's completion no longer rotates it to the inactive tail.
+pub const PG_READAHEAD: u8 = PG_RECLAIM;
 
 /// The page descriptor array. Descriptors exist for the pages the guest has used (page numbers
 /// are handed out from 0 up, freed ones first), so its size follows use, not configured memory.

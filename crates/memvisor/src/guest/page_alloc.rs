@@ -84,6 +84,9 @@ pub enum Stall {
     /// The process spent this long in direct reclaim and now waits for it (it is blocked; it
     /// retries when woken).
     Wait(u64),
+    /// The process spent this long reclaiming and lets the rest of the simulation catch up (it is
+    /// still runnable; it retries at once, and its reclaim goes on where it stopped).
+    Yield(u64),
     /// The process was killed by the OOM killer.
     Killed,
 }

@@ -218,6 +218,8 @@ pub struct Process {
     pub memcg: u8,
     /// References made ahead of the rest of the simulation.
     pub ahead: AheadLog,
+    /// A charge's limit reclaim under way, kept while the process lets time pass.
+    pub(super) limit_reclaim: Option<Box<super::memcontrol::LimitReclaim>>,
 }
 
 impl Process {
@@ -239,6 +241,7 @@ impl Process {
             workload_index,
             memcg,
             ahead: AheadLog::default(),
+            limit_reclaim: None,
         }
     }
 

@@ -25,7 +25,7 @@ impl Guest {
     /// faulting page and readahead pages alike).
     fn swapin_lru_add(&mut self, p: u32, slot: u32) {
         let shadow = self.swap.take_shadow(slot);
-        let active = self.workingset_refault(shadow, false);
+        let active = self.workingset_refault(shadow, false, p);
         self.lru_add(p, false, active);
     }
 

@@ -52,6 +52,29 @@ pub(super) struct ScanControl {
     pub wait_writeback: bool,
     /// Swap writes gathered under the block plug: (slot, page).
     plug: Vec<(u32, u32)>,
+    /// A scan that takes simulated time (a process's limit reclaim): it counts only freed pages as
+    /// progress, as the kernel does, and stops to let time pass when it reaches `deadline`.
+    timed: bool,
+    /// Time the scan may run to before it must yield (the next event elsewhere).
+    pub deadline: u64,
+    /// Pages scanned when the scan last resumed: its clock runs from `now` by `scan_ns` a page.
+    scanned_at_resume: u64,
+    /// CPU time per page scanned.
+    scan_ns: u64,
+    /// The scan stopped at its deadline, to go on when resumed.
+    stopped: bool,
+    /// Whether the scan may move pages from the active to the inactive list, anon and file
+    /// (`may_deactivate`, decided by `prepare_scan_count`).
+    may_deactivate: [bool; 2],
+    /// An active list was left alone because deactivation was not allowed (`skipped_deactivate`).
+    skipped_deactivate: bool,
+    /// Deactivate whatever the list ratios say (`force_deactivate`: the retry after a pass that
+    /// reclaimed nothing having skipped deactivation).
+    force_deactivate: bool,
+    /// Enough inactive page cache that is not thrashing: reclaim it alone (`cache_trim_mode`).
+    cache_trim_mode: bool,
+    /// Pages it had left to scan on each list at the current priority when it stopped mid-way.
+    resume: Option<[u64; 4]>,
 }
 
 impl ScanControl {
@@ -68,15 +91,74 @@ impl ScanControl {
             target: None,
             wait_writeback: false,
             plug: Vec::new(),
+            timed: false,
+            deadline: u64::MAX,
+            scanned_at_resume: 0,
+            scan_ns: 0,
+            stopped: false,
+            may_deactivate: [true; 2],
+            skipped_deactivate: false,
+            force_deactivate: false,
+            cache_trim_mode: false,
+            resume: None,
         }
+    }
+
+    /// A scan that takes time: `scan_ns` of CPU per page, freed pages alone counting as progress,
+    /// stopping whenever its clock passes its deadline (see `resume_at`).
+    pub(super) fn timed(nr_to_reclaim: u64, now: u64, scan_ns: u64) -> Self {
+        Self { timed: true, scan_ns, ..Self::new(nr_to_reclaim, false, now) }
+    }
+
+    /// Starts or resumes a timed scan at `now`; it may run until `deadline`.
+    pub(super) fn resume_at(&mut self, now: u64, deadline: u64) {
+        self.now = now;
+        self.deadline = deadline;
+        self.scanned_at_resume = self.nr_scanned;
+        self.wait_writeback = false;
+        self.stopped = false;
+    }
+
+    /// Whether a timed scan has passed its deadline (and so must stop at the next batch boundary).
+    /// Its plugged writes stay plugged: a task preempted in reclaim does not flush its plug.
+    pub(super) fn overdue(&self) -> bool {
+        self.timed && self.clock() > self.deadline
+    }
+
+    /// Where a timed scan's clock has reached.
+    pub(super) fn clock(&self) -> u64 {
+        self.now + (self.nr_scanned - self.scanned_at_resume) * self.scan_ns
+    }
+
+    /// The pass over all priorities is over: a pass that reclaimed nothing having skipped
+    /// deactivation starts again with it forced (`do_try_to_free_pages`); returns whether it did.
+    pub(super) fn retry_forcing_deactivation(&mut self) -> bool {
+        if self.progress() > 0 || !self.skipped_deactivate {
+            return false;
+        }
+        self.priority = DEF_PRIORITY;
+        self.force_deactivate = true;
+        self.skipped_deactivate = false;
+        true
+    }
+
+    /// Stops a timed scan between priorities, to go on later.
+    pub(super) fn stop(&mut self) {
+        self.stopped = true;
+    }
+
+    /// Whether a timed scan stopped at its deadline, to go on later.
+    pub(super) fn stopped(&self) -> bool {
+        self.stopped
     }
 
     /// Pages freed or on their way to being freed. The kernel counts freed pages only, but its scan
     /// takes real time during which earlier writes complete and their pages are freed at the list's
     /// tail; here a scan is instantaneous, so counting only freed pages would write out a whole
     /// list before any write could complete.
+    /// A timed scan sees its writes complete as it goes, so it counts freed pages only.
     pub(super) fn progress(&self) -> u64 {
-        self.nr_reclaimed + self.nr_writeback
+        if self.timed { self.nr_reclaimed } else { self.nr_reclaimed + self.nr_writeback }
     }
 
     /// The lruvec whose clock stamps the shadow entries of pages this scan frees (the kernel's
@@ -110,6 +192,46 @@ impl Guest {
         ina * ratio < act
     }
 
+    /// Pages on list `l` of cgroup `v` and its descendants (the root's: the whole guest), as the
+    /// kernel's hierarchical lruvec statistics count them for a reclaim target.
+    fn target_len(&self, v: u8, l: LruList) -> u64 {
+        if v == 0 { self.lru.len(l) } else { self.lru.len_in(v, l) }
+    }
+
+    /// `inactive_is_low` judged on a reclaim target's hierarchical sizes.
+    fn target_inactive_is_low(&self, v: u8, file: bool) -> bool {
+        let ina = self.target_len(v, LruList::inactive(file));
+        let act = self.target_len(v, LruList::active(file));
+        let gb = (ina + act) >> (30 - 12);
+        let ratio = if gb > 0 { isqrt(10 * gb) } else { 1 };
+        ina * ratio < act
+    }
+
+    /// `prepare_scan_count` (5.9+): deactivation of a type is allowed while its inactive list is
+    /// low, or when refaults of that type were activated since the target's last reclaim cycle
+    /// ("a new workingset is being established. Deactivate to get rid of any stale active pages
+    /// quickly"); with enough inactive page cache and no file refaults, reclaim trims the cache
+    /// alone (`cache_trim_mode`).
+    fn prepare_scan_count(&self, sc: &mut ScanControl) {
+        let v = sc.target.unwrap_or(0);
+        if sc.force_deactivate {
+            sc.may_deactivate = [true; 2];
+        } else {
+            let m = &self.memcgs[v as usize];
+            for (t, file) in [(0, false), (1, true)] {
+                sc.may_deactivate[t] = m.workingset_activate[t] != m.refaults[t] || self.target_inactive_is_low(v, file);
+            }
+        }
+        sc.cache_trim_mode = self.target_len(v, LruList::InactiveFile) >> sc.priority > 0 && !sc.may_deactivate[1];
+    }
+
+    /// `snapshot_refaults`: the end of a reclaim cycle on target `v` remembers its refault
+    /// activations, so the next cycle deactivates only if new ones come.
+    pub(super) fn snapshot_refaults(&mut self, v: u8) {
+        let m = &mut self.memcgs[v as usize];
+        m.refaults = m.workingset_activate;
+    }
+
     /// `get_scan_count`: pages to scan on each of the four lists of lruvec `v` at this priority.
     fn get_scan_count(&mut self, v: u8, sc: &ScanControl) -> [u64; 4] {
         let priority = sc.priority;
@@ -134,12 +256,12 @@ impl Guest {
         let free = self.pages.nr_free();
         let balance = if !self.swap.has_free() {
             Balance::File
-        } else if sc.target.is_none() && file + free <= self.wmark.high && lens[0] >> priority > 0 {
-            // `file_is_tiny`, judged for global reclaim only.
-            Balance::Anon
         } else if priority == 0 && swappiness > 0 {
             Balance::Equal
-        } else if lens[2] >> priority > 0 && !self.inactive_is_low(v, true) {
+        } else if sc.target.is_none() && file + free <= self.wmark.high && !sc.may_deactivate[0] && lens[0] >> priority > 0 {
+            // `file_is_tiny`, judged for global reclaim only.
+            Balance::Anon
+        } else if sc.cache_trim_mode {
             Balance::File
         } else {
             let rs = &self.reclaim_stat[v as usize];
@@ -179,6 +301,10 @@ impl Guest {
     /// `shrink_node`: limit reclaim scans its cgroup's lruvec; global reclaim walks every lruvec,
     /// the root's first (`shrink_node_memcgs`), direct reclaim stopping once it has enough.
     pub(super) fn shrink_node(&mut self, sc: &mut ScanControl) {
+        // A scan resumed in the middle of a level goes on with that level's decisions.
+        if sc.resume.is_none() {
+            self.prepare_scan_count(sc);
+        }
         if let Some(v) = sc.target {
             self.shrink_lruvec(v, sc);
             return;
@@ -193,8 +319,12 @@ impl Guest {
 
     /// `shrink_lruvec`: scan the lists in batches of SWAP_CLUSTER_MAX until the targets are met or
     /// enough is reclaimed, then rebalance the anonymous lists.
+    /// A timed scan that reaches its deadline stops between batches, keeping what it had left.
     fn shrink_lruvec(&mut self, v: u8, sc: &mut ScanControl) {
-        let mut nr = self.get_scan_count(v, sc);
+        let mut nr = match sc.resume.take() {
+            Some(nr) => nr,
+            None => self.get_scan_count(v, sc),
+        };
         while nr[0] > 0 || nr[2] > 0 || nr[3] > 0 {
             for (l, left) in nr.iter_mut().enumerate() {
                 if *left > 0 {
@@ -206,6 +336,11 @@ impl Guest {
             if sc.progress() >= sc.nr_to_reclaim || sc.wait_writeback {
                 return;
             }
+            if sc.overdue() && (nr[0] > 0 || nr[2] > 0 || nr[3] > 0) {
+                sc.resume = Some(nr);
+                sc.stopped = true;
+                return;
+            }
         }
         if self.swap.has_free() && self.inactive_is_low(v, false) {
             self.shrink_active_list(v, LruList::ActiveAnon, SWAP_CLUSTER_MAX, sc);
@@ -214,8 +349,10 @@ impl Guest {
 
     fn shrink_list(&mut self, v: u8, l: LruList, n: u64, sc: &mut ScanControl) {
         if l.is_active() {
-            if self.inactive_is_low(v, l.is_file()) {
+            if sc.may_deactivate[l.is_file() as usize] {
                 self.shrink_active_list(v, l, n, sc);
+            } else {
+                sc.skipped_deactivate = true;
             }
         } else {
             self.shrink_inactive_list(v, l, n, sc);
@@ -288,7 +425,10 @@ impl Guest {
                     return;
                 }
                 // Cases 1 and 2 (since 4.11): moved out of the way to the active list, tagged so
-                // that its completion does not rotate it back.
+                // that its completion rotates it to the inactive tail.
+                if !self.pages.has(p, PG_RECLAIM) && !file && self.pages.kind[p as usize] == PageKind::Anon {
+                    self.nr_reclaim_wb += 1;
+                }
                 self.pages.set(p, PG_RECLAIM);
                 self.putback_active(p, file);
                 self.reclaim_stat[v as usize].rotated[t] += 1;
@@ -390,7 +530,6 @@ impl Guest {
     /// consecutive slots (the block plug), and wakes the flusher for dirty page cache met.
     pub(super) fn finish_reclaim(&mut self, sc: &mut ScanControl, now: u64, env: &mut Env) {
         let mut plug = std::mem::take(&mut sc.plug);
-        plug.sort_unstable();
         let sub = Submission {
             kind: BioKind::SwapWrite,
             file: NONE,
@@ -399,20 +538,28 @@ impl Guest {
             max: SWAP_CLUSTER_MAX as usize,
             through_gaps: false,
         };
+        plug.sort_unstable();
         self.submit_runs(&sub, &plug, None, now, env);
-        if sc.nr_dirty_file > 0 {
+        if std::mem::take(&mut sc.nr_dirty_file) > 0 {
             self.flusher_write_all(now, env);
         }
     }
 
     /// Direct reclaim (`try_to_free_pages`): the allocating process scans from DEF_PRIORITY down
     /// until SWAP_CLUSTER_MAX pages are freed or on their way. Returns the pages scanned.
+    /// A pass that got nothing having skipped deactivation is retried with it forced.
     pub(super) fn try_to_free_pages(&mut self, now: u64, env: &mut Env) -> u64 {
         let mut sc = ScanControl::new(SWAP_CLUSTER_MAX, false, now);
-        for prio in (0..=DEF_PRIORITY).rev() {
-            sc.priority = prio;
-            self.shrink_node(&mut sc);
-            if sc.progress() >= sc.nr_to_reclaim {
+        loop {
+            for prio in (0..=DEF_PRIORITY).rev() {
+                sc.priority = prio;
+                self.shrink_node(&mut sc);
+                if sc.progress() >= sc.nr_to_reclaim {
+                    break;
+                }
+            }
+            self.snapshot_refaults(0);
+            if !sc.retry_forcing_deactivation() {
                 break;
             }
         }
@@ -497,11 +644,13 @@ impl Guest {
             if !reclaim {
                 continue;
             }
-            // `folio_rotate_reclaimable`: a clean page still on its inactive list goes to the
-            // tail, where the next scan frees it unless it was referenced meanwhile.
+            // `folio_rotate_reclaimable` + `lru_move_tail`: a clean, unlocked page on an LRU list
+            // (active ones too, which are deactivated) goes to the inactive tail, where the next
+            // scan frees it unless it was referenced meanwhile.
             let file = self.pages.kind[p as usize] == PageKind::File;
-            if self.lru.list_of(p) == Some(LruList::inactive(file)) && !self.pages.has(p, PG_DIRTY) {
+            if self.lru.list_of(p).is_some() && !self.pages.has(p, PG_DIRTY) && !self.pages.has(p, PG_LOCKED) {
                 self.lru.move_tail(LruList::inactive(file), p);
+                self.vmstat.inc(Counter::PgRotated);
             }
         }
     }

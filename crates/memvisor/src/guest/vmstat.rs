@@ -72,10 +72,12 @@ pub enum Counter {
     WorkingsetActivateAnon,
     /// Page-cache refaults close enough to be activated at once.
     WorkingsetActivateFile,
+    /// Pages whose reclaim write completed moved to the inactive tail (`pgrotated`).
+    PgRotated,
 }
 
 /// Number of counters.
-pub const NR_COUNTERS: usize = 32;
+pub const NR_COUNTERS: usize = 33;
 
 impl Counter {
     /// Column names with units, in counter order.
@@ -112,13 +114,20 @@ impl Counter {
         "workingset_refault_file_pages",
         "workingset_activate_anon_pages",
         "workingset_activate_file_pages",
+        "pgrotated_pages",
     ];
 }
 
 /// The counters.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct VmStat {
     c: [u64; NR_COUNTERS],
+}
+
+impl Default for VmStat {
+    fn default() -> Self {
+        Self { c: [0; NR_COUNTERS] }
+    }
 }
 
 impl VmStat {

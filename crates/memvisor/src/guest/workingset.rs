@@ -48,7 +48,8 @@ impl Guest {
     /// `workingset_refault`: a page of the given type comes back where `shadow` was left. Counts
     /// the refault and says whether the page goes to the active list (Linux replacement only: the
     /// exact LRU and Windows have no active list to promote to).
-    pub(super) fn workingset_refault(&mut self, shadow: Shadow, file: bool) -> bool {
+    /// The activation is counted on page `p`'s cgroup and its ancestors.
+    pub(super) fn workingset_refault(&mut self, shadow: Shadow, file: bool, p: u32) -> bool {
         if shadow == NO_SHADOW || self.cfg.replacement != Replacement::Linux {
             return false;
         }
@@ -73,6 +74,11 @@ impl Guest {
         }
         self.age_nonresident(v);
         self.vmstat.inc(if file { Counter::WorkingsetActivateFile } else { Counter::WorkingsetActivateAnon });
+        let m = self.pages.memcg[p as usize];
+        self.memcgs[m as usize].workingset_activate[file as usize] += 1;
+        if m != 0 {
+            self.memcgs[0].workingset_activate[file as usize] += 1;
+        }
         true
     }
 }
@@ -98,12 +104,12 @@ mod tests {
             for _ in 0..39 {
                 g.workingset_eviction(0);
             }
-            assert!(g.workingset_refault(shadow, false), "distance 40 <= 40 active anonymous pages");
+            assert!(g.workingset_refault(shadow, false, 0), "distance 40 <= 40 active anonymous pages");
             // The activation ticked the clock: a page evicted just before the first is now 41 away.
             let far = pack(0, g.memcgs[0].nonresident_age - 41);
-            assert!(!g.workingset_refault(far, false), "distance 41 > 40");
-            assert!(g.workingset_refault(far, true), "a file page also counts the 60 inactive anonymous pages");
-            assert!(!g.workingset_refault(NO_SHADOW, false), "no shadow: not a refault");
+            assert!(!g.workingset_refault(far, false, 0), "distance 41 > 40");
+            assert!(g.workingset_refault(far, true, 0), "a file page also counts the 60 inactive anonymous pages");
+            assert!(!g.workingset_refault(NO_SHADOW, false, 0), "no shadow: not a refault");
             let c = |k| g.vmstat.get(k);
             assert_eq!(
                 [
