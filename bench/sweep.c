@@ -1,5 +1,5 @@
 /* Sweeps N anonymous pages P times, writing one byte per page: seed 003's stress pattern with a
- * fixed amount of work. Used by reclaimcost.sh. Build: cc -O2 -o sweep sweep.c */
+ * fixed amount of work. Used by reclaimcost.py. Build: cc -O2 -o sweep sweep.c */
 #include <stdlib.h>
 #include <sys/mman.h>
 

@@ -267,7 +267,7 @@ impl Guest {
         if self.pages.nr_free() <= self.wmark.low {
             self.wakeup_kswapd(now, env);
             if can_sleep && self.pages.nr_free() <= self.wmark.min {
-                spent += self.try_to_free_pages(now, env) * self.cfg.costs.reclaim_scan_ns;
+                spent += self.try_to_free_pages(now, env);
             }
         }
         let floor = self.wmark.min;

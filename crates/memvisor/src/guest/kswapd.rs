@@ -4,11 +4,11 @@
 //! writeback throttling) rather than scanning further.
 //!
 //! kswapd is an actor with its own clock: each step scans the LRU lists once at the current
-//! priority and takes `reclaim_scan_ns` per page scanned, so processes keep running (and keep
+//! priority and takes the reclaim costs of what it scanned, freed and wrote, so processes keep running (and keep
 //! re-referencing their pages) while it works. It does not take vCPU time from them.
 
 use super::page_alloc::SWAP_CLUSTER_MAX;
-use super::vmscan::{DEF_PRIORITY, ScanControl};
+use super::vmscan::DEF_PRIORITY;
 use super::{Counter, Env, Guest};
 use crate::clock::GuestEvent;
 
@@ -76,11 +76,11 @@ impl Guest {
         }
         let mut spent = 0;
         if !self.kswapd_balanced() {
-            let mut sc = ScanControl::new(self.wmark.high.max(SWAP_CLUSTER_MAX), true, now);
+            let mut sc = self.scan_control(self.wmark.high.max(SWAP_CLUSTER_MAX), true, now);
             sc.priority = self.kswapd.priority;
             self.shrink_node(&mut sc);
             self.finish_reclaim(&mut sc, now, env);
-            spent = sc.nr_scanned * self.cfg.costs.reclaim_scan_ns;
+            spent = sc.spent_ns();
             self.kswapd.pass_progress += sc.progress();
             // The kernel lowers the priority when a step scanned less than it wanted or freed nothing.
             if sc.nr_scanned < sc.nr_to_reclaim || sc.progress() == 0 {

@@ -40,6 +40,9 @@ impl LruList {
     pub const ALL: [LruList; NR_LISTS] =
         [Self::InactiveAnon, Self::ActiveAnon, Self::InactiveFile, Self::ActiveFile, Self::Exact, Self::Standby, Self::Modified];
 
+    /// The four lists of Linux reclaim.
+    pub const LINUX: [LruList; 4] = [Self::InactiveAnon, Self::ActiveAnon, Self::InactiveFile, Self::ActiveFile];
+
     /// The inactive list of the same type.
     pub fn inactive(file: bool) -> Self {
         if file { Self::InactiveFile } else { Self::InactiveAnon }

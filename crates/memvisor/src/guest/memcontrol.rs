@@ -11,7 +11,7 @@
 use super::oom_kill::Oom;
 use super::page::NONE;
 use super::page_alloc::{SWAP_CLUSTER_MAX, Stall};
-use super::vmscan::{DEF_PRIORITY, ScanControl};
+use super::vmscan::{DEF_PRIORITY, ReclaimCosts, ScanControl};
 use super::{Env, Guest};
 
 /// MAX_RECLAIM_RETRIES (mm/internal.h): fruitless reclaims before a charge gives up.
@@ -100,7 +100,7 @@ impl Guest {
     /// Charges one page to cgroup `v` for process `pid` (`try_charge_memcg`): at the limit, reclaim
     /// from the cgroup's lists (`try_to_free_mem_cgroup_pages`) and retry while reclaim frees pages;
     /// after MAX_RECLAIM_RETRIES fruitless calls, kill within the cgroup. The reclaim takes time
-    /// (`reclaim_scan_ns` a page): when its clock passes the next event elsewhere it stops between
+    /// (`ReclaimCosts`): when its clock passes the next event elsewhere it stops between
     /// batches and the process yields (`Err(Yield)`: still runnable, it retries the charge and the
     /// call goes on where it stopped, to its own end, as a preempted task's would), so the writes
     /// it started complete, and their pages rotate to the tail to be freed, while it scans. A v1
@@ -120,7 +120,7 @@ impl Guest {
                 None if self.pages.charged(v) < self.memcgs[v as usize].limit => return Ok(spent),
                 None => {
                     self.memcgs[v as usize].failcnt += 1;
-                    let mut sc = ScanControl::timed(SWAP_CLUSTER_MAX, t, self.cfg.costs.reclaim_scan_ns);
+                    let mut sc = ScanControl::timed(SWAP_CLUSTER_MAX, t, ReclaimCosts::of_guest(&self.cfg.costs));
                     sc.target = Some(v);
                     sc
                 }
@@ -223,7 +223,7 @@ impl Guest {
     /// Adds the scan time to `spent`; returns the pages freed and whether the scan stopped to wait
     /// for a write (v1).
     fn try_to_free_mem_cgroup_pages(&mut self, v: u8, now: u64, spent: &mut u64, env: &mut Env) -> (u64, bool) {
-        let mut sc = ScanControl::new(SWAP_CLUSTER_MAX, false, now);
+        let mut sc = self.scan_control(SWAP_CLUSTER_MAX, false, now);
         sc.target = Some(v);
         loop {
             for prio in (0..=DEF_PRIORITY).rev() {
@@ -239,7 +239,7 @@ impl Guest {
             }
         }
         self.finish_reclaim(&mut sc, now, env);
-        *spent += sc.nr_scanned * self.cfg.costs.reclaim_scan_ns;
+        *spent += sc.spent_ns();
         (sc.nr_reclaimed, sc.wait_writeback)
     }
 }

@@ -48,7 +48,7 @@ use kswapd::Kswapd;
 use lru::Lru;
 use page::Pages;
 use swapfile::SwapArea;
-use vmscan::ReclaimStat;
+use vmscan::ReclaimCost;
 use writeback::Flusher;
 
 /// How the guest chooses pages to evict.
@@ -221,8 +221,12 @@ pub struct Costs {
     pub host_back_ns: u64,
     /// Copying one page (`read()`/`write()` through the page cache).
     pub page_copy_ns: u64,
-    /// Reclaim's CPU time per page scanned (kswapd's pace; a direct reclaimer's stall).
+    /// Reclaim's CPU time per page it looks at (kswapd's pace; a direct reclaimer's stall).
     pub reclaim_scan_ns: u64,
+    /// Reclaim's further CPU time per page it frees.
+    pub reclaim_free_ns: u64,
+    /// Reclaim's further CPU time per page whose write-out it starts.
+    pub reclaim_pageout_ns: u64,
     /// The balloon driver's time per page taken or released (allocate or free, hand to the host).
     pub balloon_page_ns: u64,
 }
@@ -239,10 +243,16 @@ impl Default for Costs {
             host_back_ns: 7_200,
             // 4 KiB at DDR3-1600's 12.8 GB/s peak (seed 002's memory): 320 ns.
             page_copy_ns: 320,
-            // Measured on the development machine with bench/reclaimcost.sh: kernel time of a
-            // memory-cgroup-limited sweep, less its faults at 1.5 us each, per page scanned;
-            // median of 7 runs (2.2-3.6 us). An upper bound: swap I/O submission is included.
+            // Measured on the development machine with bench/reclaimcost.py (kernel 6.18, memory
+            // cgroup limit reclaim): process system time, less its faults at 1.5 us each, per page
+            // scanned, median of 7 runs (2.2-3.6 us; 3.2-3.9 in 3 later runs); an upper bound that
+            // includes the swap writes' submission, so freeing and writing cost nothing more. Its
+            // tracepoints split it by outcome (look 0.47 us, free +0.19, write +2.59), but with
+            // those costs the whole guest's direct reclaim, which is not timed and counts writes in flight as
+            // progress, outruns the swap device (README, "What is modelled").
             reclaim_scan_ns: 3_200,
+            reclaim_free_ns: 0,
+            reclaim_pageout_ns: 0,
             // Not measured: taken equal to the minor-fault cost above, since ballooning a page is
             // the same allocator work plus a host unmap of comparable cost.
             balloon_page_ns: 1_500,
@@ -346,8 +356,8 @@ pub struct Guest {
     /// Event counters.
     pub(crate) vmstat: VmStat,
     disk: VirtualDisk,
-    /// Recent reclaim statistics of each lruvec.
-    reclaim_stat: Vec<ReclaimStat>,
+    /// Recent reclaim cost of each lruvec, anon and file.
+    reclaim_cost: Vec<ReclaimCost>,
     /// Memory cgroups, the root first, then one per workload with a memory limit.
     pub(crate) memcgs: Vec<MemCgroup>,
     /// Processes waiting for any I/O completion before they retry (reclaim, dirty throttling).
@@ -449,7 +459,7 @@ impl Guest {
             flusher: Flusher::default(),
             vmstat: VmStat::default(),
             disk,
-            reclaim_stat: vec![ReclaimStat::default(); nr_memcgs as usize],
+            reclaim_cost: vec![ReclaimCost::default(); nr_memcgs as usize],
             memcgs,
             throttled: Vec::new(),
             nr_dirty: 0,

@@ -39,6 +39,9 @@ pub const PG_MAPPED: u8 = 1 << 6;
 /// consequence: a swap-cache hit on a page under reclaim writeback takes it for a readahead hit and
 /// clears its reclaim mark, so its write's completion no longer rotates it to the inactive tail.
 pub const PG_READAHEAD: u8 = PG_RECLAIM;
+/// The page was on an active list before reclaim took it back to an inactive one
+/// (`PG_workingset`): its eviction and refault tell working-set thrashing from cache churn.
+pub const PG_WORKINGSET: u8 = 1 << 7;
 
 /// The page descriptor array. Descriptors exist for the pages the guest has used (page numbers
 /// are handed out from 0 up, freed ones first), so its size follows use, not configured memory.

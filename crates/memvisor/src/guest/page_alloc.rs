@@ -123,7 +123,7 @@ impl Guest {
                 self.wakeup_kswapd(now, env);
                 if free <= self.wmark.min {
                     self.vmstat.inc(Counter::AllocStall);
-                    spent += self.try_to_free_pages(now, env) * self.cfg.costs.reclaim_scan_ns;
+                    spent += self.try_to_free_pages(now, env);
                 }
             }
             let floor = if self.cfg.replacement == Replacement::Linux { self.wmark.min } else { 0 };
@@ -177,7 +177,7 @@ impl Guest {
             if self.pages.nr_free() <= self.wmark.low {
                 self.wakeup_kswapd(now, env);
                 if self.pages.nr_free() <= self.wmark.min {
-                    spent += self.try_to_free_pages(now + spent, env) * self.cfg.costs.reclaim_scan_ns;
+                    spent += self.try_to_free_pages(now + spent, env);
                 }
             }
             self.wmark.min

@@ -12,7 +12,7 @@
 use super::bio::{Bio, BioKind, Submission};
 use super::lru::LruList;
 use super::oom_kill::Oom;
-use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_MAPPED, PG_RECLAIM, PG_REFERENCED, PG_WRITEBACK, PG_YOUNG, PageKind};
+use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_MAPPED, PG_RECLAIM, PG_REFERENCED, PG_WORKINGSET, PG_WRITEBACK, PG_YOUNG, PageKind};
 use super::page_alloc::SWAP_CLUSTER_MAX;
 use super::{CgroupVersion, Counter, Env, Guest};
 use crate::units::PAGE_SIZE;
@@ -20,11 +20,34 @@ use crate::units::PAGE_SIZE;
 /// DEF_PRIORITY: reclaim starts by scanning 1/4096 of each list.
 pub const DEF_PRIORITY: u32 = 12;
 
-/// Recent scan statistics per type (`zone_reclaim_stat`), index 0 anon, 1 file.
+/// A lruvec's recent cost of reclaiming each type (`lruvec->anon_cost`, `file_cost`, 5.8+),
+/// index 0 anon, 1 file: pages written out or refaulting from the working set, at
+/// SWAP_CLUSTER_MAX each, plus pages scanned and not reclaimed (`lru_note_cost`).
 #[derive(Clone, Debug, Default)]
-pub struct ReclaimStat {
-    scanned: [u64; 2],
-    rotated: [u64; 2],
+pub struct ReclaimCost {
+    cost: [u64; 2],
+}
+
+/// The reclaimer's CPU time per page, by outcome: every page looked at costs `scan_ns` (isolate,
+/// `folio_referenced`, put back), a freed page `free_ns` more (unmap from the swap or page cache,
+/// free), a page whose write it starts `pageout_ns` more (swap slot, unmap, the bio).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct ReclaimCosts {
+    scan_ns: u64,
+    free_ns: u64,
+    pageout_ns: u64,
+}
+
+impl ReclaimCosts {
+    /// The guest's costs.
+    pub(super) fn of_guest(c: &super::Costs) -> Self {
+        Self { scan_ns: c.reclaim_scan_ns, free_ns: c.reclaim_free_ns, pageout_ns: c.reclaim_pageout_ns }
+    }
+
+    /// Time to scan `scanned` pages of which `freed` were freed and `written` written.
+    pub(super) fn of(&self, scanned: u64, freed: u64, written: u64) -> u64 {
+        scanned * self.scan_ns + freed * self.free_ns + written * self.pageout_ns
+    }
 }
 
 /// One reclaim pass's state (`struct scan_control`).
@@ -57,10 +80,11 @@ pub(super) struct ScanControl {
     timed: bool,
     /// Time the scan may run to before it must yield (the next event elsewhere).
     pub deadline: u64,
-    /// Pages scanned when the scan last resumed: its clock runs from `now` by `scan_ns` a page.
-    scanned_at_resume: u64,
-    /// CPU time per page scanned.
-    scan_ns: u64,
+    /// The reclaimer's CPU time per page by what became of it (looked at, freed, written).
+    costs: ReclaimCosts,
+    /// Time spent before the scan last resumed; its clock runs from `now` by what it has done
+    /// since (`spent_ns` less this).
+    spent_at_resume: u64,
     /// The scan stopped at its deadline, to go on when resumed.
     stopped: bool,
     /// Whether the scan may move pages from the active to the inactive list, anon and file
@@ -73,6 +97,10 @@ pub(super) struct ScanControl {
     force_deactivate: bool,
     /// Enough inactive page cache that is not thrashing: reclaim it alone (`cache_trim_mode`).
     cache_trim_mode: bool,
+    /// The target's reclaim costs, anon and file, when the level began (`sc->anon_cost`, `file_cost`).
+    cost: [u64; 2],
+    /// Swap writes this scan started (`stat.nr_pageout`), for the cost of the batch under way.
+    nr_pageout: u64,
     /// Pages it had left to scan on each list at the current priority when it stopped mid-way.
     resume: Option<[u64; 4]>,
 }
@@ -93,28 +121,40 @@ impl ScanControl {
             plug: Vec::new(),
             timed: false,
             deadline: u64::MAX,
-            scanned_at_resume: 0,
-            scan_ns: 0,
+            costs: ReclaimCosts::default(),
+            spent_at_resume: 0,
             stopped: false,
             may_deactivate: [true; 2],
             skipped_deactivate: false,
             force_deactivate: false,
             cache_trim_mode: false,
+            cost: [0; 2],
+            nr_pageout: 0,
             resume: None,
         }
     }
 
-    /// A scan that takes time: `scan_ns` of CPU per page, freed pages alone counting as progress,
-    /// stopping whenever its clock passes its deadline (see `resume_at`).
-    pub(super) fn timed(nr_to_reclaim: u64, now: u64, scan_ns: u64) -> Self {
-        Self { timed: true, scan_ns, ..Self::new(nr_to_reclaim, false, now) }
+    /// The scan's CPU costs (`spent_ns`).
+    fn with_costs(self, costs: ReclaimCosts) -> Self {
+        Self { costs, ..self }
+    }
+
+    /// A scan that takes time, freed pages alone counting as progress, stopping whenever its clock
+    /// passes its deadline (see `resume_at`).
+    pub(super) fn timed(nr_to_reclaim: u64, now: u64, costs: ReclaimCosts) -> Self {
+        Self { timed: true, costs, ..Self::new(nr_to_reclaim, false, now) }
+    }
+
+    /// CPU time the scan has taken so far.
+    pub(super) fn spent_ns(&self) -> u64 {
+        self.costs.of(self.nr_scanned, self.nr_reclaimed, self.nr_pageout)
     }
 
     /// Starts or resumes a timed scan at `now`; it may run until `deadline`.
     pub(super) fn resume_at(&mut self, now: u64, deadline: u64) {
         self.now = now;
         self.deadline = deadline;
-        self.scanned_at_resume = self.nr_scanned;
+        self.spent_at_resume = self.spent_ns();
         self.wait_writeback = false;
         self.stopped = false;
     }
@@ -127,7 +167,7 @@ impl ScanControl {
 
     /// Where a timed scan's clock has reached.
     pub(super) fn clock(&self) -> u64 {
-        self.now + (self.nr_scanned - self.scanned_at_resume) * self.scan_ns
+        self.now + self.spent_ns() - self.spent_at_resume
     }
 
     /// The pass over all priorities is over: a pass that reclaimed nothing having skipped
@@ -223,6 +263,23 @@ impl Guest {
             }
         }
         sc.cache_trim_mode = self.target_len(v, LruList::InactiveFile) >> sc.priority > 0 && !sc.may_deactivate[1];
+        sc.cost = self.reclaim_cost[v as usize].cost;
+    }
+
+    /// `lru_note_cost`: reclaiming a type cost `nr_io` page reads or writes (each weighed as
+    /// SWAP_CLUSTER_MAX rotations) and `nr_rotated` pages looked at for nothing, in cgroup `v` and
+    /// its ancestors; each decays by half once its costs pass a quarter of its pages.
+    pub(super) fn lru_note_cost(&mut self, v: u8, file: bool, nr_io: u64, nr_rotated: u64) {
+        let cost = nr_io * SWAP_CLUSTER_MAX + nr_rotated;
+        for m in [v, 0].into_iter().take(if v == 0 { 1 } else { 2 }) {
+            let lrusize: u64 = LruList::LINUX.iter().map(|&l| self.target_len(m, l)).sum();
+            let c = &mut self.reclaim_cost[m as usize].cost;
+            c[file as usize] += cost;
+            if c[0] + c[1] > lrusize / 4 {
+                c[0] /= 2;
+                c[1] /= 2;
+            }
+        }
     }
 
     /// `snapshot_refaults`: the end of a reclaim cycle on target `v` remembers its refault
@@ -236,17 +293,8 @@ impl Guest {
     fn get_scan_count(&mut self, v: u8, sc: &ScanControl) -> [u64; 4] {
         let priority = sc.priority;
         let lens = [0, 1, 2, 3].map(|l| self.lru.len_in(v, LruList::ALL[l]));
-        let anon = lens[0] + lens[1];
         let file = lens[2] + lens[3];
         let swappiness = self.cfg.sysctl.swappiness as u64;
-        // Age the recent statistics so they follow the workload.
-        let rs = &mut self.reclaim_stat[v as usize];
-        for (t, size) in [(0, anon), (1, file)] {
-            if rs.scanned[t] > size / 4 {
-                rs.scanned[t] /= 2;
-                rs.rotated[t] /= 2;
-            }
-        }
         enum Balance {
             File,
             Anon,
@@ -264,9 +312,13 @@ impl Guest {
         } else if sc.cache_trim_mode {
             Balance::File
         } else {
-            let rs = &self.reclaim_stat[v as usize];
-            let ap = swappiness * (rs.scanned[0] + 1) / (rs.rotated[0] + 1);
-            let fp = (200 - swappiness) * (rs.scanned[1] + 1) / (rs.rotated[1] + 1);
+            // Pressure inversely proportional to each type's cost, at least a third of it on
+            // each before swappiness (5.9+).
+            let total = sc.cost[0] + sc.cost[1];
+            let (anon_cost, file_cost) = (total + sc.cost[0], total + sc.cost[1]);
+            let total = anon_cost + file_cost;
+            let ap = swappiness * (total + 1) / (anon_cost + 1);
+            let fp = (200 - swappiness) * (total + 1) / (file_cost + 1);
             Balance::Fract(ap, fp)
         };
         let mut nr = [0u64; 4];
@@ -291,7 +343,7 @@ impl Guest {
                 Balance::Equal => scan,
                 Balance::Fract(ap, fp) => {
                     let frac = if file_list { fp } else { ap };
-                    (scan * frac).div_ceil(ap + fp + 1)
+                    scan * frac / (ap + fp).max(1)
                 }
             };
         }
@@ -333,8 +385,11 @@ impl Guest {
                     self.shrink_list(v, LruList::ALL[l], n, sc);
                 }
             }
-            if sc.progress() >= sc.nr_to_reclaim || sc.wait_writeback {
+            if sc.wait_writeback {
                 return;
+            }
+            if sc.progress() >= sc.nr_to_reclaim {
+                break;
             }
             if sc.overdue() && (nr[0] > 0 || nr[2] > 0 || nr[3] > 0) {
                 sc.resume = Some(nr);
@@ -342,7 +397,9 @@ impl Guest {
                 return;
             }
         }
-        if self.swap.has_free() && self.inactive_is_low(v, false) {
+        // Aged even when the target was met without scanning anon, to keep candidates for the
+        // next cycle; worth it whenever there is swap (`can_age_anon_pages`).
+        if self.swap.size() > 0 && self.inactive_is_low(v, false) {
             self.shrink_active_list(v, LruList::ActiveAnon, SWAP_CLUSTER_MAX, sc);
         }
     }
@@ -376,16 +433,14 @@ impl Guest {
     }
 
     /// `shrink_active_list`: move pages from the tail of an active list to the inactive list,
-    /// clearing their accessed bits (referenced ones count as rotated).
+    /// clearing their accessed bits and marking them `PG_workingset` (they were active). Only
+    /// referenced executable file pages stay active in the kernel; there are none here.
     fn shrink_active_list(&mut self, v: u8, l: LruList, n: u64, sc: &mut ScanControl) {
-        let t = l.is_file() as usize;
         for _ in 0..n.min(self.lru.len_in(v, l)) {
             let Some(p) = self.lru.tail(v, l) else { break };
             self.vmstat.inc(Counter::PgRefill);
-            self.reclaim_stat[v as usize].scanned[t] += 1;
-            if self.test_clear_young(p, sc.now) {
-                self.reclaim_stat[v as usize].rotated[t] += 1;
-            }
+            self.test_clear_young(p, sc.now);
+            self.pages.set(p, PG_WORKINGSET);
             self.lru.move_head(LruList::inactive(l.is_file()), p);
             self.vmstat.inc(Counter::PgDeactivate);
         }
@@ -406,16 +461,24 @@ impl Guest {
 
     /// `shrink_inactive_list` + `shrink_folio_list`: take `n` pages from the tail of an inactive
     /// list and free, write, keep or activate each.
+    /// Then `lru_note_cost`: the writes it started, and the pages it looked at and did not free.
     fn shrink_inactive_list(&mut self, v: u8, l: LruList, n: u64, sc: &mut ScanControl) {
+        let (scanned, reclaimed, pageout) = (sc.nr_scanned, sc.nr_reclaimed, sc.nr_pageout);
+        self.shrink_folio_list(v, l, n, sc);
+        let scanned = sc.nr_scanned - scanned;
+        let freed = sc.nr_reclaimed - reclaimed;
+        self.lru_note_cost(v, l.is_file(), sc.nr_pageout - pageout, scanned - freed);
+    }
+
+    /// `shrink_folio_list` over `n` pages from the tail of an inactive list.
+    fn shrink_folio_list(&mut self, v: u8, l: LruList, n: u64, sc: &mut ScanControl) {
         let file = l.is_file();
-        let t = file as usize;
         let (scan_ev, steal_ev) =
             if sc.kswapd { (Counter::PgScanKswapd, Counter::PgStealKswapd) } else { (Counter::PgScanDirect, Counter::PgStealDirect) };
         for _ in 0..n.min(self.lru.len_in(v, l)) {
             let Some(p) = self.lru.tail(v, l) else { break };
             sc.nr_scanned += 1;
             self.vmstat.inc(scan_ev);
-            self.reclaim_stat[v as usize].scanned[t] += 1;
             if self.pages.has(p, PG_WRITEBACK) {
                 if sc.target.is_some() && self.cfg.cgroup == CgroupVersion::V1 && self.pages.has(p, PG_RECLAIM) {
                     // Case 3: legacy cgroup reclaim waits for the write, then tries the page again
@@ -431,7 +494,6 @@ impl Guest {
                 }
                 self.pages.set(p, PG_RECLAIM);
                 self.putback_active(p, file);
-                self.reclaim_stat[v as usize].rotated[t] += 1;
                 continue;
             }
             if self.pages.io[p as usize] != NONE || self.pages.has(p, PG_LOCKED) {
@@ -440,10 +502,7 @@ impl Guest {
                 continue;
             }
             match self.check_references(p, file, sc.now) {
-                Verdict::Activate => {
-                    self.putback_active(p, file);
-                    self.reclaim_stat[v as usize].rotated[t] += 1;
-                }
+                Verdict::Activate => self.putback_active(p, file),
                 Verdict::Keep => self.lru.move_head(l, p),
                 Verdict::ReclaimClean if self.pages.has(p, PG_DIRTY) => self.lru.move_head(l, p),
                 Verdict::ReclaimClean | Verdict::Reclaim => {
@@ -490,9 +549,10 @@ impl Guest {
             self.write_slot(slot);
             sc.plug.push((slot, p));
             sc.nr_writeback += 1;
+            sc.nr_pageout += 1;
             false
         } else {
-            let shadow = self.workingset_eviction(sc.shadow_target());
+            let shadow = self.workingset_eviction(sc.shadow_target(), p);
             self.swap.set_shadow(slot, shadow);
             self.delete_from_swap_cache(p, false);
             self.lru.remove(p);
@@ -510,7 +570,7 @@ impl Guest {
             sc.nr_dirty_file += 1;
             return false;
         }
-        let shadow = self.workingset_eviction(sc.shadow_target());
+        let shadow = self.workingset_eviction(sc.shadow_target(), p);
         self.evict_from_page_cache(p, shadow);
         self.lru.remove(p);
         self.pages.release(p);
@@ -545,11 +605,16 @@ impl Guest {
         }
     }
 
+    /// A scan of `nr_to_reclaim` pages at this guest's reclaim costs.
+    pub(super) fn scan_control(&self, nr_to_reclaim: u64, kswapd: bool, now: u64) -> ScanControl {
+        ScanControl::new(nr_to_reclaim, kswapd, now).with_costs(ReclaimCosts::of_guest(&self.cfg.costs))
+    }
+
     /// Direct reclaim (`try_to_free_pages`): the allocating process scans from DEF_PRIORITY down
-    /// until SWAP_CLUSTER_MAX pages are freed or on their way. Returns the pages scanned.
+    /// until SWAP_CLUSTER_MAX pages are freed or on their way. Returns the time it took.
     /// A pass that got nothing having skipped deactivation is retried with it forced.
     pub(super) fn try_to_free_pages(&mut self, now: u64, env: &mut Env) -> u64 {
-        let mut sc = ScanControl::new(SWAP_CLUSTER_MAX, false, now);
+        let mut sc = self.scan_control(SWAP_CLUSTER_MAX, false, now);
         loop {
             for prio in (0..=DEF_PRIORITY).rev() {
                 sc.priority = prio;
@@ -564,7 +629,7 @@ impl Guest {
             }
         }
         self.finish_reclaim(&mut sc, now, env);
-        sc.nr_scanned
+        sc.spent_ns()
     }
 
     /// Exact-LRU eviction: the least recently used page goes, now. Its write (if dirty) is issued to

@@ -13,19 +13,21 @@
 //! order that coarsens the clock on machines whose memory overflows its bits.
 
 use super::lru::LruList;
+use super::page::PG_WORKINGSET;
 use super::{Counter, Guest, Replacement};
 
-/// A shadow entry: present bit, cgroup in bits 1..9, eviction age above (`pack_shadow`).
+/// A shadow entry: present bit, cgroup in bits 1..9, the page's `PG_workingset` in bit 9, eviction
+/// age above (`pack_shadow`).
 pub type Shadow = u64;
 /// No shadow entry.
 pub const NO_SHADOW: Shadow = 0;
 
-fn pack(memcg: u8, age: u64) -> Shadow {
-    (age << 9) | ((memcg as u64) << 1) | 1
+fn pack(memcg: u8, age: u64, workingset: bool) -> Shadow {
+    (age << 10) | ((workingset as u64) << 9) | ((memcg as u64) << 1) | 1
 }
 
-fn unpack(s: Shadow) -> (u8, u64) {
-    (((s >> 1) & 0xff) as u8, s >> 9)
+fn unpack(s: Shadow) -> (u8, u64, bool) {
+    (((s >> 1) & 0xff) as u8, s >> 10, (s >> 9) & 1 == 1)
 }
 
 impl Guest {
@@ -37,10 +39,10 @@ impl Guest {
         }
     }
 
-    /// `workingset_eviction`: the shadow entry of a page that reclaim of cgroup `target` (0: the
-    /// whole guest) frees now; the eviction ticks the clock.
-    pub(super) fn workingset_eviction(&mut self, target: u8) -> Shadow {
-        let s = pack(target, self.memcgs[target as usize].nonresident_age);
+    /// `workingset_eviction`: the shadow entry of page `p`, which reclaim of cgroup `target` (0:
+    /// the whole guest) frees now; the eviction ticks the clock.
+    pub(super) fn workingset_eviction(&mut self, target: u8, p: u32) -> Shadow {
+        let s = pack(target, self.memcgs[target as usize].nonresident_age, self.pages.has(p, PG_WORKINGSET));
         self.age_nonresident(target);
         s
     }
@@ -53,7 +55,7 @@ impl Guest {
         if shadow == NO_SHADOW || self.cfg.replacement != Replacement::Linux {
             return false;
         }
-        let (v, eviction) = unpack(shadow);
+        let (v, eviction, was_active) = unpack(shadow);
         let refault_ev = if file { Counter::WorkingsetRefaultFile } else { Counter::WorkingsetRefaultAnon };
         self.vmstat.inc(refault_ev);
         let distance = self.memcgs[v as usize].nonresident_age - eviction;
@@ -79,6 +81,12 @@ impl Guest {
         if m != 0 {
             self.memcgs[0].workingset_activate[file as usize] += 1;
         }
+        if was_active {
+            // It was active before its eviction: reclaiming its type cost a read
+            // (`lru_note_cost_refault`), and it is working set again.
+            self.pages.set(p, PG_WORKINGSET);
+            self.lru_note_cost(m, file, 1, 0);
+        }
         true
     }
 }
@@ -100,13 +108,13 @@ mod tests {
             }
             assert_eq!((g.lru.len(LruList::ActiveAnon), g.lru.len(LruList::InactiveAnon)), (40, 60));
             // Evicted, then 39 more evictions: the clock is 40 ahead at the refault.
-            let shadow = g.workingset_eviction(0);
+            let shadow = g.workingset_eviction(0, 0);
             for _ in 0..39 {
-                g.workingset_eviction(0);
+                g.workingset_eviction(0, 0);
             }
             assert!(g.workingset_refault(shadow, false, 0), "distance 40 <= 40 active anonymous pages");
             // The activation ticked the clock: a page evicted just before the first is now 41 away.
-            let far = pack(0, g.memcgs[0].nonresident_age - 41);
+            let far = pack(0, g.memcgs[0].nonresident_age - 41, false);
             assert!(!g.workingset_refault(far, false, 0), "distance 41 > 40");
             assert!(g.workingset_refault(far, true, 0), "a file page also counts the 60 inactive anonymous pages");
             assert!(!g.workingset_refault(NO_SHADOW, false, 0), "no shadow: not a refault");
@@ -125,7 +133,8 @@ mod tests {
 
     #[test]
     fn shadow_entries_round_trip() {
-        assert_eq!(unpack(pack(3, 123_456_789)), (3, 123_456_789));
-        assert_ne!(pack(0, 0), NO_SHADOW, "a shadow stamped at age 0 is still a shadow");
+        assert_eq!(unpack(pack(3, 123_456_789, true)), (3, 123_456_789, true));
+        assert_eq!(unpack(pack(255, 7, false)), (255, 7, false));
+        assert_ne!(pack(0, 0, false), NO_SHADOW, "a shadow stamped at age 0 is still a shadow");
     }
 }

@@ -83,6 +83,8 @@ pub struct RawCosts {
     pub host_back: Option<Spanned<Qty>>,
     pub page_copy: Option<Spanned<Qty>>,
     pub reclaim_scan: Option<Spanned<Qty>>,
+    pub reclaim_free: Option<Spanned<Qty>>,
+    pub reclaim_pageout: Option<Spanned<Qty>>,
     pub balloon_page: Option<Spanned<Qty>>,
     pub compress: Option<Spanned<Qty>>,
     pub decompress: Option<Spanned<Qty>>,

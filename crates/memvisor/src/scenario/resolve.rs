@@ -278,6 +278,8 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         costs.host_back_ns = c.opt_ns(&rc.host_back, "costs.host_back", costs.host_back_ns)?;
         costs.page_copy_ns = c.opt_ns(&rc.page_copy, "costs.page_copy", costs.page_copy_ns)?;
         costs.reclaim_scan_ns = c.opt_ns(&rc.reclaim_scan, "costs.reclaim_scan", costs.reclaim_scan_ns)?;
+        costs.reclaim_free_ns = c.opt_ns(&rc.reclaim_free, "costs.reclaim_free", costs.reclaim_free_ns)?;
+        costs.reclaim_pageout_ns = c.opt_ns(&rc.reclaim_pageout, "costs.reclaim_pageout", costs.reclaim_pageout_ns)?;
         costs.balloon_page_ns = c.opt_ns(&rc.balloon_page, "costs.balloon_page", costs.balloon_page_ns)?;
     }
 

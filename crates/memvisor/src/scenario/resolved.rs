@@ -58,6 +58,8 @@ impl Scenario {
                 ("host_back", s(fmt_duration(c.host_back_ns))),
                 ("page_copy", s(fmt_duration(c.page_copy_ns))),
                 ("reclaim_scan", s(fmt_duration(c.reclaim_scan_ns))),
+                ("reclaim_free", s(fmt_duration(c.reclaim_free_ns))),
+                ("reclaim_pageout", s(fmt_duration(c.reclaim_pageout_ns))),
                 ("balloon_page", s(fmt_duration(c.balloon_page_ns))),
                 ("compress", s(fmt_duration(self.host.costs.compress_ns))),
                 ("decompress", s(fmt_duration(self.host.costs.decompress_ns))),
