@@ -11,7 +11,7 @@
 use super::oom_kill::Oom;
 use super::page::NONE;
 use super::page_alloc::{SWAP_CLUSTER_MAX, Stall};
-use super::vmscan::{DEF_PRIORITY, ReclaimCosts, ScanControl};
+use super::vmscan::ScanControl;
 use super::{Env, Guest};
 
 /// MAX_RECLAIM_RETRIES (mm/internal.h): fruitless reclaims before a charge gives up.
@@ -120,7 +120,7 @@ impl Guest {
                 None if self.pages.charged(v) < self.memcgs[v as usize].limit => return Ok(spent),
                 None => {
                     self.memcgs[v as usize].failcnt += 1;
-                    let mut sc = ScanControl::timed(SWAP_CLUSTER_MAX, t, ReclaimCosts::of_guest(&self.cfg.costs));
+                    let mut sc = self.scan_control(SWAP_CLUSTER_MAX, false, t).timed();
                     sc.target = Some(v);
                     sc
                 }
@@ -225,19 +225,7 @@ impl Guest {
     fn try_to_free_mem_cgroup_pages(&mut self, v: u8, now: u64, spent: &mut u64, env: &mut Env) -> (u64, bool) {
         let mut sc = self.scan_control(SWAP_CLUSTER_MAX, false, now);
         sc.target = Some(v);
-        loop {
-            for prio in (0..=DEF_PRIORITY).rev() {
-                sc.priority = prio;
-                self.shrink_node(&mut sc);
-                if sc.progress() >= sc.nr_to_reclaim || sc.wait_writeback {
-                    break;
-                }
-            }
-            self.snapshot_refaults(v);
-            if sc.wait_writeback || !sc.retry_forcing_deactivation() {
-                break;
-            }
-        }
+        self.shrink_priorities(&mut sc);
         self.finish_reclaim(&mut sc, now, env);
         *spent += sc.spent_ns();
         (sc.nr_reclaimed, sc.wait_writeback)

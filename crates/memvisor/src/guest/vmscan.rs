@@ -106,7 +106,7 @@ pub(super) struct ScanControl {
 }
 
 impl ScanControl {
-    pub(super) fn new(nr_to_reclaim: u64, kswapd: bool, now: u64) -> Self {
+    pub(super) fn new(nr_to_reclaim: u64, kswapd: bool, now: u64, costs: ReclaimCosts) -> Self {
         Self {
             nr_to_reclaim,
             priority: DEF_PRIORITY,
@@ -121,7 +121,7 @@ impl ScanControl {
             plug: Vec::new(),
             timed: false,
             deadline: u64::MAX,
-            costs: ReclaimCosts::default(),
+            costs,
             spent_at_resume: 0,
             stopped: false,
             may_deactivate: [true; 2],
@@ -134,15 +134,10 @@ impl ScanControl {
         }
     }
 
-    /// The scan's CPU costs (`spent_ns`).
-    fn with_costs(self, costs: ReclaimCosts) -> Self {
-        Self { costs, ..self }
-    }
-
-    /// A scan that takes time, freed pages alone counting as progress, stopping whenever its clock
-    /// passes its deadline (see `resume_at`).
-    pub(super) fn timed(nr_to_reclaim: u64, now: u64, costs: ReclaimCosts) -> Self {
-        Self { timed: true, costs, ..Self::new(nr_to_reclaim, false, now) }
+    /// The same scan taking time: freed pages alone count as progress, and it stops whenever its
+    /// clock passes its deadline (see `resume_at`).
+    pub(super) fn timed(self) -> Self {
+        Self { timed: true, ..self }
     }
 
     /// CPU time the scan has taken so far.
@@ -203,7 +198,7 @@ impl ScanControl {
 
     /// The lruvec whose clock stamps the shadow entries of pages this scan frees (the kernel's
     /// `target_memcg`; the root for global reclaim).
-    fn shadow_target(&self) -> u8 {
+    pub(super) fn shadow_target(&self) -> u8 {
         self.target.unwrap_or(0)
     }
 }
@@ -221,15 +216,19 @@ fn isqrt(x: u64) -> u64 {
     (x as f64).sqrt() as u64
 }
 
+/// `inactive_is_low`'s rule on `ina` inactive and `act` active pages of a type: the inactive list
+/// should hold at least 1/ratio of the active one, ratio sqrt(10 x GiB of the type), at least 1.
+fn inactive_low(ina: u64, act: u64) -> bool {
+    let gb = (ina + act) >> (30 - 12);
+    let ratio = if gb > 0 { isqrt(10 * gb) } else { 1 };
+    ina * ratio < act
+}
+
 impl Guest {
     /// Whether the inactive list of a type in lruvec `v` is too small next to the active one
     /// (`inactive_is_low`: ratio sqrt(10 x GiB of the type), at least 1).
     pub(super) fn inactive_is_low(&self, v: u8, file: bool) -> bool {
-        let ina = self.lru.len_in(v, LruList::inactive(file));
-        let act = self.lru.len_in(v, LruList::active(file));
-        let gb = (ina + act) >> (30 - 12);
-        let ratio = if gb > 0 { isqrt(10 * gb) } else { 1 };
-        ina * ratio < act
+        inactive_low(self.lru.len_in(v, LruList::inactive(file)), self.lru.len_in(v, LruList::active(file)))
     }
 
     /// Pages on list `l` of cgroup `v` and its descendants (the root's: the whole guest), as the
@@ -240,11 +239,7 @@ impl Guest {
 
     /// `inactive_is_low` judged on a reclaim target's hierarchical sizes.
     fn target_inactive_is_low(&self, v: u8, file: bool) -> bool {
-        let ina = self.target_len(v, LruList::inactive(file));
-        let act = self.target_len(v, LruList::active(file));
-        let gb = (ina + act) >> (30 - 12);
-        let ratio = if gb > 0 { isqrt(10 * gb) } else { 1 };
-        ina * ratio < act
+        inactive_low(self.target_len(v, LruList::inactive(file)), self.target_len(v, LruList::active(file)))
     }
 
     /// `prepare_scan_count` (5.9+): deactivation of a type is allowed while its inactive list is
@@ -271,7 +266,8 @@ impl Guest {
     /// its ancestors; each decays by half once its costs pass a quarter of its pages.
     pub(super) fn lru_note_cost(&mut self, v: u8, file: bool, nr_io: u64, nr_rotated: u64) {
         let cost = nr_io * SWAP_CLUSTER_MAX + nr_rotated;
-        for m in [v, 0].into_iter().take(if v == 0 { 1 } else { 2 }) {
+        let lruvecs: &[u8] = if v == 0 { &[0] } else { &[v, 0] };
+        for &m in lruvecs {
             let lrusize: u64 = LruList::LINUX.iter().map(|&l| self.target_len(m, l)).sum();
             let c = &mut self.reclaim_cost[m as usize].cost;
             c[file as usize] += cost;
@@ -607,7 +603,7 @@ impl Guest {
 
     /// A scan of `nr_to_reclaim` pages at this guest's reclaim costs.
     pub(super) fn scan_control(&self, nr_to_reclaim: u64, kswapd: bool, now: u64) -> ScanControl {
-        ScanControl::new(nr_to_reclaim, kswapd, now).with_costs(ReclaimCosts::of_guest(&self.cfg.costs))
+        ScanControl::new(nr_to_reclaim, kswapd, now, ReclaimCosts::of_guest(&self.cfg.costs))
     }
 
     /// Direct reclaim (`try_to_free_pages`): the allocating process scans from DEF_PRIORITY down
@@ -615,21 +611,28 @@ impl Guest {
     /// A pass that got nothing having skipped deactivation is retried with it forced.
     pub(super) fn try_to_free_pages(&mut self, now: u64, env: &mut Env) -> u64 {
         let mut sc = self.scan_control(SWAP_CLUSTER_MAX, false, now);
+        self.shrink_priorities(&mut sc);
+        self.finish_reclaim(&mut sc, now, env);
+        sc.spent_ns()
+    }
+
+    /// An instantaneous `do_try_to_free_pages`: shrink the scan's target from DEF_PRIORITY down
+    /// until it has enough or must wait for a write (v1 limit reclaim); a pass that got nothing
+    /// having skipped deactivation is retried with it forced.
+    pub(super) fn shrink_priorities(&mut self, sc: &mut ScanControl) {
         loop {
             for prio in (0..=DEF_PRIORITY).rev() {
                 sc.priority = prio;
-                self.shrink_node(&mut sc);
-                if sc.progress() >= sc.nr_to_reclaim {
+                self.shrink_node(sc);
+                if sc.progress() >= sc.nr_to_reclaim || sc.wait_writeback {
                     break;
                 }
             }
-            self.snapshot_refaults(0);
-            if !sc.retry_forcing_deactivation() {
+            self.snapshot_refaults(sc.shadow_target());
+            if sc.wait_writeback || !sc.retry_forcing_deactivation() {
                 break;
             }
         }
-        self.finish_reclaim(&mut sc, now, env);
-        sc.spent_ns()
     }
 
     /// Exact-LRU eviction: the least recently used page goes, now. Its write (if dirty) is issued to
@@ -734,7 +737,7 @@ mod tests {
         sim.with_guest(0, |g, env| {
             let pages: Vec<u32> = g.lru.iter(0, LruList::InactiveAnon).collect();
             assert_eq!(pages.len(), 100, "the idle footprint starts on the inactive list");
-            let mut sc = ScanControl::new(1_000, true, 10_000_000);
+            let mut sc = ScanControl::new(1_000, true, 10_000_000, ReclaimCosts::default());
             g.shrink_inactive_list(0, LruList::InactiveAnon, 100, &mut sc);
             assert_eq!(g.lru.len(LruList::ActiveAnon), 0, "one reference (the fault's) must not activate");
             assert!(pages.iter().all(|&p| g.pages.has(p, PG_REFERENCED) && g.lru.list_of(p) == Some(LruList::InactiveAnon)));
@@ -761,7 +764,7 @@ mod tests {
             let (pid, start) = (g.pages.owner[pages[0] as usize], g.procs[0].mm.regions[0].start);
             // From t = 20 ms, one visit every 10 ns from page 0: pages 0..50 are visited by 20.0005 ms.
             g.procs[pid as usize].ahead.record(start, 100, 0, 50, 20_000_000, 10);
-            let mut sc = ScanControl::new(1_000, true, 20_000_250);
+            let mut sc = ScanControl::new(1_000, true, 20_000_250, ReclaimCosts::default());
             g.shrink_inactive_list(0, LruList::InactiveAnon, 100, &mut sc);
             for &p in &pages {
                 let vpn = g.pages.index[p as usize] - start;
