@@ -80,7 +80,7 @@ impl Simulation {
                 Compressibility::measured(),
             );
             let disk = datastores[v.datastore].add_disk(v.datastore as u32);
-            let mut env = Env { events: &mut events, datastores: &mut datastores, host: &mut host };
+            let mut env = Env { events: &mut events, datastores: &mut datastores, host: &mut host, horizon: None };
             guests.push(Guest::boot(i as u32, v.guest.clone(), disk, traces, &mut env)?);
         }
         if let Some(e) = host.fatal.take() {
@@ -140,6 +140,7 @@ impl Simulation {
     pub fn run_until(&mut self, until: u64) -> Result<bool, String> {
         let lookahead = self.scenario.host.lookahead_ns;
         let end = self.scenario.duration_ns.unwrap_or(u64::MAX);
+        self.world.horizon = Some((lookahead, end, until));
         while self.finished.is_none() {
             let Some(t) = self.world.events.peek_time() else {
                 self.finish(self.world.now, "nothing left to simulate");

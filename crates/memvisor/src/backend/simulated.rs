@@ -4,7 +4,7 @@
 use super::Backend;
 use crate::clock::{Event, EventQueue, GuestEvent};
 use crate::devices::Datastore;
-use crate::guest::{Counter, Env, Guest};
+use crate::guest::{Counter, Env, Guest, Horizon};
 use crate::host::{GuestMemory, Host};
 use crate::policy::{Action, Decision, HostView, SharingView, VmId, VmView};
 use crate::rng::{self, Rng};
@@ -38,6 +38,9 @@ pub struct SimulatedHost {
     blocked: Vec<Option<u64>>,
     parked: Vec<Vec<GuestEvent>>,
     blocked_before: Vec<u64>,
+    /// The engine loop's lookahead, run end and stop time, while it runs: a guest may take its own
+    /// next events within them (`guest::Horizon`).
+    pub(crate) horizon: Option<(u64, u64, u64)>,
 }
 
 impl SimulatedHost {
@@ -66,6 +69,7 @@ impl SimulatedHost {
             blocked: vec![None; n],
             parked: vec![Vec::new(); n],
             blocked_before: vec![0; n],
+            horizon: None,
         }
     }
 
@@ -91,7 +95,8 @@ impl SimulatedHost {
 
     /// The world a guest step acts on, with the guest itself.
     pub(crate) fn split(&mut self, guest: usize) -> (&mut Guest, Env<'_>) {
-        let env = Env { events: &mut self.events, datastores: &mut self.datastores, host: &mut self.host };
+        let horizon = self.horizon.map(|(lookahead, end, until)| Horizon { now: &mut self.now, lookahead, end, until });
+        let env = Env { events: &mut self.events, datastores: &mut self.datastores, host: &mut self.host, horizon };
         (&mut self.guests[guest], env)
     }
 

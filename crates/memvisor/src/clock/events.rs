@@ -110,6 +110,11 @@ impl EventQueue {
         self.heap.pop().map(|e| (e.time, e.event))
     }
 
+    /// Removes and returns the earliest event if `pred` accepts it.
+    pub fn pop_if(&mut self, pred: impl FnOnce(&Event) -> bool) -> Option<(u64, Event)> {
+        if pred(&self.heap.peek()?.event) { self.pop() } else { None }
+    }
+
     /// Time of the earliest event.
     pub fn peek_time(&self) -> Option<u64> {
         self.heap.peek().map(|e| e.time)

@@ -8,8 +8,7 @@
 //! the first idle stretch of the data path after its request is ready, so a request held up behind
 //! a file server's disk seek does not hold up the ones behind it.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::VecDeque;
 
 use super::filer::{Filer, FilerSpec};
 
@@ -127,11 +126,13 @@ pub struct DeviceStats {
 #[derive(Clone, Debug)]
 pub struct Device {
     spec: DeviceSpec,
-    /// Times at which each queue slot becomes free, earliest first.
-    slots: BinaryHeap<Reverse<u64>>,
-    /// Transfers booked on the shared data path, start -> end, disjoint; those that ended before
-    /// the latest submission are dropped.
-    path: BTreeMap<u64, u64>,
+    /// Times at which each queue slot becomes free, sorted, earliest first (a short sorted deque:
+    /// a completion nearly always goes at the back).
+    slots: VecDeque<u64>,
+    /// Transfers booked on the shared data path, (start, end), disjoint and sorted; those that
+    /// ended before the latest submission are dropped. A few at most (one per request in flight),
+    /// nearly always appended at the back: a deque searched in place beats a tree here.
+    path: VecDeque<(u64, u64)>,
     /// Byte offset just past the previous request (for seeks).
     head: u64,
     filer: Option<Filer>,
@@ -141,9 +142,9 @@ pub struct Device {
 impl Device {
     /// A fresh, idle device.
     pub fn new(spec: DeviceSpec) -> Self {
-        let slots = (0..spec.queue_depth.max(1)).map(|_| Reverse(0)).collect();
+        let slots = (0..spec.queue_depth.max(1)).map(|_| 0).collect();
         let filer = spec.filer.map(|f| Filer::new(f, spec.seek_ns));
-        Self { spec, slots, path: BTreeMap::new(), head: u64::MAX, filer, stats: DeviceStats::default() }
+        Self { spec, slots, path: VecDeque::new(), head: u64::MAX, filer, stats: DeviceStats::default() }
     }
 
     /// The device's parameters.
@@ -158,24 +159,21 @@ impl Device {
 
     /// The first idle stretch of the data path of `len` ns at or after `ready`; books it.
     fn book_path(&mut self, now: u64, ready: u64, len: u64) -> u64 {
-        while let Some((&s, &e)) = self.path.first_key_value() {
-            if e > now {
-                break;
-            }
-            self.path.remove(&s);
+        while self.path.front().is_some_and(|&(_, e)| e <= now) {
+            self.path.pop_front();
         }
-        let mut t = ready;
-        if let Some((_, &e)) = self.path.range(..=ready).next_back() {
-            t = t.max(e);
-        }
-        for (&s, &e) in self.path.range(t..) {
+        // The booking that starts at or before `ready` may still be running then.
+        let mut i = self.path.partition_point(|&(s, _)| s <= ready);
+        let mut t = if i > 0 { ready.max(self.path[i - 1].1) } else { ready };
+        while let Some(&(s, e)) = self.path.get(i) {
             if s >= t + len {
                 break;
             }
             t = t.max(e);
+            i += 1;
         }
         if len > 0 {
-            self.path.insert(t, t + len);
+            self.path.insert(i, (t, t + len));
         }
         t
     }
@@ -183,7 +181,7 @@ impl Device {
     /// Queues a request submitted at `now` and returns when it completes; the answer is known at
     /// submission and needs no event of its own.
     pub fn submit(&mut self, now: u64, offset: u64, bytes: u64, write: bool) -> u64 {
-        let Reverse(slot_free) = self.slots.pop().expect("queue_depth >= 1");
+        let slot_free = self.slots.pop_front().expect("queue_depth >= 1");
         let start = now.max(slot_free);
         let seek = match &mut self.filer {
             Some(f) if write => {
@@ -206,7 +204,8 @@ impl Device {
         let xfer_start = self.book_path(now, ready, transfer);
         let done = xfer_start + transfer;
         self.head = offset + bytes;
-        self.slots.push(Reverse(done));
+        let at = self.slots.partition_point(|&t| t <= done);
+        self.slots.insert(at, done);
         self.stats.queue_wait_ns += (start - now) + (xfer_start - ready);
         self.stats.busy_ns += transfer;
         if write {

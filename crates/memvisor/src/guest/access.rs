@@ -9,7 +9,7 @@
 use super::filemap::Progress;
 use super::memory::Touch;
 use super::page::{NONE, PG_DIRTY};
-use super::process::{PTE_MASK, PTE_PRESENT};
+use super::process::{PTE_MASK, PTE_PRESENT, PTE_SWAP};
 use super::{Env, Guest, Replacement};
 use crate::workloads::Pattern;
 
@@ -96,24 +96,44 @@ impl Guest {
     fn pattern_hits(&mut self, pid: u32, start: u32, pages: u32, pattern: &mut Pattern, budget: u64, linux: bool) -> u64 {
         let mm = &self.procs[pid as usize].mm;
         if linux {
-            return pattern.hits(pages, budget, |page, write| {
-                let vpn = (start + page) as usize;
-                if write { mm.wfast.get(vpn) } else { mm.rfast.get(vpn) }
-            });
+            return pattern.hits(
+                pages,
+                budget,
+                |page, write| {
+                    let vpn = (start + page) as usize;
+                    if write { mm.wfast.get(vpn) } else { mm.rfast.get(vpn) }
+                },
+                |_, _| {},
+            );
         }
-        let (lru, pg) = (&mut self.lru, &self.pages);
-        pattern.hits(pages, budget, |page, write| {
-            let pte = mm.pte[(start + page) as usize];
-            if pte & PTE_PRESENT == 0 {
-                return false;
+        let (lru, pg, swap) = (&mut self.lru, &self.pages, &self.swap);
+        // Over a large footprint the page table and the swap cache miss the CPU's caches: fetch
+        // a trace's far reference's entry, and the swap-cache entry of the nearer one (whose entry
+        // is in the cache by now), so that a fault finds both there.
+        let ahead = |near: u32, far: u32| {
+            prefetch(&mm.pte[(start + far) as usize]);
+            let pte = mm.pte[(start + near) as usize];
+            if pte & PTE_SWAP != 0 {
+                swap.prefetch(pte & PTE_MASK);
             }
-            let p = pte & PTE_MASK;
-            if write && (!pg.has(p, PG_DIRTY) || pg.swap[p as usize] != NONE) {
-                return false;
-            }
-            lru.touch_head(p);
-            true
-        })
+        };
+        pattern.hits(
+            pages,
+            budget,
+            |page, write| {
+                let pte = mm.pte[(start + page) as usize];
+                if pte & PTE_PRESENT == 0 {
+                    return false;
+                }
+                let p = pte & PTE_MASK;
+                if write && (!pg.has(p, PG_DIRTY) || pg.swap[p as usize] != NONE) {
+                    return false;
+                }
+                lru.touch_head(p);
+                true
+            },
+            ahead,
+        )
     }
 
     /// A reference the fast paths could not account. A fault must see the rest of the simulation
@@ -155,4 +175,16 @@ impl Guest {
             Touch::Killed => Err(Progress::Killed),
         }
     }
+}
+
+/// Asks the CPU to bring `x`'s cache line in without waiting for it (a hint: no effect on results).
+#[inline(always)]
+pub(super) fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults, whatever the address; this one is a valid reference.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((x as *const T).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
 }

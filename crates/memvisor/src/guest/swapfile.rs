@@ -13,16 +13,26 @@ pub struct SwapArea {
     slots: Slots,
     /// Slots whose device copy was written (so a read returns real data).
     written: Bitmap,
-    /// Swap cache: the page holding each slot's contents in memory, or `NONE`.
-    cache: Vec<u32>,
-    /// Shadow entries reclaim left in the swap cache (`NO_SHADOW` where none).
-    shadow: Vec<Shadow>,
+    /// What the swap cache holds for each slot, both in one entry: a fault reads one and then the
+    /// other, and over a large swap area each separate table costs a cache miss.
+    entries: Vec<SlotEntry>,
 }
+
+/// A slot's swap-cache entry.
+#[derive(Clone, Copy, Debug)]
+struct SlotEntry {
+    /// The page holding the slot's contents in memory, or `NONE`.
+    page: u32,
+    /// The shadow entry reclaim left (`NO_SHADOW` where none).
+    shadow: Shadow,
+}
+
+const EMPTY: SlotEntry = SlotEntry { page: NONE, shadow: NO_SHADOW };
 
 impl SwapArea {
     /// A swap area of `slots` pages.
     pub fn new(slots: u32) -> Self {
-        Self { slots: Slots::new(slots), written: Bitmap::default(), cache: Vec::new(), shadow: Vec::new() }
+        Self { slots: Slots::new(slots), written: Bitmap::default(), entries: Vec::new() }
     }
 
     /// Total slots.
@@ -57,18 +67,17 @@ impl SwapArea {
     /// Extends the per-slot tables to the slots used so far.
     fn grow(&mut self) {
         let len = self.slots.table_len();
-        if len > self.cache.len() {
+        if len > self.entries.len() {
             self.written.grow(len);
-            self.cache.resize(len, NONE);
-            self.shadow.resize(len, NO_SHADOW);
+            self.entries.resize(len, EMPTY);
         }
     }
 
     /// Frees a slot; says whether it held written data (which is now discarded).
     pub fn free(&mut self, s: u32) -> bool {
-        debug_assert_eq!(self.cache[s as usize], NONE);
+        debug_assert_eq!(self.entries[s as usize].page, NONE);
         self.slots.free(s);
-        self.shadow[s as usize] = NO_SHADOW;
+        self.entries[s as usize].shadow = NO_SHADOW;
         let had = self.written.get(s as usize);
         self.written.clear(s as usize);
         had
@@ -97,23 +106,31 @@ impl SwapArea {
     /// The swap-cache page of a slot.
     #[inline]
     pub fn cached(&self, s: u32) -> u32 {
-        self.cache[s as usize]
+        self.entries[s as usize].page
+    }
+
+    /// Fetches a slot's entry into the CPU cache ahead of use (a slot beyond the tables is ignored).
+    #[inline]
+    pub fn prefetch(&self, s: u32) {
+        if let Some(e) = self.entries.get(s as usize) {
+            super::access::prefetch(e);
+        }
     }
 
     /// Sets or clears the swap-cache page of a slot.
     #[inline]
     pub fn set_cached(&mut self, s: u32, p: u32) {
-        self.cache[s as usize] = p;
+        self.entries[s as usize].page = p;
     }
 
     /// Leaves a shadow entry in a slot whose page reclaim freed.
     pub fn set_shadow(&mut self, s: u32, shadow: Shadow) {
-        self.shadow[s as usize] = shadow;
+        self.entries[s as usize].shadow = shadow;
     }
 
     /// Takes the shadow entry of a slot (a page is coming back to it).
     pub fn take_shadow(&mut self, s: u32) -> Shadow {
-        std::mem::replace(&mut self.shadow[s as usize], NO_SHADOW)
+        std::mem::replace(&mut self.entries[s as usize].shadow, NO_SHADOW)
     }
 }
 

@@ -685,11 +685,23 @@ impl Guest {
         self.lru.remove(p);
         self.pages.release(p);
         self.vmstat.inc(Counter::PgStealDirect);
+        self.prefetch_next_victim();
         if dirty {
             // Nothing waits for this write and no page depends on it: only the device sees it.
             self.device_io(now, offset, 1, true, env);
         }
         None
+    }
+
+    /// Fetches what evicting the next least recently used page will touch (its page-table entry
+    /// and swap-cache entry) into the CPU cache, ahead of the next fault.
+    fn prefetch_next_victim(&self) {
+        let Some(q) = self.lru.tail(0, LruList::Exact) else { return };
+        let (pid, vpn) = (self.pages.owner[q as usize], self.pages.index[q as usize]);
+        if let Some(pte) = self.procs.get(pid as usize).and_then(|pr| pr.mm.pte.get(vpn as usize)) {
+            super::access::prefetch(pte);
+        }
+        self.swap.prefetch(self.pages.swap[q as usize]);
     }
 
     /// A write completed: the pages are clean; those reclaim was waiting for are freed now (the
