@@ -26,15 +26,22 @@ test: setup
 
 # The peer benchmark replays a recorded `sort` (recorded once under valgrind, about a minute).
 BENCH_TRACE := runs/bench/sort30k.mvtrace
+# The miss-path benchmark: Zipf(1.0) over a million pages (bench/zipftrace.py).
+ZIPF_TRACE := runs/bench/zipf1m.oracleGeneral
 
-bench: setup $(BENCH_TRACE)
+bench: setup $(BENCH_TRACE) $(ZIPF_TRACE)
 	$(BIN)/memvisor bench
 	cargo run --release -q -p memvisor --example scale -- 1000 512MiB 8MiB
-	$(BIN)/memvisor trace bench $(BENCH_TRACE) --frames 32,64,128,256,509 --repeats 5
+	$(BIN)/memvisor trace bench $(BENCH_TRACE) --frames 4,8,16,32,64,128,256,509 --repeats 5
+	$(BIN)/memvisor trace bench $(ZIPF_TRACE) --frames 1000,10000,100000 --repeats 5
 	# The esx-overcommit case's four-guest run on one core (its table's last column is the wall time).
 	$(BIN)/memvisor run esx-overcommit --variant four --jobs 1 --quiet --out runs/bench/esx-overcommit
 	# One observe/decide/apply round of the live backend over 10 real guests (QEMU).
 	$(BIN)/memvisor bench --live 10
+
+$(ZIPF_TRACE):
+	mkdir -p runs/bench
+	$(BIN)/python bench/zipftrace.py $@
 
 $(BENCH_TRACE):
 	mkdir -p runs/bench

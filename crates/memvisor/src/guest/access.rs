@@ -13,6 +13,9 @@ use super::process::{PTE_MASK, PTE_PRESENT, PTE_SWAP};
 use super::{Env, Guest, Replacement};
 use crate::workloads::Pattern;
 
+/// Page tables smaller than this (1 MiB of entries) stay in the CPU's caches: no prefetching.
+const PREFETCH_MIN_PAGES: usize = 1 << 18;
+
 impl Guest {
     /// Runs `pattern` over `region` of process `pid` from `now` until it is done, the window ends
     /// at `end`, or the process blocks.
@@ -103,20 +106,21 @@ impl Guest {
                     let vpn = (start + page) as usize;
                     if write { mm.wfast.get(vpn) } else { mm.rfast.get(vpn) }
                 },
-                |_, _| {},
+                None::<fn(u32, u32)>,
             );
         }
         let (lru, pg, swap) = (&mut self.lru, &self.pages, &self.swap);
         // Over a large footprint the page table and the swap cache miss the CPU's caches: fetch
-        // a trace's far reference's entry, and the swap-cache entry of the nearer one (whose entry
-        // is in the cache by now), so that a fault finds both there.
-        let ahead = |near: u32, far: u32| {
+        // a trace's far reference's page-table entry, and the swap-cache entry of the nearer one
+        // (whose page-table entry is cached by now), so that a fault finds both there. Small
+        // tables stay cached anyway; there it would only cost time.
+        let ahead = (mm.pte.len() >= PREFETCH_MIN_PAGES).then_some(|near: u32, far: u32| {
             prefetch(&mm.pte[(start + far) as usize]);
             let pte = mm.pte[(start + near) as usize];
             if pte & PTE_SWAP != 0 {
                 swap.prefetch(pte & PTE_MASK);
             }
-        };
+        });
         pattern.hits(
             pages,
             budget,

@@ -121,8 +121,7 @@ pub fn xorshift64star(state: &mut u64) -> u64 {
 }
 
 /// How many references ahead a trace shows its pages to `Pattern::hits`'s `ahead`: far enough
-/// for a fetch from memory (about 100 ns) to complete behind the hits in between, which cost a
-/// few nanoseconds each.
+/// for a fetch from memory (about 100 ns) to complete behind the references in between.
 pub const AHEAD: usize = 8;
 
 impl Pattern {
@@ -191,10 +190,16 @@ impl Pattern {
     /// Takes references while `hit` says a reference changes nothing but time (and whatever `hit`
     /// itself does), at most `budget` of them; returns how many were taken. Each pattern runs its
     /// own tight loop: this is the hot path of every simulation. A trace, whose next references
-    /// are known, also shows `ahead` the pages [`AHEAD`] and 2 x [`AHEAD`] references ahead, so
-    /// the caller can fetch their state into the cache before it is needed.
+    /// are known, also shows `ahead`, if given, the pages [`AHEAD`] and 2 x [`AHEAD`] references
+    /// ahead of each, so the caller can fetch their state into the cache before it is needed.
     #[inline]
-    pub fn hits(&mut self, pages: u32, budget: u64, mut hit: impl FnMut(u32, bool) -> bool, mut ahead: impl FnMut(u32, u32)) -> u64 {
+    pub fn hits(
+        &mut self,
+        pages: u32,
+        budget: u64,
+        mut hit: impl FnMut(u32, bool) -> bool,
+        mut ahead: Option<impl FnMut(u32, u32)>,
+    ) -> u64 {
         let mut n = 0;
         match self {
             Self::Sweep { first, count, write, .. } => {
@@ -224,7 +229,9 @@ impl Pattern {
                     let stop = refs.len().min(*pos + (budget - n) as usize);
                     let start = *pos;
                     while *pos < stop {
-                        if let Some(&far) = refs.get(*pos + 2 * AHEAD) {
+                        if let Some(ahead) = ahead.as_mut()
+                            && let Some(&far) = refs.get(*pos + 2 * AHEAD)
+                        {
                             ahead(refs[*pos + AHEAD] & ID_MASK, far & ID_MASK);
                         }
                         let r = refs[*pos];
