@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -275,6 +276,45 @@ def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...] | 
     if any(m > 1 for m in misses.values()):
         worst = ", ".join(f"{p}: {m}" for p, m in misses.items() if m > 1)
         raise MemvisorError(f"simulated major faults outside the kernel's band at more than one limit per pattern ({worst})", 1)
+
+
+@validate.command("ksm")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-ksm"), show_default=True)
+@click.option("--mixes", "mix_list", default=None, help="Content mixes to run, comma-separated [default: all].")
+@click.option("--scans", type=click.IntRange(min=3), default=3, show_default=True, help="Full scans at least after the processes are ready (above 4, smart scan's skips show).")
+def ksm_cmd(out_dir: Path, mix_list: str | None, scans: int) -> None:
+    """Run processes whose pages follow declared content mixes under this machine's KSM, and the
+    simulated KSM scanner on the same mixes; compare KSM's counters (within 1 %, exact below 100).
+    Restores every KSM setting it changes. Needs root and KSM; without them it says what is
+    missing and exits with status 77."""
+    from memvisor import validate_ksm as vk
+
+    mixes = [m.strip() for m in mix_list.split(",") if m.strip()] if mix_list else list(vk.MIXES)
+    unknown = [m for m in mixes if m not in vk.MIXES]
+    if unknown or not mixes:
+        raise click.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(vk.MIXES)}", param_hint="--mixes")
+    missing = vk.missing_prerequisites()
+    if missing:
+        raise MemvisorError("validate ksm cannot run on this machine; it needs:", vk.SKIPPED, details=missing)
+    try:
+        folder = vk.run_validation(out_dir, mixes, min_scans=scans, log=lambda line: err.print(line, highlight=False))
+    except vk.ValidationError as e:
+        raise MemvisorError(str(e), 1) from None
+    summary = json.loads((folder / "results.json").read_text())
+    t = Table("mix", "use_zero_pages", "full scans", "counter", "kernel", "simulated", "within 1 %", title=f"validate ksm: kernel {summary['kernel']}")
+    for run in summary["runs"]:
+        first = True
+        for r in run["rows"]:
+            if r["counter"] in ("full_scans", "pages_skipped", "general_profit") and r["simulated"] is None:
+                continue
+            t.add_row(run["mix"] if first else "", str(run["settings"]["use_zero_pages"]) if first else "", fmt(run["kernel"]["full_scans"]) if first else "",
+                      r["counter"], fmt(r["kernel"]), fmt(r["simulated"]), "yes" if r["within_1pct"] else "NO")
+            first = False
+        t.add_section()
+    out.print(t)
+    out.print(f"run folder: {folder}")
+    if not summary["target_met"]:
+        raise MemvisorError("simulated KSM counters differ from the kernel's by more than the tolerance", 1)
 
 
 @validate.command("balloon")

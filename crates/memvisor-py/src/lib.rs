@@ -341,6 +341,37 @@ fn timeseries_columns() -> Vec<&'static str> {
     memvisor::metrics::columns()
 }
 
+/// The simulated KSM scanner (`memvisor.host.ksm`) over processes' mergeable pages, given as
+/// content ids in address order (0 is a zero page), processes in the order KSM met them. `settings`
+/// takes /sys/kernel/mm/ksm names (pages_to_scan, sleep_millisecs, max_page_sharing,
+/// use_zero_pages, smart_scan; kernel defaults for those missing) and `full_scans`, how many
+/// full scans ksmd completes. Returns KSM's counters by name, and `elapsed_ms`, the time ksmd
+/// took at its sleep between batches.
+#[pyfunction]
+fn ksm_scan(processes: Vec<Vec<u64>>, settings: HashMap<String, u64>) -> PyResult<HashMap<&'static str, u64>> {
+    let mut s = memvisor::host::ksm::KsmSettings::default();
+    let mut full_scans = None;
+    for (k, &v) in &settings {
+        match k.as_str() {
+            "full_scans" => full_scans = Some(v),
+            _ => s.set(k, v).map_err(PyValueError::new_err)?,
+        }
+    }
+    let full_scans = full_scans.ok_or_else(|| PyValueError::new_err("ksm_scan: settings must give full_scans"))?;
+    let mut ksm = memvisor::host::ksm::Ksm::new(s);
+    for &c in processes.iter().flatten() {
+        ksm.add_page(c);
+    }
+    let mut batches = 0u64;
+    while ksm.counters().full_scans < full_scans && !processes.iter().all(Vec::is_empty) {
+        ksm.wake();
+        batches += 1;
+    }
+    let mut out: HashMap<&'static str, u64> = ksm.counters().entries().into_iter().collect();
+    out.insert("elapsed_ms", batches * s.sleep_millisecs as u64);
+    Ok(out)
+}
+
 /// The memvisor engine.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -358,6 +389,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cases, m)?)?;
     m.add_function(wrap_pyfunction!(case_text, m)?)?;
     m.add_function(wrap_pyfunction!(timeseries_columns, m)?)?;
+    m.add_function(wrap_pyfunction!(ksm_scan, m)?)?;
     m.add("ScenarioError", m.py().get_type::<ScenarioError>())?;
     m.add("RunError", m.py().get_type::<RunError>())?;
     Ok(())

@@ -10,6 +10,7 @@ mod admission;
 mod balloon_backend;
 mod compressibility;
 mod hostswap;
+pub mod ksm;
 mod p2m;
 mod profile;
 mod sampler;
