@@ -75,17 +75,16 @@ from typing import Callable, Iterator, Sequence
 from memvisor.validate import SKIPPED, Cgroup, ValidationError, _check, _read, describe_status, find_memory_cgroup_root
 
 __all__ = [
-    "SKIPPED", "MIXES", "Mix", "ZERO", "common", "unique", "duplicate", "kind_of", "splitmix64", "page_bytes",
+    "SKIPPED", "MIXES", "Mix", "ZERO", "common", "unique", "duplicate", "kind_of", "page_bytes",
     "missing_prerequisites", "run_kernel", "simulate", "expected", "settle_scans", "compare", "within_tolerance",
     "run_validation", "ValidationError",
 ]
 
 PAGE = 4096
 KSM_DIR = Path("/sys/kernel/mm/ksm")
-M64 = (1 << 64) - 1
 
 # ---------------------------------------------------------------------------------------------
-# Content ids and page bytes (the Rust scanner uses the same encoding and the same generator)
+# Content ids (the encoding of `memvisor::content`) and page bytes (its generator)
 
 #: An all-zero page.
 ZERO = 0
@@ -126,20 +125,12 @@ def kind_of(cid: int) -> str:
     return names[kind]
 
 
-def splitmix64(x: int) -> int:
-    """Vigna's splitmix64 finaliser, in wrapping u64 arithmetic (as ksmpages.c and the Rust side)."""
-    z = (x + 0x9E3779B97F4A7C15) & M64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
-    return z ^ (z >> 31)
-
-
 def page_bytes(cid: int) -> bytes:
-    """The 4 KiB a content id stands for: zeros for 0, else 512 little-endian words
-    splitmix64((id << 9) | i)."""
-    if cid == ZERO:
-        return bytes(PAGE)
-    return struct.pack("<512Q", *(splitmix64(((cid << 9) | i) & M64) for i in range(PAGE // 8)))
+    """The 4 KiB a content id stands for, from the engine's generator (`memvisor::content`): zeros
+    for 0, else 512 little-endian words splitmix64((id << 9) | i), as ksmpages.c writes them."""
+    from memvisor import _core
+
+    return bytes(_core.page_bytes(cid))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,11 +162,13 @@ IMAGE_POOL = 1024
 
 
 def _image_mix() -> list[list[int]]:
+    from memvisor import _core
+
     procs = []
     for p in range(4):
         ids = [ZERO] * 1024
         # A fixed pseudo-random draw, so that contents are found 1 to ~20 times, not a round number.
-        ids += [common(splitmix64((p << 20) | j) % IMAGE_POOL) for j in range(1024, 3072)]
+        ids += [common(_core.splitmix64((p << 20) | j) % IMAGE_POOL) for j in range(1024, 3072)]
         ids += [unique(p, i) for i in range(3072, 4096)]
         procs.append(ids)
     return procs

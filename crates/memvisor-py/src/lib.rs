@@ -372,6 +372,18 @@ fn ksm_scan(processes: Vec<Vec<u64>>, settings: HashMap<String, u64>) -> PyResul
     Ok(out)
 }
 
+/// The 4 KiB a page content identity stands for (`memvisor::content::page_bytes`).
+#[pyfunction]
+fn page_bytes(id: u64) -> std::borrow::Cow<'static, [u8]> {
+    memvisor::content::page_bytes(id).into()
+}
+
+/// SplitMix64's output function (`memvisor::content::splitmix64`), the generator of page bytes.
+#[pyfunction]
+fn splitmix64(x: u64) -> u64 {
+    memvisor::content::splitmix64(x)
+}
+
 /// The memvisor engine.
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -390,6 +402,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(case_text, m)?)?;
     m.add_function(wrap_pyfunction!(timeseries_columns, m)?)?;
     m.add_function(wrap_pyfunction!(ksm_scan, m)?)?;
+    m.add_function(wrap_pyfunction!(page_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(splitmix64, m)?)?;
     m.add("ScenarioError", m.py().get_type::<ScenarioError>())?;
     m.add("RunError", m.py().get_type::<RunError>())?;
     Ok(())

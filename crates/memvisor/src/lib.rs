@@ -13,6 +13,7 @@
 pub mod backend;
 pub mod bitmap;
 pub mod clock;
+pub mod content;
 pub mod controller;
 pub mod devices;
 pub mod guest;

@@ -1,7 +1,7 @@
 //! Kernel samepage merging (`mm/ksm.c`, Linux 6.x): ksmd walks the pages processes marked
 //! mergeable, `pages_to_scan` of them every `sleep_millisecs`, and merges pages of identical
 //! content into one write-protected KSM page. Pages are compared by content identity (equal
-//! identities are equal bytes; see the content model), so no bytes are hashed here.
+//! identities are equal bytes: `content.rs`), so no bytes are hashed here.
 //!
 //! The rules, each as `mm/ksm.c` has them since 6.11 (docs/sources/page-sharing.md, 1.4-1.9):
 //! - A page goes further only if its checksum is unchanged since its previous visit
@@ -25,8 +25,7 @@
 
 use std::collections::HashMap;
 
-/// The content identity of a zero-filled page.
-pub const ZERO: u64 = 0;
+use crate::content::ZERO;
 
 /// ksmd's tunables, as in /sys/kernel/mm/ksm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,76 @@
+//! Page contents: what a page holds, as an identity. Equal identities are equal bytes, so sharing
+//! and deduplication compare identities; the bytes themselves are generated from the identity
+//! when something must see them (a hash, a compressor, a real process in a validation).
+//!
+//! Identities (a `u64`): 0 is a zero-filled page; `common(k)` is content k of an image that every
+//! guest or process booted from it holds (kernel text, libraries, a runtime's code); `unique(p, i)`
+//! is page i of process p, found nowhere else; `duplicate(p, d)` is content d repeated within
+//! process p only. The kind sits in bits 40 and up, the process in bits 20..40, the index below.
+
+/// The identity of a zero-filled page.
+pub const ZERO: u64 = 0;
+
+const KIND_SHIFT: u32 = 40;
+const PROC_SHIFT: u32 = 20;
+const FIELD: u64 = 1 << PROC_SHIFT;
+
+/// Bytes in a page.
+const PAGE_BYTES: usize = crate::units::PAGE_SIZE as usize;
+
+/// Content `k` common to everything booted from one image (`k` below 2^40).
+pub fn common(k: u64) -> u64 {
+    debug_assert!(k < 1 << KIND_SHIFT);
+    1 << KIND_SHIFT | k
+}
+
+/// Page `i` of process `p`, unique to it (both below 2^20).
+pub fn unique(p: u64, i: u64) -> u64 {
+    debug_assert!(p < FIELD && i < FIELD);
+    2 << KIND_SHIFT | p << PROC_SHIFT | i
+}
+
+/// Content `d` repeated within process `p` only (both below 2^20).
+pub fn duplicate(p: u64, d: u64) -> u64 {
+    debug_assert!(p < FIELD && d < FIELD);
+    3 << KIND_SHIFT | p << PROC_SHIFT | d
+}
+
+/// Vigna's SplitMix64 output function: a bijection of `u64` that scrambles every bit.
+pub fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The 4 KiB an identity stands for: zeros for `ZERO`, otherwise 512 little-endian words, word i
+/// being `splitmix64(id << 9 | i)` (what `validate ksm`'s `data/ksmpages.c` writes). Distinct
+/// identities give distinct pages: the first word alone is a bijection of `id << 9`.
+pub fn page_bytes(id: u64) -> Vec<u8> {
+    if id == ZERO {
+        return vec![0; PAGE_BYTES];
+    }
+    (0..PAGE_BYTES as u64 / 8).flat_map(|i| splitmix64(id << 9 | i).to_le_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splitmix64_is_vignas_reference() {
+        // The first output of SplitMix64 seeded with 0 in Vigna's reference implementation.
+        assert_eq!(splitmix64(0), 0xE220_A839_7B1D_CDAF);
+    }
+
+    #[test]
+    fn identities_are_their_bytes() {
+        assert_eq!(page_bytes(ZERO), vec![0; 4096]);
+        let a = page_bytes(common(3));
+        assert_eq!(a, page_bytes(common(3)), "the same bytes every time");
+        assert_eq!(u64::from_le_bytes(a[..8].try_into().unwrap()), splitmix64(common(3) << 9));
+        assert_ne!(a, page_bytes(common(4)));
+        assert_ne!(page_bytes(unique(1, 2)), page_bytes(duplicate(1, 2)));
+        assert!(a.iter().any(|&b| b != 0));
+    }
+}
