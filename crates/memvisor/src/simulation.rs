@@ -37,6 +37,9 @@ pub struct Simulation {
     series: TimeSeries,
     window: [Option<Vec<Vec<f64>>>; 2],
     finished: Option<String>,
+    /// Tests: every event goes through the engine loop (no `guest::Horizon`).
+    #[cfg(test)]
+    engine_only: bool,
 }
 
 impl Simulation {
@@ -113,6 +116,8 @@ impl Simulation {
             series: TimeSeries::default(),
             window: [None, None],
             finished: None,
+            #[cfg(test)]
+            engine_only: false,
         })
     }
 
@@ -140,7 +145,10 @@ impl Simulation {
     pub fn run_until(&mut self, until: u64) -> Result<bool, String> {
         let lookahead = self.scenario.host.lookahead_ns;
         let end = self.scenario.duration_ns.unwrap_or(u64::MAX);
-        self.world.horizon = Some((lookahead, end, until));
+        let horizon = Some((lookahead, end, until));
+        #[cfg(test)]
+        let horizon = horizon.filter(|_| !self.engine_only);
+        self.world.horizon = horizon;
         while self.finished.is_none() {
             let Some(t) = self.world.events.peek_time() else {
                 self.finish(self.world.now, "nothing left to simulate");
@@ -389,4 +397,47 @@ fn runtime(g: &Guest) -> Option<f64> {
     let start = finite.iter().map(|p| p.stats.start_ns).min()?;
     let end = finite.iter().map(|p| p.stats.end_ns).max()?;
     Some((end - start) as f64 / 1e9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A guest taking its own next events (`guest::Horizon`) is the engine loop done in place:
+    /// the same runs give the same results, bit for bit, with and without it.
+    #[test]
+    fn guests_taking_their_own_events_change_nothing() {
+        let stress = crate::scenario::case_text("paging-stress").unwrap();
+        let cases = [
+            // Several processes and vCPUs, kswapd and writeback, a policy and samples.
+            (
+                stress,
+                vec![
+                    "vm.kali.workload.stress.instances=5".to_string(),
+                    "vm.kali.workload.write-1GiB.start=5s".to_string(),
+                    "duration=12s".to_string(),
+                ],
+            ),
+            // One process faulting alone: the events its faults make are nearly all its own.
+            (
+                stress,
+                vec!["vm.kali.workload.stress.instances=1".to_string(), "vm.kali.memory=256MiB".to_string(), "duration=12s".to_string()],
+            ),
+            // Host reclaim: balloon, host swap and their invalidations while guests page.
+            (crate::scenario::case_text("nfs-balloon").unwrap(), vec!["vm.big.reservation=3GiB".to_string(), "duration=90s".to_string()]),
+        ];
+        for (text, sets) in cases {
+            let s = crate::scenario::load(text, "x", &sets).unwrap().remove(0);
+            let run = |engine_only: bool| {
+                let mut sim = Simulation::new(&s).unwrap();
+                sim.engine_only = engine_only;
+                sim.run().unwrap();
+                let r = sim.results();
+                (r.summary.to_json(), r.series.values, r.decisions.len(), sim.now())
+            };
+            let (a, b) = (run(false), run(true));
+            assert!(a.0.contains("pswpin"));
+            assert_eq!(a, b, "{sets:?}");
+        }
+    }
 }

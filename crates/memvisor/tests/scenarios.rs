@@ -177,3 +177,23 @@ fn the_scenario_seed_drives_random_workloads() {
     assert_ne!(a.0, c.0, "seeds 1 and 2 gave the same counters: the seed is not used");
     assert_eq!(run(1, ", seed = 7"), run(2, ", seed = 7"), "a pinned workload seed must not depend on the scenario seed");
 }
+
+/// Stopping the engine at arbitrary instants changes nothing: a guest that takes its own next
+/// events (`guest::Horizon`) stops at the caller's stop and the run's end, and the events it
+/// takes are the ones the engine would have handed it, at the same times with the same limits.
+#[test]
+fn a_run_stepped_at_odd_instants_equals_one_run() {
+    let text = scenario::case_text("paging-stress").unwrap();
+    let sets = ["vm.kali.workload.stress.instances=5".to_string(), "vm.kali.workload.write-1GiB.start=20s".to_string()];
+    let s = scenario::load(text, "x", &sets).unwrap().remove(0);
+    let whole = common::run(&s).results();
+    let mut sim = memvisor::Simulation::new(&s).unwrap();
+    let mut t = 0;
+    while !sim.run_until(t).unwrap() {
+        t += 977_777;
+    }
+    let stepped = sim.results();
+    assert!(stepped.summary.to_json().contains("pswpin"), "summary carries the counters");
+    assert!(sim.world().guests()[0].counters().get(memvisor::guest::Counter::PswpIn) > 1_000, "the run must page");
+    assert_eq!((whole.summary.to_json(), whole.series.values), (stepped.summary.to_json(), stepped.series.values));
+}
