@@ -412,5 +412,7 @@ def test_the_kernel_counts_the_chains_mix_as_ksms_rules_say():
     e = v.expected("chains", v.DEFAULT_SETTINGS, k["full_scans"])
     assert {c: k[c] for c in v.COMPARED + v.KERNEL_ONLY} == {c: e[c] for c in v.COMPARED + v.KERNEL_ONLY}
     assert k["full_scans"] == v.settle_scans("chains", v.DEFAULT_SETTINGS)
+    sim = v.simulate("chains", {**v.DEFAULT_SETTINGS, "full_scans": k["full_scans"]})
+    assert {c: sim[c] for c in v.COMPARED} == {c: k[c] for c in v.COMPARED}, "the simulated scanner counts as the kernel did"
     cg_root, _ = v.find_memory_cgroup_root(Path("/sys/fs/cgroup"))
     assert not (cg_root / f"memvisor-validate-ksm-{os.getpid()}").exists()
