@@ -34,6 +34,7 @@ fn vm_view(d: &Bound<'_, PyDict>) -> PyResult<VmView> {
         memory_stall_ns: field(d, &w, "memory_stall_ns")?,
         host_stall_ns: field(d, &w, "host_stall_ns")?,
         committed: f("committed")?,
+        guest_reserve: field(d, &w, "guest_reserve")?,
         balloon_size: f("balloon_size")?,
         balloon_target: f("balloon_target")?,
         balloon_max: f("balloon_max")?,
@@ -143,6 +144,7 @@ pub fn view_dict<'py>(py: Python<'py>, v: &HostView) -> PyResult<Bound<'py, PyDi
         }
         e.set_item("memory_stall_ns", m.memory_stall_ns)?;
         e.set_item("host_stall_ns", m.host_stall_ns)?;
+        e.set_item("guest_reserve", m.guest_reserve)?;
         e.set_item("active_sample", m.active_sample)?;
         e.set_item("active_sample_now", m.active_sample_now)?;
         vms.append(e)?;

@@ -359,3 +359,31 @@ fn pages_read_back_are_takeable_again_without_the_daemon() {
     let sim = run_with(&scenario(text), 0, &[], 1_000_000_000);
     assert!(sim.world().host().vms().iter().all(|v| v.stats.swap_out > 0), "the host had to swap every VM");
 }
+
+/// Xen self-ballooning: an idle guest gives memory back a little at a time down to what it has
+/// committed plus its reserve, never below the driver's floor; a guest whose balloon does not take
+/// pages out of MemTotal is refused with the reason.
+#[test]
+fn xen_selfballoon_shrinks_an_idle_guest_toward_its_commitment() {
+    let text = |balloon: &str| {
+        common::one_guest(
+            "4GiB",
+            &format!("name = \"g\"\nmemory = \"512MiB\"\nballoon = \"{balloon}\"\nworkload = {{ kind = \"idle\", footprint = \"64MiB\" }}"),
+            "duration = \"300s\"",
+        )
+        .replace("[host]\n", "[host]\npolicy = \"xen-selfballoon\"\n")
+    };
+    let s = common::scenario(&text("virtio"));
+    let sim = common::run(&s);
+    let g = &sim.world().guests()[0];
+    let page = memvisor::units::PAGE_SIZE;
+    let (total, committed) = (g.mem_total() * page, g.committed_as() * page);
+    let floor = memvisor::policy::floor_pages(512 << 8, g.watermarks().high) * page;
+    assert!(g.balloon().size() > 0, "the guest gave memory back");
+    assert!(total >= floor - page, "MemTotal {total} stays at or above the floor {floor}");
+    assert!(total <= floor.max(committed + g.watermarks().high * page) + (8 << 20), "MemTotal {total} came down to its goal or floor");
+    let decisions = sim.results().decisions;
+    assert!(decisions.len() > 10 && decisions.iter().all(|d| d.reason.contains("Committed_AS")), "every tick says why");
+    let err = memvisor::scenario::load(&text("vmw"), "t", &[]).unwrap_err().to_string();
+    assert!(err.contains("host.policy") && err.contains("MemTotal") && err.contains("vmw"), "{err}");
+}

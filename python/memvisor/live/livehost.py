@@ -147,8 +147,9 @@ class LiveHost:
             # The guest's own stall is not visible from the host; its cgroup's PSI is the host's.
             "memory_stall_ns": None,
             "host_stall_ns": stall,
-            # Committed_AS is not among the virtio-balloon statistics.
+            # Committed_AS is not among the virtio-balloon statistics, nor the guest's reserve.
             "committed": 0,
+            "guest_reserve": None,
             "balloon_size": balloon,
             "balloon_target": vm.balloon_target,
             "balloon_max": vm.memory - min(vm.spec.floor, vm.memory),

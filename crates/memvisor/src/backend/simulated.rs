@@ -194,6 +194,8 @@ impl Backend for SimulatedHost {
                 memory_stall_ns: Some(g.memory_stall_ns()),
                 host_stall_ns: Some(h.stats.host_wait_ns),
                 committed: g.committed_as() * PAGE_SIZE,
+                // One zone, no lowmem reserve: totalreserve_pages is its high watermark.
+                guest_reserve: Some(g.watermarks().high * PAGE_SIZE),
                 balloon_size: h.ballooned * PAGE_SIZE,
                 balloon_target: h.balloon_target * PAGE_SIZE,
                 balloon_max: h.balloon_max * PAGE_SIZE,

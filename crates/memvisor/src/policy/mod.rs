@@ -8,6 +8,7 @@ mod mom;
 mod pressure;
 mod proxmox;
 mod static_partition;
+mod xen_selfballoon;
 
 pub use esx::Esx;
 pub use esx_states::{StateTable, TABLES as ESX_STATE_TABLES, min_free};
@@ -15,6 +16,7 @@ pub use mom::Mom;
 pub use pressure::Pressure;
 pub use proxmox::Proxmox;
 pub use static_partition::Static;
+pub use xen_selfballoon::{XenSelfballoon, floor_pages};
 
 /// A VM's stable identity: given at power-on, never reused, kept when other VMs come and go.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -61,6 +63,10 @@ pub struct VmView {
     pub host_stall_ns: Option<u64>,
     /// Guest Committed_AS, bytes.
     pub committed: u64,
+    /// The guest's `totalreserve_pages` in bytes (its zones' high watermarks plus lowmem
+    /// reserves): what it keeps free, which its own self-ballooning driver adds to Committed_AS.
+    /// The simulator knows it; a live host cannot see it (no guest agent reports it).
+    pub guest_reserve: Option<u64>,
     /// Pages in the balloon, bytes (MCTLSZ; virtio `actual`).
     pub balloon_size: u64,
     /// Balloon target, bytes (MCTLTGT).
@@ -209,7 +215,7 @@ pub fn is_external(name: &str) -> bool {
 }
 
 /// Policy names a scenario may use.
-pub const POLICY_NAMES: &[&str] = &["static", "esx", "mom", "proxmox", "pressure"];
+pub const POLICY_NAMES: &[&str] = &["static", "esx", "mom", "proxmox", "pressure", "xen-selfballoon"];
 
 /// A policy's settings from the scenario.
 #[derive(Clone, Debug, PartialEq)]
@@ -252,6 +258,7 @@ pub fn build(spec: &PolicySpec) -> Option<Box<dyn Policy>> {
         "mom" => Some(Box::new(Mom::default())),
         "proxmox" => Some(Box::new(Proxmox)),
         "pressure" => Some(Box::new(Pressure::default())),
+        "xen-selfballoon" => Some(Box::new(XenSelfballoon)),
         _ => None,
     }
 }

@@ -335,6 +335,21 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
     if vms.is_empty() {
         return c.err(raw.name.span(), "vm", "the scenario has no [[vm]]");
     }
+    if host.policy.name == "xen-selfballoon" {
+        // The driver's arithmetic counts ballooned pages out of MemTotal, as Xen's balloon does.
+        if let Some(v) = vms.iter().find(|v| v.guest.balloon != BalloonDriver::Virtio { deflate_on_oom: false }) {
+            let span = raw.host.get_ref().policy.as_ref().map(|p| p.span());
+            return Err(c.src.error(
+                span,
+                "host.policy",
+                format!(
+                    "xen-selfballoon needs guests whose balloon takes pages out of MemTotal (balloon = \"virtio\"); VM '{}' has \"{}\"",
+                    v.guest.name,
+                    v.guest.balloon.name()
+                ),
+            ));
+        }
+    }
     let finite = vms.iter().flat_map(|v| &v.guest.workloads).any(|w| w.spec.is_finite());
     if duration_ns.is_none() && !finite {
         return c.err(
