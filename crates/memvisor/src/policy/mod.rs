@@ -2,6 +2,7 @@
 //! returns [`Decision`]s, each with the reason a human can read. It never touches mechanism
 //! internals, so the same policy object can drive the simulated host or a live one.
 
+mod dmc;
 mod esx;
 mod esx_states;
 mod mom;
@@ -10,6 +11,7 @@ mod proxmox;
 mod static_partition;
 mod xen_selfballoon;
 
+pub use dmc::Dmc;
 pub use esx::Esx;
 pub use esx_states::{StateTable, TABLES as ESX_STATE_TABLES, min_free};
 pub use mom::Mom;
@@ -215,7 +217,7 @@ pub fn is_external(name: &str) -> bool {
 }
 
 /// Policy names a scenario may use.
-pub const POLICY_NAMES: &[&str] = &["static", "esx", "mom", "proxmox", "pressure", "xen-selfballoon"];
+pub const POLICY_NAMES: &[&str] = &["static", "esx", "mom", "proxmox", "pressure", "xen-selfballoon", "dmc"];
 
 /// A policy's settings from the scenario.
 #[derive(Clone, Debug, PartialEq)]
@@ -259,6 +261,7 @@ pub fn build(spec: &PolicySpec) -> Option<Box<dyn Policy>> {
         "proxmox" => Some(Box::new(Proxmox)),
         "pressure" => Some(Box::new(Pressure::default())),
         "xen-selfballoon" => Some(Box::new(XenSelfballoon)),
+        "dmc" => Some(Box::new(Dmc::default())),
         _ => None,
     }
 }
