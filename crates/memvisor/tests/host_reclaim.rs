@@ -387,3 +387,23 @@ fn xen_selfballoon_shrinks_an_idle_guest_toward_its_commitment() {
     let err = memvisor::scenario::load(&text("vmw"), "t", &[]).unwrap_err().to_string();
     assert!(err.contains("host.policy") && err.contains("MemTotal") && err.contains("vmw"), "{err}");
 }
+
+/// DMC squeezes VMs equally: with the host short, two VMs of different ranges are ballooned to the
+/// same fraction of their dynamic range (reservation to memory), and none below its reservation.
+#[test]
+fn dmc_squeezes_every_vm_to_the_same_fraction_of_its_range() {
+    let text = "name = \"t\"\nduration = \"60s\"\n[host]\nmemory = \"1GiB\"\nprofile = \"kvm\"\npolicy = \"dmc\"\n\
+                [[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
+                [[vm]]\nname = \"a\"\nmemory = \"1GiB\"\nreservation = \"256MiB\"\noverhead = \"0B\"\ndatastore = \"d\"\n\
+                workload = { kind = \"idle\", footprint = \"500MiB\" }\n\
+                [[vm]]\nname = \"b\"\nmemory = \"768MiB\"\nreservation = \"512MiB\"\noverhead = \"0B\"\ndatastore = \"d\"\n\
+                workload = { kind = \"idle\", footprint = \"500MiB\" }\n";
+    let sim = common::run(&scenario(text));
+    let page = memvisor::units::PAGE_SIZE as f64;
+    let h = sim.world().host().vms();
+    let frac = |i: usize, min: f64, max: f64| ((max - h[i].balloon_target as f64 * page) - min) / (max - min);
+    let (a, b) = (frac(0, 256.0 * 1048576.0, 1024.0 * 1048576.0), frac(1, 512.0 * 1048576.0, 768.0 * 1048576.0));
+    assert!(h[0].balloon_target > 0 && h[1].balloon_target > 0, "both were squeezed");
+    assert!((a - b).abs() < 0.01 && a > 0.0 && a < 1.0, "the same fraction of each range: {a:.4} and {b:.4}");
+    assert!(sim.results().decisions.iter().all(|d| d.reason.contains("dynamic range")));
+}

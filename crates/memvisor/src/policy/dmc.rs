@@ -11,7 +11,8 @@
 //! are set in two phases: while any VM must shrink, only the shrinking ones are set, and growth
 //! waits until nothing is left to free (the Xen heap workaround). A VM whose balloon has not moved
 //! since the last round while off its target is treated as stuck (`assume_balloon_driver_stuck_after`,
-//! 5 s): it counts at what it holds, and the others share the rest. Rebalancing runs every 10 s
+//! 5 s): it counts at what it holds, and the others share the rest. What a VM holds is the
+//! machine memory granted to it (see `range`). Rebalancing runs every 10 s
 //! (`balance-check-interval`).
 
 use std::collections::BTreeMap;
@@ -32,11 +33,14 @@ pub struct Dmc {
     last_actual: BTreeMap<VmId, u64>,
 }
 
-/// A VM's dynamic range and what it holds (`memory_actual`: its memory less the balloon).
+/// A VM's dynamic range and what it holds. Xen's `memory_actual` is the pages the domain holds;
+/// on a host that backs guest memory on first touch (KVM, the simulator) that is the machine
+/// memory granted to the VM, not its size less the balloon, so that, as in Xen, what the VMs hold
+/// and what is free add up to the host.
 fn range(v: &VmView) -> (u64, u64, u64) {
     let max = v.memory;
     let min = v.reservation.min(max);
-    (min, max, max - v.balloon_size.min(max))
+    (min, max, v.granted.min(max))
 }
 
 impl Policy for Dmc {
@@ -49,10 +53,12 @@ impl Policy for Dmc {
     }
 
     fn decide(&mut self, view: &HostView) -> Vec<Decision> {
+        // Only a VM asked to shrink can be stuck: one under its target need not take memory it
+        // does not touch.
         let stuck = |d: &Dmc, v: &VmView| {
             let (_, _, actual) = range(v);
             let target = v.memory - v.balloon_target.min(v.memory);
-            d.last_actual.get(&v.id) == Some(&actual) && actual.abs_diff(target) > INACCURACY
+            d.last_actual.get(&v.id) == Some(&actual) && actual > target + INACCURACY
         };
         let (moving, held): (Vec<&VmView>, Vec<&VmView>) = view.vms.iter().partition(|v| !stuck(self, v));
         self.last_actual = view.vms.iter().map(|v| (v.id, range(v).2)).collect();
@@ -105,8 +111,17 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
+    /// A VM holding all of its memory less the balloon.
     fn vm(id: u32, min: u64, max: u64, balloon: u64) -> VmView {
-        VmView { id: VmId(id), memory: max, reservation: min, balloon_size: balloon, balloon_target: balloon, ..Default::default() }
+        VmView {
+            id: VmId(id),
+            memory: max,
+            reservation: min,
+            granted: max - balloon,
+            balloon_size: balloon,
+            balloon_target: balloon,
+            ..Default::default()
+        }
     }
 
     fn sizes(d: &mut Dmc, view: &HostView) -> BTreeMap<u32, u64> {
@@ -147,6 +162,7 @@ mod tests {
         // surplus goes to VM 0 alone.
         let mut v1 = vm(1, 256 * MIB, 1024 * MIB, 0);
         v1.balloon_target = 1024 * MIB - s[&1];
+        assert!(v1.granted > s[&1], "still above its target");
         let view = HostView { host_free: 200 * MIB, vms: vec![vm(0, 256 * MIB, 1024 * MIB, 768 * MIB), v1], ..Default::default() };
         let s = sizes(&mut d, &view);
         assert!(!s.contains_key(&1), "a stuck VM gets no new target");
