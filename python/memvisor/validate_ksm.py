@@ -72,6 +72,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from memvisor import _core
 from memvisor.validate import SKIPPED, Cgroup, ValidationError, _check, _read, describe_status, find_memory_cgroup_root
 
 __all__ = [
@@ -97,21 +98,21 @@ def common(k: int) -> int:
     """Content k shared by every process of a mix (an OS image's pages): (1 << 40) | k."""
     if not 0 <= k < 1 << _KIND_SHIFT:
         raise ValueError(f"common content {k} out of range 0..2^40-1")
-    return (1 << _KIND_SHIFT) | k
+    return _core.content_id("common", k, 0)
 
 
 def unique(p: int, i: int) -> int:
     """Page i of process p, found nowhere else: (2 << 40) | (p << 20) | i."""
     if not (0 <= p < _FIELD and 0 <= i < _FIELD):
         raise ValueError(f"unique page ({p}, {i}) out of range 0..2^20-1")
-    return (2 << _KIND_SHIFT) | (p << _PROC_SHIFT) | i
+    return _core.content_id("unique", p, i)
 
 
 def duplicate(p: int, d: int) -> int:
     """Content d repeated within process p only: (3 << 40) | (p << 20) | d."""
     if not (0 <= p < _FIELD and 0 <= d < _FIELD):
         raise ValueError(f"duplicate content ({p}, {d}) out of range 0..2^20-1")
-    return (3 << _KIND_SHIFT) | (p << _PROC_SHIFT) | d
+    return _core.content_id("duplicate", p, d)
 
 
 def kind_of(cid: int) -> str:
@@ -128,8 +129,6 @@ def kind_of(cid: int) -> str:
 def page_bytes(cid: int) -> bytes:
     """The 4 KiB a content id stands for, from the engine's generator (`memvisor::content`): zeros
     for 0, else 512 little-endian words splitmix64((id << 9) | i), as ksmpages.c writes them."""
-    from memvisor import _core
-
     return bytes(_core.page_bytes(cid))
 
 
@@ -162,8 +161,6 @@ IMAGE_POOL = 1024
 
 
 def _image_mix() -> list[list[int]]:
-    from memvisor import _core
-
     procs = []
     for p in range(4):
         ids = [ZERO] * 1024
@@ -428,8 +425,6 @@ def simulate(mix_name: str, settings: dict) -> dict:
     """The simulated scanner (`memvisor._core.ksm_scan`) on the mix: settings pages_to_scan,
     sleep_millisecs, max_page_sharing, use_zero_pages, smart_scan and full_scans (how many full
     scans to run; default `settle_scans`). Returns its counters by the kernel's names."""
-    from memvisor import _core
-
     procs = _mix_processes(mix_name)
     s = {**DEFAULT_SETTINGS, **settings}
     total = sum(len(p) for p in procs)

@@ -378,6 +378,19 @@ fn page_bytes(id: u64) -> std::borrow::Cow<'static, [u8]> {
     memvisor::content::page_bytes(id).into()
 }
 
+/// A content identity (`memvisor::content`): `kind` is "common" (`a` = k), "unique" or
+/// "duplicate" (`a` = process, `b` = index); the ranges are checked by the caller.
+#[pyfunction]
+fn content_id(kind: &str, a: u64, b: u64) -> PyResult<u64> {
+    use memvisor::content;
+    match kind {
+        "common" => Ok(content::common(a)),
+        "unique" => Ok(content::unique(a, b)),
+        "duplicate" => Ok(content::duplicate(a, b)),
+        _ => Err(PyValueError::new_err(format!("content kind '{kind}': one of common, unique, duplicate"))),
+    }
+}
+
 /// SplitMix64's output function (`memvisor::content::splitmix64`), the generator of page bytes.
 #[pyfunction]
 fn splitmix64(x: u64) -> u64 {
@@ -404,6 +417,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ksm_scan, m)?)?;
     m.add_function(wrap_pyfunction!(page_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(splitmix64, m)?)?;
+    m.add_function(wrap_pyfunction!(content_id, m)?)?;
     m.add("ScenarioError", m.py().get_type::<ScenarioError>())?;
     m.add("RunError", m.py().get_type::<RunError>())?;
     Ok(())

@@ -193,11 +193,6 @@ impl Ksm {
         }
     }
 
-    /// The settings.
-    pub fn settings(&self) -> &KsmSettings {
-        &self.settings
-    }
-
     /// Adds a mergeable page holding `content` at the end of the scan order (`madvise
     /// MADV_MERGEABLE`); returns its number.
     pub fn add_page(&mut self, content: u64) -> u32 {
@@ -233,11 +228,6 @@ impl Ksm {
             Tree::Stable(n) if self.nodes[n as usize].content == self.items[i as usize].content => Some(n),
             _ => None,
         }
-    }
-
-    /// Whether page `i` is mapped to the zero page.
-    pub fn zero_mapped(&self, i: u32) -> bool {
-        self.items[i as usize].zero_mapped
     }
 
     /// Counters now.
