@@ -6,6 +6,9 @@
 //! guest or process booted from it holds (kernel text, libraries, a runtime's code); `unique(p, i)`
 //! is page i of process p, found nowhere else; `duplicate(p, d)` is content d repeated within
 //! process p only. The kind sits in bits 40 and up, the process in bits 20..40, the index below.
+//! Guests' pages: `private(vm, owner, i)` is data a process or file of one guest wrote, found
+//! nowhere else; `image(name, i)` is page i of what every guest booted from image `name` holds.
+//! Every identity is below 2^55, so `page_bytes`'s `id << 9` keeps them apart.
 
 /// The identity of a zero-filled page.
 pub const ZERO: u64 = 0;
@@ -33,6 +36,24 @@ pub fn unique(p: u64, i: u64) -> u64 {
 pub fn duplicate(p: u64, d: u64) -> u64 {
     debug_assert!(p < FIELD && d < FIELD);
     3 << KIND_SHIFT | p << PROC_SHIFT | d
+}
+
+/// Owners of `private` data: processes take `0..FILE_OWNER`, files `FILE_OWNER + f`.
+pub const FILE_OWNER: u64 = 1 << 10;
+
+/// Data that owner `owner` (a process, or `FILE_OWNER` + a file) of guest `vm` wrote at page `i`.
+/// Fields past their widths (65,536 guests, 1,024 processes and 1,024 files per guest, 2^27 pages)
+/// wrap, which could make two pages falsely equal: the scenario checks guest and process counts.
+pub fn private(vm: u64, owner: u64, i: u64) -> u64 {
+    1 << 54 | (vm & 0xffff) << 38 | (owner & 0x7ff) << 27 | i & ((1 << 27) - 1)
+}
+
+/// Page `i` (below 2^24) of guest image `name`: the same in every guest booted from it.
+pub fn image(name: &str, i: u64) -> u64 {
+    debug_assert!(i < 1 << 24);
+    // The name's 16-bit digest keeps different images apart (FNV-1a, folded).
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    common(((h ^ h >> 16 ^ h >> 32 ^ h >> 48) & 0xffff) << 24 | i)
 }
 
 /// Vigna's SplitMix64 output function: a bijection of `u64` that scrambles every bit.
@@ -72,5 +93,27 @@ mod tests {
         assert_ne!(a, page_bytes(common(4)));
         assert_ne!(page_bytes(unique(1, 2)), page_bytes(duplicate(1, 2)));
         assert!(a.iter().any(|&b| b != 0));
+    }
+
+    #[test]
+    fn guest_identities_are_apart() {
+        let ids = [
+            private(0, 0, 0),
+            private(1, 0, 0),
+            private(0, 1, 0),
+            private(0, FILE_OWNER, 0),
+            private(0, 0, 1),
+            image("w", 0),
+            image("l", 0),
+            image("w", 1),
+        ];
+        for (i, a) in ids.iter().enumerate() {
+            assert!(*a < 1 << 55 && *a != ZERO);
+            for b in &ids[i + 1..] {
+                assert_ne!(a, b);
+            }
+        }
+        assert_eq!(image("w", 5), image("w", 5));
+        assert!(private(0xffff, 0x7ff, (1 << 27) - 1) > common((1 << 40) - 1), "guest data is apart from every other kind");
     }
 }

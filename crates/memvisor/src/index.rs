@@ -2,3 +2,55 @@
 
 /// "No page, frame, slot or owner": the empty value of every dense u32 index table.
 pub const NONE: u32 = u32::MAX;
+
+/// A table of records addressed by u32 numbers that are reused once freed (KSM pages, shared
+/// frames): freeing is O(1) and numbers stay small.
+#[derive(Clone, Debug, Default)]
+pub struct Recycled<T> {
+    items: Vec<T>,
+    free: Vec<u32>,
+}
+
+impl<T> Recycled<T> {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self { items: Vec::new(), free: Vec::new() }
+    }
+
+    /// Stores `t` under a free number (the last freed, else a new one) and returns the number.
+    pub fn insert(&mut self, t: T) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.items[i as usize] = t;
+                i
+            }
+            None => {
+                self.items.push(t);
+                (self.items.len() - 1) as u32
+            }
+        }
+    }
+
+    /// Frees number `i` for reuse; its record stays readable until then.
+    pub fn free(&mut self, i: u32) {
+        self.free.push(i);
+    }
+
+    /// The record under `i`, if the number was ever given.
+    pub fn get(&self, i: u32) -> Option<&T> {
+        self.items.get(i as usize)
+    }
+}
+
+impl<T> std::ops::Index<u32> for Recycled<T> {
+    type Output = T;
+    fn index(&self, i: u32) -> &T {
+        &self.items[i as usize]
+    }
+}
+
+impl<T> std::ops::IndexMut<u32> for Recycled<T> {
+    fn index_mut(&mut self, i: u32) -> &mut T {
+        &mut self.items[i as usize]
+    }
+}

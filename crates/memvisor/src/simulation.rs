@@ -65,6 +65,9 @@ impl Simulation {
         host.swap_enabled = s.host.swap;
         host.costs = s.host.costs.clone();
         host.reserve_hypervisor(units::pages(s.host.hypervisor));
+        if let Some(p) = &s.host.sharing {
+            host.enable_sharing(p.clone());
+        }
         let mut datastores: Vec<Datastore> = s.datastores.iter().map(|d| Datastore::new(d.name.clone(), d.device.clone())).collect();
         let mut events = EventQueue::new();
         let mut guests = Vec::new();
@@ -104,6 +107,9 @@ impl Simulation {
         events.push(0, Event::Sample);
         if s.host.sample_pages > 0 {
             events.push(0, Event::HostSample);
+        }
+        if let Some(p) = &s.host.sharing {
+            events.push(p.period_ns, Event::HostShareScan);
         }
         events.push(s.report.window_ns.0, Event::Window);
         if let Some(end) = s.report.window_ns.1 {
@@ -178,7 +184,7 @@ impl Simulation {
                     let k = if self.window[0].is_none() { 0 } else { 1 };
                     self.window[k] = Some(self.snapshot());
                 }
-                Event::HostReclaim | Event::HostIoDone { .. } | Event::HostSample => self.world.handle_host(ev)?,
+                Event::HostReclaim | Event::HostIoDone { .. } | Event::HostSample | Event::HostShareScan => self.world.handle_host(ev)?,
                 Event::Guest { guest, ev } => {
                     let next = self.world.events.peek_time().unwrap_or(u64::MAX);
                     let limit = next.max(now + lookahead).min(end);

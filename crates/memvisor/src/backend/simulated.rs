@@ -30,8 +30,8 @@ pub struct SimulatedHost {
     sample_period_ns: u64,
     /// The memory state the policy last declared (for the time series).
     pub(crate) memory_state: &'static str,
-    /// Page-sharing settings as last set. Nothing is merged yet: the content model and the
-    /// scanner come with page sharing (issue 12), so the counts stay zero.
+    /// KSM tuning as a policy last set it (`Action::SetSharing`); what is merged comes from the
+    /// host's own page sharing (`host.page_sharing`), if on.
     sharing: SharingView,
     /// VMs whose vCPUs the policy stopped (since when), their vCPU events held meanwhile, and
     /// each VM's time blocked in earlier stops.
@@ -131,6 +131,11 @@ impl SimulatedHost {
                 }
             }
             Event::HostIoDone { vm, io } => self.host.io_done(vm, io),
+            Event::HostShareScan => {
+                if let Some(t) = self.host.share_scan(now, &mut mems) {
+                    self.events.push(t, Event::HostShareScan);
+                }
+            }
             _ => unreachable!("not a host event: {ev:?}"),
         }
         self.settle()
@@ -213,7 +218,14 @@ impl Backend for SimulatedHost {
             host_memory: self.host.total_frames() * PAGE_SIZE,
             host_free: self.host.free_frames() * PAGE_SIZE,
             host_available: self.host.free_frames() * PAGE_SIZE,
-            sharing: self.sharing,
+            sharing: match self.host.sharing() {
+                // What the host's own sharing has merged, in KSM's terms.
+                Some(s) => {
+                    let shared: u64 = (0..self.guests.len() as u32).map(|i| s.vm(i).shared).sum();
+                    SharingView { pages_shared: s.frames_in_use(), pages_sharing: shared - s.frames_in_use(), ..self.sharing }
+                }
+                None => self.sharing,
+            },
             hypervisor: self.host.hypervisor_frames() * PAGE_SIZE,
             vms,
         })

@@ -25,6 +25,8 @@ pub enum Event {
     },
     /// The host's active-memory sampler ends a period and starts the next.
     HostSample,
+    /// The host's page-sharing scanner wakes.
+    HostShareScan,
     /// The memory policy runs.
     PolicyTick,
     /// Counters are sampled.
@@ -59,6 +61,8 @@ pub enum GuestEvent {
     Balloon,
     /// Windows: the working-set manager's once-a-second run.
     WorkingSetManager,
+    /// The guest zeroes every page it has not used (Windows at boot).
+    ZeroMemory,
 }
 
 #[derive(Debug)]

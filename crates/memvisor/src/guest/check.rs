@@ -133,6 +133,10 @@ impl Guest {
                         if pte != PTE_PRESENT | p {
                             return err(format!("mapped page {p} but pte of {owner}:{vpn} is {pte:#x}"));
                         }
+                        // A shared page's next write must reach the host to break the share.
+                        if matches!(host, PageState::Shared(_)) && self.procs[owner as usize].mm.rfast.get(vpn) {
+                            return err(format!("page {p} is shared on the host but {owner}:{vpn} has fast bits"));
+                        }
                     } else if slot == NONE || pte != PTE_SWAP | slot {
                         return err(format!("unmapped anon page {p} not reachable through swap (pte {pte:#x})"));
                     }
@@ -195,6 +199,9 @@ impl Guest {
                         || self.pages.index[p as usize] != vpn as u32
                     {
                         return err(format!("pte {}:{vpn} -> page {p} which does not point back", proc.pid));
+                    }
+                    if mm.wfast.get(vpn) && self.pages.content[p as usize] != self.written(proc.pid, vpn as u32) {
+                        return err(format!("page {}:{vpn} is write-fast but does not hold what its owner writes", proc.pid));
                     }
                 } else if pte & PTE_SWAP != 0 {
                     let s = pte & PTE_MASK;

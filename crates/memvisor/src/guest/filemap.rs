@@ -115,7 +115,7 @@ impl Guest {
     fn grab_page(&mut self, pid: u32, file: u32, index: u32, now: u64, env: &mut Env) -> Result<(u32, u64), Stall> {
         let p = self.files[file as usize].pages[index as usize];
         if p != NONE {
-            return Ok((p, self.host_touch(p, now, true, env).0));
+            return Ok((p, self.host_touch(p, true, now, true, env).0));
         }
         let (p, host_ns) = self.alloc_page(pid, PageKind::File, file, index, now, env)?;
         self.add_to_page_cache(p, file, index);
@@ -269,7 +269,7 @@ impl Guest {
                 }
             }
             self.mark_page_accessed(p);
-            let (wait, _) = self.host_touch(p, *now, true, env);
+            let (wait, _) = self.host_touch(p, false, *now, true, env);
             *now += self.cfg.costs.page_copy_ns + wait;
             *first += 1;
             *count -= 1;

@@ -33,7 +33,7 @@ impl Guest {
         let dram = refs as u64 * self.cfg.costs.dram_access_ns;
         if pte & PTE_PRESENT != 0 {
             let p = pte & PTE_MASK;
-            let (wait, plain) = self.host_touch(p, now, true, env);
+            let (wait, plain) = self.host_touch(p, write, now, true, env);
             self.reference(pid, vpn, p, write, plain);
             Touch::Done(dram + wait)
         } else if pte & PTE_SWAP != 0 {
@@ -57,6 +57,7 @@ impl Guest {
         }
         if write {
             self.pages.set(p, PG_DIRTY);
+            self.pages.content[p as usize] = self.written(pid, vpn);
             // A written page's swap copy is stale: release the slot (the kernel's write-fault
             // `folio_free_swap`), unless a write-out of it is in flight.
             if self.pages.swap[p as usize] != NONE && self.pages.io[p as usize] == NONE {
@@ -70,15 +71,16 @@ impl Guest {
         }
     }
 
-    /// The guest touches page `p` at `now` (a process's reference, a copy, a device reading it):
-    /// what the host must do first. Returns the time the touch waits and whether the page is now
+    /// The guest touches (`write`: stores to) page `p` at `now` (a process's reference, a copy, a
+    /// device reading or filling it): what the host must do first. Returns the time the touch waits and whether the page is now
     /// plainly backed. A vCPU's (`vcpu`) wait for host reclamation to give a page back (swap-in,
     /// decompression, a frame freed by host reclaim) is the VM's host wait; backing a first-touched
     /// page is not reclamation and is not counted. Pages the host took from this guest meanwhile
     /// are invalidated here.
-    pub(super) fn host_touch(&mut self, p: u32, now: u64, vcpu: bool, env: &mut Env) -> (u64, bool) {
-        let r = match env.host_access(self.id, p, now) {
+    pub(super) fn host_touch(&mut self, p: u32, write: bool, now: u64, vcpu: bool, env: &mut Env) -> (u64, bool) {
+        let r = match env.host_access(self.id, p, write, now) {
             Access::Ready => (0, true),
+            Access::Shared => (0, false),
             Access::NewFrame => (self.cfg.costs.host_back_ns, true),
             Access::Wait(t) => {
                 let ns = t.saturating_sub(now);
@@ -95,11 +97,22 @@ impl Guest {
         r
     }
 
+    /// What process `pid` writes at virtual page `vpn`: data of its own, found nowhere else. A
+    /// page swapped out and read back holds it too (a page swapped out before its first write, still
+    /// zero, is taken to have been written: workloads here write before they read).
+    pub(super) fn written(&self, pid: u32, vpn: u32) -> u64 {
+        crate::content::private(self.id as u64, pid as u64, vpn as u64)
+    }
+
     /// Recomputes a mapped page's fast bits from its state. Exact-LRU mode has no fast path: every
-    /// reference must move the page in the recency list.
+    /// reference must move the page in the recency list. A write that changes what the page holds
+    /// (its first since the page was zeroed) takes the slow path, so the content is recorded.
     pub(super) fn update_fast(&mut self, pid: u32, vpn: u32, p: u32) {
         let read = self.cfg.replacement != Replacement::ExactLru && self.pages.has(p, PG_YOUNG) && self.pages.has(p, PG_MAPPED);
-        let write = read && self.pages.has(p, PG_DIRTY) && self.pages.swap[p as usize] == NONE;
+        let write = read
+            && self.pages.has(p, PG_DIRTY)
+            && self.pages.swap[p as usize] == NONE
+            && self.pages.content[p as usize] == self.written(pid, vpn);
         self.procs[pid as usize].mm.set_fast(vpn, read, write);
     }
 
@@ -175,7 +188,7 @@ impl Guest {
                 }
                 self.vmstat.inc(Counter::TransitionFaults);
             }
-            let (wait, plain) = self.host_touch(p, now, true, env);
+            let (wait, plain) = self.host_touch(p, write, now, true, env);
             self.map_page(pid, vpn, p, write, plain);
             self.free_swap_if_full(p);
             self.procs[pid as usize].stats.minflt += 1;

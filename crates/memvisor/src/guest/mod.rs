@@ -289,6 +289,13 @@ pub struct GuestConfig {
     pub sched_slice_ns: u64,
     /// Workloads to run.
     pub workloads: Vec<WorkloadEntry>,
+    /// The image the guest booted from, if the scenario declares what it has in common with
+    /// other guests booted from it.
+    pub image: Option<Image>,
+    /// When the guest zeroes every page it has not used (Windows does at boot: it "will check how
+    /// much memory it has by zeroing out pages it detects during the boot process", Kingston's
+    /// ESX 4.1 boot-storm tests); `None`: never.
+    pub zero_memory_at_ns: Option<u64>,
     /// Seed of the guest's random streams, derived from the scenario's seed and the VM's place.
     pub seed: u64,
 }
@@ -308,6 +315,16 @@ impl GuestConfig {
         let n = vcpus.clamp(1, 8);
         750_000 * (1 + (31 - n.leading_zeros()) as u64)
     }
+}
+
+/// A guest image: what every guest booted from it holds alike.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Image {
+    /// Its name: guests of one name hold the same image pages.
+    pub name: String,
+    /// Pages of the kernel's boot reservation that are the image's (kernel text, drivers,
+    /// libraries loaded at boot); the rest of the reservation is the guest's own data.
+    pub common_pages: u32,
 }
 
 /// What a guest step needs from the rest of the world.
@@ -344,10 +361,10 @@ impl Env<'_> {
         self.events.push(t, Event::Guest { guest, ev });
     }
 
-    /// The host's side of guest `vm` touching its page `ppn` at `now`.
+    /// The host's side of guest `vm` touching (`write`: storing to) its page `ppn` at `now`.
     #[inline]
-    pub fn host_access(&mut self, vm: u32, ppn: u32, now: u64) -> crate::host::Access {
-        self.host.access(vm, ppn, now, self.datastores, self.events)
+    pub fn host_access(&mut self, vm: u32, ppn: u32, write: bool, now: u64) -> crate::host::Access {
+        self.host.access(vm, ppn, write, now, self.datastores, self.events)
     }
 }
 
@@ -412,6 +429,20 @@ impl GuestMemory for Guest {
             && self.procs[self.pages.owner[ppn as usize] as usize].ahead.touched_after(self.pages.index[ppn as usize], t)
     }
 
+    fn content_id(&self, ppn: u32) -> u64 {
+        let managed = self.pages.managed();
+        if ppn >= managed {
+            // The boot reservation: the image's own pages, then the kernel's data.
+            let k = ppn - managed;
+            return match &self.cfg.image {
+                Some(img) if k < img.common_pages => crate::content::image(&img.name, k as u64),
+                _ => crate::content::private(self.id as u64, page::KERNEL_OWNER, ppn as u64),
+            };
+        }
+        // A page the guest never allocated holds zeros (untouched, or zeroed at boot).
+        self.pages.content.get(ppn as usize).copied().unwrap_or(crate::content::ZERO)
+    }
+
     fn content(&self, ppn: u32) -> Content {
         if ppn as usize >= self.pages.len() {
             return Content::Generic;
@@ -455,7 +486,7 @@ impl Guest {
             });
         }
         let nr_memcgs = u8::try_from(memcgs.len()).ok().filter(|&n| n <= lru::MAX_LRUVECS).ok_or("too many memory cgroups")?;
-        let pages = Pages::new(managed, cfg.reserved_pages, nr_memcgs);
+        let pages = Pages::new(id, managed, cfg.reserved_pages, nr_memcgs);
         env.host.back_range(id, managed, n);
         let managed = managed as u64;
         let wmark = match cfg.replacement {
@@ -492,6 +523,9 @@ impl Guest {
         };
         g.balloon_boot(env);
         g.windows_boot(env);
+        if let Some(t) = g.cfg.zero_memory_at_ns {
+            env.schedule(id, t, GuestEvent::ZeroMemory);
+        }
         for (wi, w) in g.cfg.workloads.clone().iter().enumerate() {
             let memcg = workload_memcg[wi] as u8;
             for (k, workload) in w.spec.processes(traces, crate::rng::derive(g.cfg.seed, &[wi as u64]))?.into_iter().enumerate() {
@@ -702,6 +736,7 @@ impl Guest {
             GuestEvent::Wake { pid } => self.wake(pid, now, env),
             GuestEvent::Balloon => self.balloon_run(now, env),
             GuestEvent::WorkingSetManager => self.working_set_manager(now, env),
+            GuestEvent::ZeroMemory => self.zero_memory(now, env),
         }
         let started = self.sched.start_now.take();
         if let Some(v) = started.filter(|&v| v != NONE) {
@@ -756,7 +791,7 @@ impl Guest {
             let mut start = now;
             if write {
                 for &p in &pages {
-                    start = start.max(now + self.host_touch(p, now, false, env).0);
+                    start = start.max(now + self.host_touch(p, false, now, false, env).0);
                 }
             }
             let blocks = (run[run.len() - 1].0 - run[0].0 + 1) as usize;

@@ -43,6 +43,9 @@ pub const PG_READAHEAD: u8 = PG_RECLAIM;
 /// (`PG_workingset`): its eviction and refault tell working-set thrashing from cache churn.
 pub const PG_WORKINGSET: u8 = 1 << 7;
 
+/// The owner of kernel allocations' data (`crate::content::private`): the last process number.
+pub const KERNEL_OWNER: u64 = crate::content::FILE_OWNER - 1;
+
 /// The page descriptor array. Descriptors exist for the pages the guest has used (page numbers
 /// are handed out from 0 up, freed ones first), so its size follows use, not configured memory.
 /// The kernel's boot-time reservation is the range `managed..` and has no descriptors: those pages
@@ -63,6 +66,11 @@ pub struct Pages {
     pub io: Vec<u32>,
     /// The memory cgroup the page is charged to (0: the root).
     pub memcg: Vec<u8>,
+    /// What the page holds (`crate::content`), set when it is allocated (`Pages::take_free`) and
+    /// when its owner writes it or a read fills it. A freed page keeps it.
+    pub content: Vec<u64>,
+    /// The guest's number, for the identities of what its pages hold.
+    vm: u32,
     /// Pages charged to each memory cgroup (`memory.usage_in_bytes` / 4 KiB), root first.
     charged: Vec<u64>,
     /// Freed pages, reused last-freed first.
@@ -74,8 +82,9 @@ pub struct Pages {
 }
 
 impl Pages {
-    /// `managed` free pages followed by `reserved` kernel pages, for `memcgs` memory cgroups.
-    pub fn new(managed: u32, reserved: u32, memcgs: u8) -> Self {
+    /// `managed` free pages followed by `reserved` kernel pages, for `memcgs` memory cgroups, of
+    /// guest `vm`.
+    pub fn new(vm: u32, managed: u32, reserved: u32, memcgs: u8) -> Self {
         Self {
             kind: Vec::new(),
             flags: Vec::new(),
@@ -84,6 +93,8 @@ impl Pages {
             swap: Vec::new(),
             io: Vec::new(),
             memcg: Vec::new(),
+            content: Vec::new(),
+            vm,
             charged: vec![0; memcgs as usize],
             free_list: Vec::new(),
             managed,
@@ -111,8 +122,20 @@ impl Pages {
         self.charged[v as usize]
     }
 
+    /// What a page allocated as `kind` holds once its first touch has filled it: zeros for
+    /// anonymous memory (the fault zeroes it) and the balloon; the file's data for the page cache;
+    /// the guest's own kernel data otherwise.
+    fn filled(&self, kind: PageKind, owner: u32, index: u32, p: u32) -> u64 {
+        use crate::content::{FILE_OWNER, ZERO, private};
+        match kind {
+            PageKind::Anon | PageKind::Balloon | PageKind::Free => ZERO,
+            PageKind::File => private(self.vm as u64, FILE_OWNER + owner as u64, index as u64),
+            PageKind::Kernel => private(self.vm as u64, KERNEL_OWNER, p as u64),
+        }
+    }
+
     /// Takes a free page (the last freed, else the lowest never used) and gives it a kind and owner,
-    /// charged to memory cgroup `memcg`.
+    /// charged to memory cgroup `memcg`. Its content is what the caller's first touch puts there.
     pub fn take_free(&mut self, kind: PageKind, owner: u32, index: u32, memcg: u8) -> Option<u32> {
         let p = match self.free_list.pop() {
             Some(p) => p,
@@ -124,6 +147,7 @@ impl Pages {
                 self.swap.push(NONE);
                 self.io.push(NONE);
                 self.memcg.push(0);
+                self.content.push(crate::content::ZERO);
                 (self.kind.len() - 1) as u32
             }
             None => return None,
@@ -135,6 +159,7 @@ impl Pages {
         self.owner[i] = owner;
         self.index[i] = index;
         self.memcg[i] = memcg;
+        self.content[i] = self.filled(kind, owner, index, p);
         self.charged[memcg as usize] += 1;
         self.count[0] -= 1;
         self.count[kind as usize] += 1;

@@ -130,7 +130,7 @@ impl Guest {
             if self.pages.nr_free() > floor {
                 let p = self.pages.take_free(kind, owner, index, memcg).expect("free page");
                 // Zeroing the page touches it: the host backs it, or brings back what it took.
-                let (host, _) = self.host_touch(p, now + spent, true, env);
+                let (host, _) = self.host_touch(p, true, now + spent, true, env);
                 return Ok((p, spent + host));
             }
             self.wait_or_kill(pid, spent, now, env)?;
@@ -169,7 +169,7 @@ impl Guest {
     ) -> Option<(u32, u64)> {
         if self.windows() {
             let p = self.windows_take_page(kind, owner, index)?;
-            self.host_touch(p, now, false, env);
+            self.host_touch(p, true, now, false, env);
             return Some((p, 0));
         }
         let mut spent = if memcg != 0 { self.try_charge(NONE, memcg, now, env).ok()? } else { 0 };
@@ -189,13 +189,35 @@ impl Guest {
         }
         let p = self.pages.take_free(kind, owner, index, memcg)?;
         // The device fills the page: the host backs it in its I/O path, not on a vCPU.
-        self.host_touch(p, now + spent, false, env);
+        self.host_touch(p, true, now + spent, false, env);
         Some((p, spent))
     }
 
     /// Whether writes in flight will free memory or otherwise change reclaim's options soon.
     fn reclaim_in_flight(&self) -> bool {
         self.bios.in_flight() > 0
+    }
+}
+
+impl Guest {
+    /// Zeroes every page the guest has not used, or has freed (Windows at boot: see
+    /// `GuestConfig::zero_memory_at_ns`). Each is a write the host must back; the zeroing's own
+    /// time is not modelled (seconds at memory bandwidth for gigabytes, against the minutes that
+    /// matter here).
+    pub(super) fn zero_memory(&mut self, now: u64, env: &mut Env) {
+        for p in 0..self.pages.managed() {
+            let i = p as usize;
+            if i < self.pages.len() {
+                if self.pages.kind[i] != PageKind::Free {
+                    continue;
+                }
+                self.pages.content[i] = crate::content::ZERO;
+            }
+            self.host_touch(p, true, now, false, env);
+            if env.host.fatal.is_some() {
+                return;
+            }
+        }
     }
 }
 

@@ -83,6 +83,8 @@ impl Guest {
     /// free without reclaim. Returns the time allocation took (the reads start after it).
     pub(super) fn swapin_readahead(&mut self, pid: u32, vpn: u32, slot: u32, write: bool, now: u64, env: &mut Env) -> Result<u64, Stall> {
         let (p, mut spent) = self.alloc_page(pid, PageKind::Anon, pid, vpn, now, env)?;
+        // The read brings back what the owner wrote before the page went out.
+        self.pages.content[p as usize] = self.written(pid, vpn);
         self.add_to_swap_cache(p, slot);
         self.pages.set(p, PG_LOCKED);
         self.swapin_lru_add(p, slot);
@@ -108,6 +110,7 @@ impl Guest {
             }
             let Some((q, ns)) = self.alloc_page_nowait(PageKind::Anon, pid, v, self.memcg_of(pid), now + spent, env) else { break };
             spent += ns;
+            self.pages.content[q as usize] = self.written(pid, v);
             self.add_to_swap_cache(q, s);
             self.pages.set(q, PG_LOCKED | PG_READAHEAD);
             self.swapin_lru_add(q, s);

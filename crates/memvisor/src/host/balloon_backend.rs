@@ -5,7 +5,7 @@
 use super::{Entry, Host, PageState, flags};
 
 impl Host {
-    /// The balloon driver of VM `vm` took guest page `ppn`.
+    /// The balloon driver of VM `vm` took guest page `ppn` (a shared page drops its share).
     pub fn balloon(&mut self, vm: u32, ppn: u32) {
         let v = &mut self.vms[vm as usize];
         let e = v.p2m.get(ppn);
@@ -37,8 +37,10 @@ impl Host {
                 self.free += frames - v.zip.frames();
             }
             PageState::Unbacked => {}
-            PageState::Ballooned | PageState::Shared(_) => unreachable!("ballooning a page in state {:?}", e.state()),
+            PageState::Shared(f) => self.unshare(vm, f),
+            PageState::Ballooned => unreachable!("ballooning a page in state {:?}", e.state()),
         }
+        let v = &mut self.vms[vm as usize];
         v.p2m.set(ppn, Entry::new(PageState::Ballooned));
         v.ballooned += 1;
         v.stats.ballooned_total += 1;

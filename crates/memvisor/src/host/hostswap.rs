@@ -111,6 +111,8 @@ impl Host {
     /// caller (so `granted` drops by one here); returns when the write completes, or `None` if the
     /// swap file is full.
     pub(super) fn swap_out_now(&mut self, vm: u32, victim: u32, now: u64, ds: &mut [Datastore], _events: &mut EventQueue) -> Option<u64> {
+        // Host swap never swaps large pages: it breaks them first.
+        self.break_large_pages(vm);
         let v = &mut self.vms[vm as usize];
         if !v.above_reservation() && v.granted < v.grant_limit {
             v.stats.taken_below_reservation += 1;
@@ -142,22 +144,20 @@ impl Host {
         let mut any = false;
         while spent < STEP_NS && progress {
             progress = false;
-            for (vm, g) in guests.iter_mut().enumerate() {
+            for vm in 0..guests.len() {
                 let v = &self.vms[vm];
                 // Never below the reservation, whatever the target says.
                 if v.reclaimed() >= v.swap_target || !v.above_reservation() || spent >= STEP_NS {
                     continue;
                 }
-                let g = &mut **g;
-                let v = &self.vms[vm];
                 let Some(p) = random_page(&v.p2m, rng, takeable) else { continue };
-                if g.touched_after(p, now + spent) {
+                if guests[vm].touched_after(p, now + spent) {
                     // The guest is using it at this very moment: a swap-out would be cancelled.
                     spent += self.costs.swap_out_ns;
                     progress = true;
                     continue;
                 }
-                spent += self.reclaim_page(vm as u32, p, now + spent, rng, g, ds, events);
+                spent += self.reclaim_page(vm as u32, p, now + spent, rng, guests, ds, events);
                 progress = true;
                 any = true;
             }
@@ -170,8 +170,10 @@ impl Host {
         }
     }
 
-    /// Compresses page `p` into the cache if it fits, else starts its swap-out. Returns the host
-    /// CPU spent.
+    /// Shares page `p` if its content is shared or hinted already ("the system always attempts to
+    /// share a page before paging it out", Waldspurger 2002, 4.2; KB 1021095 for broken large
+    /// pages), else compresses it into the cache if it fits, else starts its swap-out. Returns the
+    /// host CPU spent.
     #[allow(clippy::too_many_arguments)]
     fn reclaim_page(
         &mut self,
@@ -179,17 +181,29 @@ impl Host {
         p: u32,
         now: u64,
         rng: &mut Rng,
-        g: &mut dyn GuestMemory,
+        guests: &mut [&mut dyn GuestMemory],
         ds: &mut [Datastore],
         events: &mut EventQueue,
     ) -> u64 {
+        let mut spent = 0;
+        if self.pshare.is_some() {
+            self.break_large_pages(vm);
+            spent += self.pshare.as_ref().map_or(0, |s| s.settings.hash_ns);
+            let id = guests[vm as usize].content_id(p);
+            if self.try_share(vm, p, id, true, guests) {
+                // Sharing freed the frame; the target counts swapped and compressed pages, so the
+                // daemon goes on to the next victim.
+                self.vms[vm as usize].stats.shared_instead += 1;
+                return spent;
+            }
+        }
+        let g = &mut *guests[vm as usize];
         let content = g.content(p);
         g.invalidate(p);
         let v = &mut self.vms[vm as usize];
         if !v.above_reservation() {
             v.stats.taken_below_reservation += 1;
         }
-        let mut spent = 0;
         if !v.zip.is_disabled() {
             spent += self.costs.compress_ns;
             let size = v.zip_sizes.draw(content, rng);

@@ -167,8 +167,7 @@ pub struct Ksm {
     items: Vec<Item>,
     /// Next item to visit.
     cursor: usize,
-    nodes: Vec<StableNode>,
-    free_nodes: Vec<u32>,
+    nodes: crate::index::Recycled<StableNode>,
     /// KSM pages of each content (more than one: a chain of dups).
     stable: HashMap<u64, Vec<u32>>,
     /// Unstable tree of the current scan: content -> item.
@@ -184,8 +183,7 @@ impl Ksm {
             settings,
             items: Vec::new(),
             cursor: 0,
-            nodes: Vec::new(),
-            free_nodes: Vec::new(),
+            nodes: crate::index::Recycled::new(),
             stable: HashMap::new(),
             unstable: HashMap::new(),
             rmap_items: 0,
@@ -225,7 +223,7 @@ impl Ksm {
     /// other mappings of that node), `None` for a private page or the zero page.
     pub fn ksm_page(&self, i: u32) -> Option<u32> {
         match self.items[i as usize].tree {
-            Tree::Stable(n) if self.nodes[n as usize].content == self.items[i as usize].content => Some(n),
+            Tree::Stable(n) if self.nodes[n].content == self.items[i as usize].content => Some(n),
             _ => None,
         }
     }
@@ -356,23 +354,14 @@ impl Ksm {
     /// `chain_prune`: the first dup below `max_page_sharing`).
     fn stable_candidate(&self, content: u64) -> Option<u32> {
         let dups = self.stable.get(&content)?;
-        dups.iter().copied().find(|&n| self.nodes[n as usize].sharers < self.settings.max_page_sharing)
+        dups.iter().copied().find(|&n| self.nodes[n].sharers < self.settings.max_page_sharing)
     }
 
     /// A new KSM page of `content` (`stable_tree_insert`): a second one of the same content makes
     /// a chain, later ones add dups to it.
     fn insert_node(&mut self, content: u64) -> u32 {
         let node = StableNode { content, sharers: 0 };
-        let n = match self.free_nodes.pop() {
-            Some(n) => {
-                self.nodes[n as usize] = node;
-                n
-            }
-            None => {
-                self.nodes.push(node);
-                (self.nodes.len() - 1) as u32
-            }
-        };
+        let n = self.nodes.insert(node);
         let dups = self.stable.entry(content).or_default();
         dups.push(n);
         match dups.len() {
@@ -389,7 +378,7 @@ impl Ksm {
     /// Maps page `i` to KSM page `n` (`stable_tree_append`): the first mapping counts as shared,
     /// the others as sharing.
     fn append(&mut self, i: u32, n: u32) {
-        let node = &mut self.nodes[n as usize];
+        let node = &mut self.nodes[n];
         if node.sharers == 0 {
             self.c.pages_shared += 1;
         } else {
@@ -418,7 +407,7 @@ impl Ksm {
                 self.c.pages_unshared -= 1;
             }
             Tree::Stable(n) => {
-                let node = &mut self.nodes[n as usize];
+                let node = &mut self.nodes[n];
                 node.sharers -= 1;
                 if node.sharers > 0 {
                     self.c.pages_sharing -= 1;
@@ -433,7 +422,7 @@ impl Ksm {
 
     /// Frees an empty KSM page; a chain left with one KSM page is one plain KSM page again.
     fn free_node(&mut self, n: u32) {
-        let content = self.nodes[n as usize].content;
+        let content = self.nodes[n].content;
         let dups = self.stable.get_mut(&content).expect("a KSM page is in the stable tree");
         dups.retain(|&d| d != n);
         match dups.len() {
@@ -446,7 +435,7 @@ impl Ksm {
             }
             _ => self.c.stable_node_dups -= 1,
         }
-        self.free_nodes.push(n);
+        self.nodes.free(n);
     }
 
     /// Checks the counters against a recount of the state; describes the first difference.
@@ -465,8 +454,8 @@ impl Ksm {
             }
         }
         for (&n, &k) in &per_node {
-            if self.nodes[n as usize].sharers != k {
-                return Err(format!("KSM page {n} has {} mappings recorded and {k} pages", self.nodes[n as usize].sharers));
+            if self.nodes[n].sharers != k {
+                return Err(format!("KSM page {n} has {} mappings recorded and {k} pages", self.nodes[n].sharers));
             }
             if k > self.settings.max_page_sharing {
                 return Err(format!("KSM page {n} has {k} mappings, more than max_page_sharing"));

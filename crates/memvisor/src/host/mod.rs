@@ -13,6 +13,7 @@ mod hostswap;
 pub mod ksm;
 mod p2m;
 mod profile;
+mod pshare;
 mod sampler;
 mod zip;
 
@@ -22,6 +23,7 @@ pub use hostswap::{HostIo, SwapFile};
 
 pub use p2m::{Entry, P2m, PageState, flags};
 pub use profile::HostProfile;
+pub use pshare::{Pshare, PshareSettings, VmShare};
 pub use sampler::Sample;
 pub use zip::{ZIP_SLOT_BYTES, ZipCache};
 
@@ -86,6 +88,8 @@ pub struct HostVmStats {
     pub ballooned_total: u64,
     /// Pages the balloon driver took back (cumulative).
     pub unballooned_total: u64,
+    /// Pages host reclaim shared instead of compressing or swapping them.
+    pub shared_instead: u64,
     /// Frames taken by host swap or compression while the VM held no more than its reservation:
     /// must stay 0 (checked as an invariant).
     pub taken_below_reservation: u64,
@@ -213,6 +217,9 @@ pub enum Access {
     Wait(u64),
     /// The host cannot back the page; the run ends with `Host::fatal`.
     Refused,
+    /// The page maps a shared frame: reads go ahead, but a write must come to the host (it breaks
+    /// the share), so the guest may not take later writes as plain.
+    Shared,
 }
 
 /// What the host's mechanisms need from the guest whose pages they handle, without reaching into
@@ -225,6 +232,8 @@ pub trait GuestMemory {
     fn touched_after(&self, ppn: u32, t: u64) -> bool;
     /// What the page holds, for its compressed size.
     fn content(&self, ppn: u32) -> Content;
+    /// What the page holds, as a content identity (`crate::content`), for page sharing.
+    fn content_id(&self, ppn: u32) -> u64;
 }
 
 /// The host's memory.
@@ -250,6 +259,8 @@ pub struct Host {
     pub(crate) reclaim_fell: bool,
     /// A condition that ends the run (machine memory exhausted with no host reclaim).
     pub fatal: Option<String>,
+    /// Transparent page sharing, if on.
+    pshare: Option<Pshare>,
 }
 
 impl Host {
@@ -268,6 +279,7 @@ impl Host {
             daemon_scheduled: false,
             reclaim_fell: false,
             fatal: None,
+            pshare: None,
         }
     }
 
@@ -302,6 +314,7 @@ impl Host {
         zip_sizes: Compressibility,
     ) -> u32 {
         let id = self.vms.len() as u32;
+        self.sharing_add_vm(memory_pages);
         let overhead_frames = crate::units::pages(res.overhead).min(self.free);
         self.free -= overhead_frames;
         self.vms.push(HostVm {
@@ -420,20 +433,22 @@ impl Host {
         v.granted += n;
     }
 
-    /// The guest of VM `vm` touches page `ppn` at `now`. Backs it if it is unbacked, brings it back
-    /// if it was compressed or swapped (the vCPU waits), cancels a swap-out in flight, and notes a
-    /// touch of a sampled page. Running out of frames with host swap off ends the run through
-    /// `fatal`, never a panic.
+    /// The guest of VM `vm` touches (`write`: stores to) page `ppn` at `now`. Backs it if it is
+    /// unbacked, brings it back if it was compressed or swapped (the vCPU waits), gives a writer
+    /// of a shared page its private copy, cancels a swap-out in flight, and notes a touch of a
+    /// sampled page. Running out of frames with host swap off ends the run through `fatal`, never
+    /// a panic.
     #[inline]
-    pub fn access(&mut self, vm: u32, ppn: u32, now: u64, ds: &mut [Datastore], events: &mut EventQueue) -> Access {
+    pub fn access(&mut self, vm: u32, ppn: u32, write: bool, now: u64, ds: &mut [Datastore], events: &mut EventQueue) -> Access {
         let e = self.vms[vm as usize].p2m.get(ppn);
         if e.is_backed() && e.flags() == 0 {
             return Access::Ready;
         }
-        self.access_slow(vm, ppn, e, now, ds, events)
+        self.access_slow(vm, ppn, e, write, now, ds, events)
     }
 
-    fn access_slow(&mut self, vm: u32, ppn: u32, e: Entry, now: u64, ds: &mut [Datastore], events: &mut EventQueue) -> Access {
+    #[allow(clippy::too_many_arguments)]
+    fn access_slow(&mut self, vm: u32, ppn: u32, e: Entry, write: bool, now: u64, ds: &mut [Datastore], events: &mut EventQueue) -> Access {
         let v = &mut self.vms[vm as usize];
         match e.state() {
             PageState::Backed => {
@@ -493,7 +508,12 @@ impl Host {
                 self.fatal.get_or_insert_with(|| format!("VM '{}' touched guest page {ppn}, which is in its balloon", v.name));
                 Access::Refused
             }
-            PageState::Shared(_) => unreachable!("page sharing is not built yet"),
+            PageState::Shared(_) if !write => Access::Shared,
+            PageState::Shared(f) => {
+                // Copy-on-write: the writer gets a private frame holding the shared contents.
+                let Some(t) = self.take_frame(vm, ppn, now, ds, events) else { return Access::Refused };
+                Access::Wait(t.max(now) + self.cow_break(vm, f))
+            }
         }
     }
 
@@ -622,12 +642,13 @@ impl Host {
             }
             owned += v.granted + v.overhead_frames + v.zip.frames();
         }
+        owned += self.pshare.as_ref().map_or(0, |s| s.frames_in_use());
         if owned + self.hypervisor + self.free != self.total {
             return Err(format!(
                 "frames lost or counted twice: {owned} owned by VMs + {} by the hypervisor + {} free != {} in all",
                 self.hypervisor, self.free, self.total
             ));
         }
-        Ok(())
+        self.check_sharing()
     }
 }

@@ -48,6 +48,14 @@ pub const GAUGES: &[&str] = &[
     "gen1_collections",
     "gen2_collections",
     "datastore_queue_wait_ms",
+    "SHRD_MiB",
+    "ZERO_MiB",
+    "SHRDSVD_MiB",
+    "COWH_MiB",
+    "PSHARE_common_MiB",
+    "pshare_scanned_pages",
+    "pshare_cow_breaks",
+    "pshare_cpu_ms",
 ];
 
 /// All numeric columns, in row order.
@@ -103,6 +111,23 @@ pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
     v.extend([(clr.loh_bytes as f64) / (1 << 20) as f64, clr.gen0 as f64, clr.gen1 as f64, clr.gen2 as f64]);
     // The VM's datastore's device: time requests (of every VM on it) waited in its queue, so far.
     v.push(sim.datastores[g.datastore() as usize].device.stats().queue_wait_ns as f64 / 1e6);
+    // Page sharing (esxtop's SHRD, ZERO, SHRDSVD, COWH; the host's PSHARE common on every row).
+    match sim.host.sharing() {
+        Some(s) => {
+            let st = s.vm(i as u32);
+            v.extend([
+                mib(st.shared),
+                mib(st.zero),
+                sim.host.shared_saved(i as u32) * PAGE_SIZE as f64 / (1 << 20) as f64,
+                mib(st.hints),
+                mib(s.frames_in_use()),
+                st.scanned as f64,
+                st.cow_breaks as f64,
+                st.cpu_ns as f64 / 1e6,
+            ]);
+        }
+        None => v.extend([0.0; 8]),
+    }
     v
 }
 

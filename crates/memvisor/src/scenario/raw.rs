@@ -72,6 +72,10 @@ pub struct RawHost {
     pub idle_tax: Option<Spanned<i64>>,
     pub sample_interval: Option<Spanned<Qty>>,
     pub lookahead: Option<Spanned<Qty>>,
+    pub page_sharing: Option<Spanned<bool>>,
+    pub share_scan_time: Option<Spanned<Qty>>,
+    pub share_force_salting: Option<Spanned<i64>>,
+    pub large_pages: Option<Spanned<bool>>,
 }
 
 /// `[costs]`.
@@ -128,6 +132,9 @@ pub struct RawVm {
     pub host_swap_datastore: Option<Spanned<String>>,
     pub sysctl: Option<BTreeMap<Spanned<String>, Spanned<i64>>>,
     pub workload: Option<Vec<Spanned<RawWorkload>>>,
+    pub image: Option<Spanned<String>>,
+    pub image_common: Option<Spanned<Qty>>,
+    pub zero_memory_at: Option<Spanned<Qty>>,
 }
 
 /// A workload; which fields apply depends on `kind` (checked when resolving).

@@ -3,11 +3,11 @@
 
 use toml::Spanned;
 
-use super::raw::{Qty, RawScenario, RawVm, RawWorkload};
+use super::raw::{Qty, RawHost, RawScenario, RawVm, RawWorkload};
 use super::{ScenarioError, Source};
 use crate::devices::{DeviceKind, DeviceSpec};
 use crate::guest::{BalloonDriver, CgroupVersion, Costs, GuestConfig, Replacement, Sysctl, Thp, Watermarks};
-use crate::host::{Content, HostCosts, HostProfile};
+use crate::host::{Content, HostCosts, HostProfile, PshareSettings};
 use crate::policy::{ESX_STATE_TABLES, POLICY_NAMES, PolicySpec};
 use crate::units::{self, PAGE_SIZE};
 use crate::workloads::{Bonnie, DotnetHeap, FileIo, Idle, Random, Stress, StressVm, TraceReplay, WorkloadEntry, WorkloadSpec};
@@ -41,6 +41,8 @@ pub struct HostSpec {
     /// accuracy, not a model parameter). Faults, I/O and every other step that touches shared state
     /// still happen in exact time order; only the timing of accessed bits is blurred by this much.
     pub lookahead_ns: u64,
+    /// Transparent page sharing, if on.
+    pub sharing: Option<PshareSettings>,
 }
 
 /// A datastore.
@@ -119,6 +121,33 @@ impl Scenario {
             None => self.name.clone(),
         }
     }
+}
+
+/// `[host]`'s page-sharing settings: off unless `page_sharing = true`; the rest apply only then.
+fn resolve_sharing(c: &Ctx, h: &RawHost) -> Result<Option<PshareSettings>, ScenarioError> {
+    let on = h.page_sharing.as_ref().is_some_and(|b| *b.get_ref());
+    if !on {
+        let given = [(h.share_scan_time.as_ref().map(|q| q.span()), "host.share_scan_time")]
+            .into_iter()
+            .chain([(h.share_force_salting.as_ref().map(|q| q.span()), "host.share_force_salting")])
+            .chain([(h.large_pages.as_ref().map(|q| q.span()), "host.large_pages")])
+            .find_map(|(s, n)| s.map(|s| (s, n)));
+        if let Some((span, field)) = given {
+            return c.err(span, field, "is a page-sharing setting: set host.page_sharing = true too");
+        }
+        return Ok(None);
+    }
+    let d = PshareSettings::default();
+    let scan_time_ns = c.opt_ns(&h.share_scan_time, "host.share_scan_time", d.scan_time_ns)?;
+    if scan_time_ns == 0 {
+        return c.err(h.share_scan_time.as_ref().expect("zero was given").span(), "host.share_scan_time", "must be longer than zero");
+    }
+    Ok(Some(PshareSettings {
+        scan_time_ns,
+        force_salting: c.int(&h.share_force_salting, "host.share_force_salting", d.force_salting as u64, 0, 2)? as u8,
+        large_pages: h.large_pages.as_ref().map_or(d.large_pages, |b| *b.get_ref()),
+        ..d
+    }))
 }
 
 /// Default sampling interval: vCenter's real-time statistics interval, 20 s (DESIGN.md 3).
@@ -249,6 +278,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         },
         sample_interval_ns: c.opt_ns(&h.sample_interval, "host.sample_interval", DEFAULT_SAMPLE_NS)?,
         lookahead_ns: c.opt_ns(&h.lookahead, "host.lookahead", DEFAULT_LOOKAHEAD_NS)?,
+        sharing: resolve_sharing(&c, h)?,
     };
     if host.memory < PAGE_SIZE {
         return c.err(h.memory.span(), "host.memory", "must be at least one page (4KiB)");
@@ -547,6 +577,28 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs, p
     let managed = (memory_pages - reserved_pages) as u64;
     let zones = Watermarks::linux_zones(memory);
     sysctl.min_free_kbytes.get_or_insert_with(|| Watermarks::boot_min_free_kbytes(managed, zones, thp, sysctl.watermark_scale_factor));
+    let image = match (&v.image, &v.image_common) {
+        (None, None) => None,
+        (None, Some(q)) => {
+            return c.err(q.span(), &f("image_common"), "says what guests booted from an image hold alike: name the image too");
+        }
+        (Some(name), common) => {
+            let common_pages = units::pages(c.opt_bytes(common, &f("image_common"), 0)?);
+            if common_pages > reserved_pages as u64 {
+                let span = common.as_ref().map_or(name.span(), |q| q.span());
+                return c.err(
+                    span,
+                    &f("image_common"),
+                    format!("is part of the kernel's boot reservation, {}: it cannot be larger", units::fmt_bytes(reserved)),
+                );
+            }
+            if name.get_ref().is_empty() {
+                return c.err(name.span(), &f("image"), "must be a non-empty name");
+            }
+            Some(crate::guest::Image { name: name.get_ref().clone(), common_pages: common_pages as u32 })
+        }
+    };
+    let zero_memory_at_ns = v.zero_memory_at.as_ref().map(|q| c.ns(q, &f("zero_memory_at"))).transpose()?;
     let mut workloads = Vec::new();
     if let Some(ws) = &v.workload {
         for w in ws {
@@ -591,6 +643,8 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs, p
                 costs: costs.clone(),
                 sched_slice_ns: GuestConfig::default_sched_slice_ns(vcpus),
                 workloads: workloads.clone(),
+                image: image.clone(),
+                zero_memory_at_ns,
                 seed: 0,
             },
             reservation,

@@ -31,23 +31,34 @@ impl Scenario {
         if let Some(d) = self.duration_ns {
             doc.insert("duration".into(), s(fmt_duration(d)));
         }
+        let mut sharing = vec![("page_sharing", Value::Boolean(self.host.sharing.is_some()))];
+        if let Some(p) = &self.host.sharing {
+            sharing.push(("share_scan_time", s(fmt_duration(p.scan_time_ns))));
+            sharing.push(("share_force_salting", i(p.force_salting as u64)));
+            sharing.push(("large_pages", Value::Boolean(p.large_pages)));
+        }
         doc.insert(
             "host".into(),
-            table(vec![
-                ("memory", s(fmt_bytes(self.host.memory))),
-                ("policy", s(&self.host.policy.name)),
-                ("esx_states", s(self.host.policy.esx_states)),
-                ("idle_tax", i((self.host.policy.idle_tax * 100.0).round() as u64)),
-                ("sample_interval", s(fmt_duration(self.host.sample_interval_ns))),
-                ("lookahead", s(fmt_duration(self.host.lookahead_ns))),
-                ("profile", s(self.host.profile.name())),
-                ("hypervisor", s(fmt_bytes(self.host.hypervisor))),
-                ("swap", Value::Boolean(self.host.swap)),
-                ("zip_max_percent", i(self.host.zip_max_percent as u64)),
-                ("balloon_max_percent", i(self.host.balloon_max_percent as u64)),
-                ("sample_period", s(fmt_duration(self.host.sample_period_ns))),
-                ("sample_pages", i(self.host.sample_pages as u64)),
-            ]),
+            table(
+                vec![
+                    ("memory", s(fmt_bytes(self.host.memory))),
+                    ("policy", s(&self.host.policy.name)),
+                    ("esx_states", s(self.host.policy.esx_states)),
+                    ("idle_tax", i((self.host.policy.idle_tax * 100.0).round() as u64)),
+                    ("sample_interval", s(fmt_duration(self.host.sample_interval_ns))),
+                    ("lookahead", s(fmt_duration(self.host.lookahead_ns))),
+                    ("profile", s(self.host.profile.name())),
+                    ("hypervisor", s(fmt_bytes(self.host.hypervisor))),
+                    ("swap", Value::Boolean(self.host.swap)),
+                    ("zip_max_percent", i(self.host.zip_max_percent as u64)),
+                    ("balloon_max_percent", i(self.host.balloon_max_percent as u64)),
+                    ("sample_period", s(fmt_duration(self.host.sample_period_ns))),
+                    ("sample_pages", i(self.host.sample_pages as u64)),
+                ]
+                .into_iter()
+                .chain(sharing)
+                .collect(),
+            ),
         );
         let c = &self.costs;
         doc.insert(
@@ -177,6 +188,13 @@ impl Scenario {
                     ("sysctl", Value::Table(sysctl)),
                     ("workload", Value::Array(workloads)),
                 ];
+                if let Some(img) = &g.image {
+                    fields.push(("image", s(&img.name)));
+                    fields.push(("image_common", s(fmt_bytes(img.common_pages as u64 * PAGE_SIZE))));
+                }
+                if let Some(t) = g.zero_memory_at_ns {
+                    fields.push(("zero_memory_at", s(fmt_duration(t))));
+                }
                 // A Windows guest's replacement comes with its `os`.
                 if g.replacement == crate::guest::Replacement::Windows {
                     fields.retain(|(k, _)| *k != "replacement");

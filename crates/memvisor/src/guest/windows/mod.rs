@@ -178,7 +178,7 @@ impl Guest {
         loop {
             if let Some(p) = self.windows_take_page(kind, owner, index) {
                 self.modified_writer_check(false, now, env);
-                let (host, _) = self.host_touch(p, now, true, env);
+                let (host, _) = self.host_touch(p, true, now, true, env);
                 return Some((p, host));
             }
             // Pages on their way to standby (modified, or being written) will do: wait for them

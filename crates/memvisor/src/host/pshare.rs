@@ -1,0 +1,449 @@
+//! Transparent page sharing as VMware ESX does it (Waldspurger, OSDI 2002, section 4;
+//! docs/sources/page-sharing.md 2). A scanner visits each VM's pages so that the whole VM is
+//! covered once per `Mem.ShareScanTime`; a visited page's content (its identity: `content.rs`) is
+//! looked up in one host-wide table:
+//! - a shared frame with that content: the page maps it copy-on-write and its own frame is freed;
+//! - a hint (an earlier unshared page with that content): the hint page is rehashed; if it still
+//!   holds that content both pages map one new shared frame, else the stale hint is replaced;
+//! - nothing: the page becomes the hint. Unlike KSM there is no "unchanged over two scans" rule and
+//!   hints persist across scans.
+//!
+//! A write to a shared page faults and gets a private copy (`cow_break`). Zero pages share like any
+//! other content (ZERO counts them). Salting (`Mem.ShareForceSalting`, default 2 since ESXi 6.0)
+//! keeps VMs' pages apart: the table key is (salt, content). With large-page backing (hardware MMU)
+//! pages are hashed, so hints are kept, but not shared until the VM's large pages are broken, which
+//! host reclamation does before it swaps or compresses a VM's memory (KB 1021095, KB 1021896).
+
+use std::collections::HashMap;
+
+use super::{Entry, GuestMemory, Host, PageState, flags};
+use crate::content::ZERO;
+use crate::index::Recycled;
+
+/// Page sharing's settings (ESX advanced options).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PshareSettings {
+    /// Time within which a whole VM is scanned (`Mem.ShareScanTime`, 60 min in ESXi 4.0 to 8.0).
+    pub scan_time_ns: u64,
+    /// How often the scanner wakes to visit its share of pages: 1 s (the interval is
+    /// [unpublished]; per-second scan rates are what ESX documents).
+    pub period_ns: u64,
+    /// `Mem.ShareForceSalting`: 0 shares among all VMs (ESX before the 2014-15 patches); 1 and 2
+    /// salt each VM with its own value (2 is the default since ESXi 6.0; with no
+    /// `sched.mem.pshare.salt` set, 1 salts every VM with 0 and so shares among them as 0 does).
+    pub force_salting: u8,
+    /// Guest memory backed with 2 MiB host pages (hardware MMU): shared only once broken.
+    pub large_pages: bool,
+    /// Host CPU to hash a visited 4 KiB page: 0.5 us (page-sharing.md 1.11, from memory bandwidth).
+    pub hash_ns: u64,
+    /// Host CPU to share a page: `share_pages` 6.2 us (Difference Engine, table 2).
+    pub share_ns: u64,
+    /// Host CPU to break a share on write: `cow_break` 25.1 us (same table); the vCPU waits.
+    pub cow_break_ns: u64,
+}
+
+impl Default for PshareSettings {
+    fn default() -> Self {
+        Self {
+            scan_time_ns: 3_600_000_000_000,
+            period_ns: 1_000_000_000,
+            force_salting: 2,
+            large_pages: false,
+            hash_ns: 500,
+            share_ns: 6_200,
+            cow_break_ns: 25_100,
+        }
+    }
+}
+
+/// One VM's sharing state and counters (esxtop names).
+#[derive(Clone, Debug, Default)]
+pub struct VmShare {
+    /// Position in the VM's scan order.
+    cursor: u64,
+    /// Step through the VM's pages: coprime with their number, so a pass visits each page once.
+    stride: u64,
+    /// Scan budget carried between wake-ups, in pages times `scan_time_ns`.
+    owed: u128,
+    /// The VM's memory is still backed with large pages (nothing of it shares).
+    pub large_pages: bool,
+    /// Guest pages mapping a shared frame (SHRD).
+    pub shared: u64,
+    /// Of those, zero pages (ZERO).
+    pub zero: u64,
+    /// Pages recorded as hints (COWH).
+    pub hints: u64,
+    /// Pages the scanner visited.
+    pub scanned: u64,
+    /// Shares broken by writes.
+    pub cow_breaks: u64,
+    /// Host CPU the scanner spent on this VM, ns.
+    pub cpu_ns: u64,
+}
+
+/// A shared frame.
+#[derive(Clone, Copy, Debug)]
+struct Frame {
+    key: (u64, u64),
+    refs: u32,
+}
+
+/// The sharing table, its hints and the scanner's per-VM state.
+#[derive(Clone, Debug)]
+pub struct Pshare {
+    /// Settings.
+    pub settings: PshareSettings,
+    frames: Recycled<Frame>,
+    table: HashMap<(u64, u64), u32>,
+    hints: HashMap<(u64, u64), (u32, u32)>,
+    vms: Vec<VmShare>,
+    in_use: u64,
+}
+
+impl Pshare {
+    /// Sharing with `settings` and no VMs yet.
+    pub fn new(settings: PshareSettings) -> Self {
+        Self { settings, frames: Recycled::new(), table: HashMap::new(), hints: HashMap::new(), vms: Vec::new(), in_use: 0 }
+    }
+
+    /// Shared frames in use (PSHARE common).
+    pub fn frames_in_use(&self) -> u64 {
+        self.in_use
+    }
+
+    /// A VM's state.
+    pub fn vm(&self, vm: u32) -> &VmShare {
+        &self.vms[vm as usize]
+    }
+
+    /// Sharers of frame `f`.
+    pub fn refs(&self, f: u32) -> u32 {
+        self.frames[f].refs
+    }
+
+    fn salt(&self, vm: u32) -> u64 {
+        if self.settings.force_salting == 2 { vm as u64 + 1 } else { 0 }
+    }
+
+    fn add_vm(&mut self, pages: u32) {
+        let n = pages.max(1) as u64;
+        // A large odd step coprime with n (Knuth's multiplicative constant, adjusted).
+        let mut stride = 2_654_435_761 % n;
+        while gcd(stride.max(1), n) != 1 {
+            stride += 1;
+        }
+        self.vms.push(VmShare { stride: stride.max(1), large_pages: self.settings.large_pages, ..Default::default() });
+    }
+
+    /// Drops one sharer of frame `f`; returns whether the frame was freed.
+    fn unref(&mut self, f: u32) -> bool {
+        let fr = &mut self.frames[f];
+        fr.refs -= 1;
+        if fr.refs > 0 {
+            return false;
+        }
+        self.table.remove(&fr.key);
+        self.frames.free(f);
+        self.in_use -= 1;
+        true
+    }
+
+    fn new_frame(&mut self, key: (u64, u64), refs: u32) -> u32 {
+        let f = self.frames.insert(Frame { key, refs });
+        self.table.insert(key, f);
+        self.in_use += 1;
+        f
+    }
+
+    fn drop_hint(&mut self, key: (u64, u64)) {
+        if let Some((v, _)) = self.hints.remove(&key) {
+            self.vms[v as usize].hints -= 1;
+        }
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+impl Host {
+    /// Turns page sharing on, before any VM is added.
+    pub fn enable_sharing(&mut self, settings: PshareSettings) {
+        debug_assert!(self.vms.is_empty());
+        self.pshare = Some(Pshare::new(settings));
+    }
+
+    /// Page sharing, if on.
+    pub fn sharing(&self) -> Option<&Pshare> {
+        self.pshare.as_ref()
+    }
+
+    pub(super) fn sharing_add_vm(&mut self, pages: u32) {
+        if let Some(s) = &mut self.pshare {
+            s.add_vm(pages);
+        }
+    }
+
+    /// Breaks VM `vm`'s large pages: its memory may share from now on.
+    pub fn break_large_pages(&mut self, vm: u32) {
+        if let Some(s) = &mut self.pshare {
+            s.vms[vm as usize].large_pages = false;
+        }
+    }
+
+    /// One wake-up of the scanner at `now`: each VM's share of pages visited. Returns when it
+    /// next wakes, or `None` with sharing off.
+    pub fn share_scan(&mut self, now: u64, guests: &mut [&mut dyn GuestMemory]) -> Option<u64> {
+        let s = self.pshare.as_mut()?;
+        let (period, scan_time) = (s.settings.period_ns, s.settings.scan_time_ns);
+        for vm in 0..self.vms.len() {
+            let n = self.vms[vm].p2m.len() as u64;
+            let s = self.pshare.as_mut().expect("on");
+            let st = &mut s.vms[vm];
+            st.owed += n as u128 * period as u128;
+            let budget = (st.owed / scan_time as u128) as u64;
+            st.owed %= scan_time as u128;
+            for _ in 0..budget {
+                let st = &mut self.pshare.as_mut().expect("on").vms[vm];
+                let ppn = (st.cursor % n * st.stride % n) as u32;
+                st.cursor += 1;
+                self.share_visit(vm as u32, ppn, guests);
+            }
+        }
+        Some(now + period)
+    }
+
+    /// The scanner visits page `ppn` of `vm`: a private page with nothing in flight is hashed and
+    /// offered for sharing.
+    fn share_visit(&mut self, vm: u32, ppn: u32, guests: &mut [&mut dyn GuestMemory]) {
+        let e = self.vms[vm as usize].p2m.get(ppn);
+        let s = self.pshare.as_mut().expect("on");
+        let st = &mut s.vms[vm as usize];
+        if !e.is_backed() || e.flags() & (flags::SWAPOUT | flags::READING) != 0 {
+            return;
+        }
+        st.scanned += 1;
+        st.cpu_ns += s.settings.hash_ns;
+        let content = guests[vm as usize].content_id(ppn);
+        let large = st.large_pages;
+        self.try_share(vm, ppn, content, !large, guests);
+    }
+
+    /// Offers private page `ppn` of `vm`, holding `content`, for sharing: maps it to a shared frame
+    /// of that content, or shares it with a still-valid hint, or (with `share` false, or no match)
+    /// records it as the hint. Returns whether its frame was freed.
+    pub(super) fn try_share(&mut self, vm: u32, ppn: u32, content: u64, share: bool, guests: &mut [&mut dyn GuestMemory]) -> bool {
+        let s = self.pshare.as_mut().expect("on");
+        let key = (s.salt(vm), content);
+        if share && let Some(&f) = s.table.get(&key) {
+            s.frames[f].refs += 1;
+            self.map_shared(vm, ppn, f, content);
+            self.free += 1;
+            return true;
+        }
+        match s.hints.get(&key).copied() {
+            Some((hv, hp)) if (hv, hp) == (vm, ppn) => false,
+            Some((hv, hp)) if share => {
+                // Rehash the hint page: still private, settled and holding the same content?
+                let he = self.vms[hv as usize].p2m.get(hp);
+                let valid = he.is_backed()
+                    && he.flags() & (flags::SWAPOUT | flags::READING) == 0
+                    && !self.pshare.as_ref().expect("on").vms[hv as usize].large_pages
+                    && guests[hv as usize].content_id(hp) == content;
+                let s = self.pshare.as_mut().expect("on");
+                s.drop_hint(key);
+                if !valid {
+                    s.hints.insert(key, (vm, ppn));
+                    s.vms[vm as usize].hints += 1;
+                    return false;
+                }
+                let f = s.new_frame(key, 2);
+                self.map_shared(hv, hp, f, content);
+                self.map_shared(vm, ppn, f, content);
+                // Two private frames gave way to one shared frame.
+                self.free += 1;
+                true
+            }
+            _ => {
+                s.drop_hint(key);
+                s.hints.insert(key, (vm, ppn));
+                s.vms[vm as usize].hints += 1;
+                false
+            }
+        }
+    }
+
+    /// Maps private page `ppn` of `vm` to shared frame `f` (its reference already counted): its
+    /// private frame leaves the VM, and the guest's next write must come to the host.
+    fn map_shared(&mut self, vm: u32, ppn: u32, f: u32, content: u64) {
+        let v = &mut self.vms[vm as usize];
+        let e = v.p2m.get(ppn);
+        if e.flags() & flags::SAMPLED != 0 {
+            v.sample.lost += 1;
+        }
+        v.p2m.set(ppn, Entry::new(PageState::Shared(f)));
+        v.granted -= 1;
+        let s = self.pshare.as_mut().expect("on");
+        let st = &mut s.vms[vm as usize];
+        st.shared += 1;
+        st.zero += (content == ZERO) as u64;
+        st.cpu_ns += s.settings.share_ns;
+        self.invalidations.push((vm, ppn));
+    }
+
+    /// Page `ppn` of `vm` stops mapping shared frame `f` (a write's private copy, the balloon):
+    /// the frame goes when its last sharer does.
+    pub(super) fn unshare(&mut self, vm: u32, f: u32) {
+        let s = self.pshare.as_mut().expect("a shared page means sharing is on");
+        let zero = s.frames[f].key.1 == ZERO;
+        let st = &mut s.vms[vm as usize];
+        st.shared -= 1;
+        st.zero -= zero as u64;
+        if s.unref(f) {
+            self.free += 1;
+        }
+    }
+
+    /// A write to page `ppn` of `vm`, which maps shared frame `f`, gave it a private frame: the
+    /// share is dropped. Returns the host CPU the break costs (the vCPU waits for it).
+    pub(super) fn cow_break(&mut self, vm: u32, f: u32) -> u64 {
+        self.unshare(vm, f);
+        let s = self.pshare.as_mut().expect("a shared page means sharing is on");
+        s.vms[vm as usize].cow_breaks += 1;
+        s.vms[vm as usize].cpu_ns += s.settings.cow_break_ns;
+        s.settings.cow_break_ns
+    }
+
+    /// Machine memory saved by sharing attributed to each VM (SHRDSVD), pages: a frame shared n
+    /// ways credits each sharer (n - 1) / n.
+    pub fn shared_saved(&self, vm: u32) -> f64 {
+        let Some(s) = &self.pshare else { return 0.0 };
+        self.vms[vm as usize]
+            .p2m
+            .iter()
+            .filter_map(|(_, e)| match e.state() {
+                PageState::Shared(f) => Some(1.0 - 1.0 / s.refs(f) as f64),
+                _ => None,
+            })
+            .sum()
+    }
+
+    /// Checks the sharing table against the maps: every shared frame's count is the number of
+    /// pages mapping it, every VM's counters match its map.
+    pub(super) fn check_sharing(&self) -> Result<(), String> {
+        let Some(s) = &self.pshare else { return Ok(()) };
+        let mut refs: HashMap<u32, u32> = HashMap::new();
+        for (i, v) in self.vms.iter().enumerate() {
+            let (mut shared, mut zero) = (0, 0);
+            for (ppn, e) in v.p2m.iter() {
+                if let PageState::Shared(f) = e.state() {
+                    if s.frames.get(f).is_none_or(|fr| fr.refs == 0) {
+                        return Err(format!("VM '{}': page {ppn} maps shared frame {f}, which is not in use", v.name));
+                    }
+                    *refs.entry(f).or_default() += 1;
+                    shared += 1;
+                    zero += (s.frames[f].key.1 == ZERO) as u64;
+                }
+            }
+            let st = &s.vms[i];
+            if (shared, zero) != (st.shared, st.zero) {
+                return Err(format!("VM '{}': {shared} shared pages ({zero} zero) mapped but {} ({}) counted", v.name, st.shared, st.zero));
+            }
+        }
+        if refs.len() as u64 != s.in_use || s.table.len() as u64 != s.in_use {
+            return Err(format!("{} shared frames mapped, {} in the table, {} counted", refs.len(), s.table.len(), s.in_use));
+        }
+        for (f, n) in refs {
+            if s.frames[f].refs != n {
+                return Err(format!("shared frame {f} counts {} sharers but {n} pages map it", s.frames[f].refs));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::EventQueue;
+    use crate::host::{Access, Compressibility, Content, VmResources};
+
+    /// A guest whose pages hold the given identities.
+    struct Pages(Vec<u64>);
+
+    impl GuestMemory for Pages {
+        fn invalidate(&mut self, _: u32) {}
+        fn touched_after(&self, _: u32, _: u64) -> bool {
+            false
+        }
+        fn content(&self, _: u32) -> Content {
+            Content::Generic
+        }
+        fn content_id(&self, ppn: u32) -> u64 {
+            self.0[ppn as usize]
+        }
+    }
+
+    /// A host of 64 frames, sharing across VMs, with three 4-page VMs whose pages are all backed.
+    fn host() -> Host {
+        let mut h = Host::new(64);
+        h.enable_sharing(PshareSettings { force_salting: 0, ..Default::default() });
+        for i in 0..3 {
+            let res = VmResources { reservation: 0, limit: u64::MAX, shares: 1000, overhead: 0 };
+            h.add_vm(format!("v{i}"), 4, res, 0, 0, 0, 0, Compressibility::measured());
+            h.back_range(i, 0, 4);
+        }
+        h
+    }
+
+    #[test]
+    fn a_write_gives_the_writer_a_private_frame_and_leaves_the_others_shared() {
+        let mut h = host();
+        // Page 0 of every VM holds content 7; the rest are different.
+        let mut g: Vec<Pages> = (0..3).map(|v| Pages(vec![7, 100 + v, 200 + v, 300 + v])).collect();
+        let mut refs: Vec<&mut dyn GuestMemory> = g.iter_mut().map(|p| p as &mut dyn GuestMemory).collect();
+        assert!(!h.try_share(0, 0, 7, true, &mut refs), "the first page of a content is only a hint");
+        assert!(h.try_share(1, 0, 7, true, &mut refs), "the second shares with the hint");
+        assert!(h.try_share(2, 0, 7, true, &mut refs), "the third maps the shared frame");
+        h.check().unwrap();
+        // Twelve private frames became ten: nine private and one shared.
+        assert_eq!(h.free_frames(), 64 - 10);
+        let PageState::Shared(f) = h.vms()[0].p2m().get(0).state() else { panic!("not shared") };
+        assert_eq!(h.sharing().unwrap().refs(f), 3);
+        // VM 1 writes its page: it gets a private frame after the break's cost; the others still share.
+        let r = h.access(1, 0, true, 1_000, &mut [], &mut EventQueue::new());
+        assert_eq!(r, Access::Wait(1_000 + PshareSettings::default().cow_break_ns));
+        assert_eq!(h.vms()[1].p2m().get(0).state(), PageState::Backed);
+        assert_eq!(h.vms()[0].p2m().get(0).state(), PageState::Shared(f));
+        assert_eq!(h.vms()[2].p2m().get(0).state(), PageState::Shared(f));
+        assert_eq!(h.sharing().unwrap().refs(f), 2);
+        assert_eq!(h.free_frames(), 64 - 11);
+        // A read of a shared page needs no copy, but its writes must still come to the host.
+        assert_eq!(h.access(0, 0, false, 2_000, &mut [], &mut EventQueue::new()), Access::Shared);
+        h.check().unwrap();
+        // The last two sharers write: the frame goes with the last of them.
+        h.access(0, 0, true, 3_000, &mut [], &mut EventQueue::new());
+        h.access(2, 0, true, 3_000, &mut [], &mut EventQueue::new());
+        assert_eq!(h.sharing().unwrap().frames_in_use(), 0);
+        assert_eq!(h.free_frames(), 64 - 12);
+        h.check().unwrap();
+    }
+
+    #[test]
+    fn a_stale_hint_is_replaced_not_shared() {
+        let mut h = host();
+        let mut g: Vec<Pages> = (0..3).map(|v| Pages(vec![7, 100 + v, 200 + v, 300 + v])).collect();
+        {
+            let mut refs: Vec<&mut dyn GuestMemory> = g.iter_mut().map(|p| p as &mut dyn GuestMemory).collect();
+            assert!(!h.try_share(0, 0, 7, true, &mut refs));
+        }
+        // The hint page changes before the next page with its old content is visited.
+        g[0].0[0] = 8;
+        let mut refs: Vec<&mut dyn GuestMemory> = g.iter_mut().map(|p| p as &mut dyn GuestMemory).collect();
+        assert!(!h.try_share(1, 0, 7, true, &mut refs), "rehashing the hint finds it changed");
+        assert_eq!(h.sharing().unwrap().vm(1).hints, 1, "the visited page is the hint now");
+        assert_eq!(h.sharing().unwrap().vm(0).hints, 0);
+        assert!(h.try_share(2, 0, 7, true, &mut refs));
+        h.check().unwrap();
+    }
+}

@@ -1,0 +1,98 @@
+//! Page sharing by content (ESX transparent page sharing): guests that zero their memory at boot
+//! and hold a common image share it; writes break shares; every invariant (each shared frame
+//! counted once, its sharers equal to the pages mapping it, every frame free or owned once) is
+//! checked after each step.
+
+mod common;
+
+use common::{run_checked, scenario};
+use memvisor::Simulation;
+
+/// `n` guests of 64 MiB booted from `images` (cycled), zeroing their memory at boot, idle for
+/// `idle` and then (if `write` is set) each writing that much of fresh memory; a scan time of
+/// 60 s so the test covers several passes in a few simulated minutes.
+fn hosts(n: usize, images: &[&str], salting: u8, write: Option<&str>, duration: &str) -> memvisor::Scenario {
+    let mut text = format!(
+        "name = \"t\"\nduration = \"{duration}\"\n[host]\nmemory = \"4GiB\"\nprofile = \"esx\"\nsample_interval = \"10s\"\n\
+         page_sharing = true\nshare_scan_time = \"60s\"\nshare_force_salting = {salting}\n\
+         [[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n"
+    );
+    for i in 0..n {
+        let workload = match write {
+            Some(w) => format!("{{ kind = \"stress\", pages = \"{w}\", passes = 1, start = \"150s\" }}"),
+            None => "{ kind = \"idle\", footprint = \"1MiB\" }".into(),
+        };
+        text += &format!(
+            "[[vm]]\nname = \"g{i}\"\nmemory = \"64MiB\"\nkernel_reserved = \"16MiB\"\nimage = \"{}\"\nimage_common = \"8MiB\"\n\
+             zero_memory_at = \"0s\"\ndatastore = \"d\"\nworkload = {workload}\n",
+            images[i % images.len()]
+        );
+    }
+    scenario(&text)
+}
+
+const MIB: f64 = (1 << 20) as f64;
+
+/// Machine memory saved by sharing, MiB, over all VMs.
+fn saved(sim: &Simulation) -> f64 {
+    let h = sim.world().host();
+    (0..h.vms().len() as u32).map(|i| h.shared_saved(i)).sum::<f64>() * 4096.0 / MIB
+}
+
+fn shared(sim: &Simulation, vm: u32) -> f64 {
+    sim.world().host().sharing().unwrap().vm(vm).shared as f64 * 4096.0 / MIB
+}
+
+#[test]
+fn idle_guests_share_their_zero_pages_and_image() {
+    let sim = run_checked(&hosts(2, &["img"], 0, None, "130s"), 5_000_000_000);
+    let s = sim.world().host().sharing().unwrap();
+    // After two scan periods every page of both guests has been visited twice: the 48 MiB each
+    // guest zeroed (less what its idle process took) and its 8 MiB of image share; the 8 MiB of
+    // kernel data of each does not.
+    for vm in 0..2 {
+        let shrd = shared(&sim, vm);
+        assert!((52.0..=56.0).contains(&shrd), "VM {vm} shares {shrd:.1} MiB");
+        assert!(s.vm(vm).zero as f64 * 4096.0 / MIB > 45.0);
+    }
+    // One frame of zeros and one per image page: 2,049 frames for 112 MiB of guest pages.
+    assert!(s.frames_in_use() <= 2_049 + 8, "{} frames", s.frames_in_use());
+    assert!(saved(&sim) > 100.0, "{:.1} MiB saved", saved(&sim));
+}
+
+#[test]
+fn identical_guests_share_more_than_different_ones_and_more_as_they_grow() {
+    let same = saved(&run_checked(&hosts(2, &["img"], 0, None, "130s"), 10_000_000_000));
+    let different = saved(&run_checked(&hosts(2, &["a", "b"], 0, None, "130s"), 10_000_000_000));
+    // Different images still share zeros; only the image's 8 MiB per guest is lost, half of it
+    // (one guest's copy) being what the shared image saves.
+    assert!(same - different > 7.0, "same image {same:.1} MiB, different {different:.1} MiB");
+    let four = saved(&run_checked(&hosts(4, &["img"], 0, None, "130s"), 10_000_000_000));
+    assert!(four > 1.9 * same, "two guests save {same:.1} MiB, four {four:.1} MiB");
+}
+
+#[test]
+fn salting_keeps_sharing_inside_each_vm() {
+    let salted = run_checked(&hosts(2, &["img"], 2, None, "130s"), 10_000_000_000);
+    let s = salted.world().host().sharing().unwrap();
+    // Each VM shares its zeros within itself; its image pages are each unique inside it.
+    for vm in 0..2 {
+        let image_shared = s.vm(vm).shared - s.vm(vm).zero;
+        assert_eq!(image_shared, 0, "VM {vm} shares image pages across VMs despite salting");
+    }
+    assert!(s.frames_in_use() <= 2, "one zero frame per VM, not {}", s.frames_in_use());
+}
+
+#[test]
+fn sharing_persists_while_idle_and_evaporates_when_guests_write() {
+    let idle = run_checked(&hosts(2, &["img"], 0, None, "300s"), 10_000_000_000);
+    let before = shared(&idle, 0);
+    // The same guests, each writing 40 MiB of its own data from 150 s on.
+    let busy = run_checked(&hosts(2, &["img"], 0, Some("40MiB"), "300s"), 10_000_000_000);
+    let after = shared(&busy, 0);
+    assert!(before > 50.0, "idle guests keep sharing: {before:.1} MiB");
+    // 40 of the 54 MiB shared are overwritten: each write broke a share.
+    assert!(after < before - 35.0, "sharing after the writes {after:.1} MiB, idle {before:.1} MiB");
+    let breaks = busy.world().host().sharing().unwrap().vm(0).cow_breaks;
+    assert!(breaks as f64 * 4096.0 / MIB >= 35.0, "{breaks} copy-on-write breaks");
+}
