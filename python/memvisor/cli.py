@@ -198,9 +198,9 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
 @click.option("--quick", is_flag=True, help="One simulated second per benchmark (a smoke run).")
 @click.option("--live", type=click.IntRange(min=1), metavar="N", help="Time policy rounds over N real guests (QEMU) instead.")
 def bench(quick: bool, live: int | None) -> None:
-    """Measure simulated page touches per real second (one core) and the KSM scanner's time per
-    page; with --live N, the time of one policy round over N real guests instead."""
-    from memvisor.bench import run_bench, run_ksm_bench, run_live_rounds
+    """Measure simulated page touches per real second (one core) and the KSM and ESX page-sharing
+    scanners' time per page; with --live N, the time of one policy round over N real guests instead."""
+    from memvisor.bench import run_bench, run_ksm_bench, run_live_rounds, run_tps_bench
 
     if live is not None:
         from memvisor.live import launch
@@ -220,6 +220,10 @@ def bench(quick: bool, live: int | None) -> None:
     k = run_ksm_bench(quick)
     t = Table("mergeable pages", "full scans", "pages visited", "wall s (median of 3)", "ns per page visited", title="KSM scanner (simulated)")
     t.add_row(f"{k.pages:,}", str(k.full_scans), f"{k.visited:,}", f"{k.wall_s:.3f}", f"{k.ns_per_page:.1f}")
+    out.print(t)
+    p = run_tps_bench(quick)
+    t = Table("pages visited", "wall s, sharing on", "wall s, off", "ns per page visited", title="ESX page-sharing scanner (simulated, in a run; medians of 3)")
+    t.add_row(f"{p.visited:,}", f"{p.wall_on_s:.3f}", f"{p.wall_off_s:.3f}", f"{p.ns_per_page:.1f}")
     out.print(t)
 
 

@@ -16,6 +16,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use super::{Entry, GuestMemory, Host, PageState, flags};
 use crate::content::ZERO;
 use crate::index::Recycled;
@@ -94,8 +96,8 @@ pub struct Pshare {
     /// Settings.
     pub settings: PshareSettings,
     frames: Recycled<Frame>,
-    table: HashMap<(u64, u64), u32>,
-    hints: HashMap<(u64, u64), (u32, u32)>,
+    table: FxHashMap<(u64, u64), u32>,
+    hints: FxHashMap<(u64, u64), (u32, u32)>,
     vms: Vec<VmShare>,
     in_use: u64,
 }
@@ -103,7 +105,7 @@ pub struct Pshare {
 impl Pshare {
     /// Sharing with `settings` and no VMs yet.
     pub fn new(settings: PshareSettings) -> Self {
-        Self { settings, frames: Recycled::new(), table: HashMap::new(), hints: HashMap::new(), vms: Vec::new(), in_use: 0 }
+        Self { settings, frames: Recycled::new(), table: FxHashMap::default(), hints: FxHashMap::default(), vms: Vec::new(), in_use: 0 }
     }
 
     /// Shared frames in use (PSHARE common).
@@ -325,7 +327,9 @@ impl Host {
                 PageState::Shared(f) => Some(1.0 - 1.0 / s.refs(f) as f64),
                 _ => None,
             })
-            .sum()
+            .sum::<f64>()
+            // An empty sum is -0.0.
+            + 0.0
     }
 
     /// Checks the sharing table against the maps: every shared frame's count is the number of

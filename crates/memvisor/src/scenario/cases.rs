@@ -17,6 +17,11 @@ pub const CASES: &[(&str, &str, &str)] = &[
         "seed 000: four 8 GiB Windows guests running a .NET heap benchmark on a 16 GiB ESX host, against one alone",
         include_str!("cases/esx-overcommit.toml"),
     ),
+    (
+        "tps-evaporates",
+        "seed 000: four identical Windows guests share most of their memory while idle; the .NET benchmark's heaps overwrite it",
+        include_str!("cases/tps-evaporates.toml"),
+    ),
 ];
 
 /// The scenario text of a case, by name.
