@@ -72,8 +72,8 @@ impl Guest {
     }
 
     /// The guest touches (`write`: stores to) page `p` at `now` (a process's reference, a copy, a
-    /// device reading or filling it): what the host must do first. Returns the time the touch waits and whether the page is now
-    /// plainly backed. A vCPU's (`vcpu`) wait for host reclamation to give a page back (swap-in,
+    /// device reading or filling it): what the host must do first. Returns the time the touch
+    /// waits and whether the page is now plainly backed. A vCPU's (`vcpu`) wait for host reclamation to give a page back (swap-in,
     /// decompression, a frame freed by host reclaim) is the VM's host wait; backing a first-touched
     /// page is not reclamation and is not counted. Pages the host took from this guest meanwhile
     /// are invalidated here.

@@ -197,9 +197,7 @@ impl Guest {
     fn reclaim_in_flight(&self) -> bool {
         self.bios.in_flight() > 0
     }
-}
 
-impl Guest {
     /// Zeroes every page the guest has not used, or has freed (Windows at boot: see
     /// `GuestConfig::zero_memory_at_ns`). Each is a write the host must back; the zeroing's own
     /// time is not modelled (seconds at memory bandwidth for gigabytes, against the minutes that

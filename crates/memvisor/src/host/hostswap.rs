@@ -89,8 +89,8 @@ pub fn random_page(p2m: &P2m, rng: &mut Rng, ok: impl Fn(Entry) -> bool) -> Opti
     (start..n).chain(0..start).find(|&p| ok(p2m.get(p)))
 }
 
-/// Whether the host may take a page in this state: backed, nothing in flight.
-fn takeable(e: Entry) -> bool {
+/// Whether the host may take (or share) a page in this state: backed, nothing in flight.
+pub(super) fn takeable(e: Entry) -> bool {
     e.is_backed() && e.flags() & (flags::SWAPOUT | flags::READING) == 0
 }
 

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
+use super::hostswap::takeable;
 use super::{Entry, GuestMemory, Host, PageState, flags};
 use crate::content::ZERO;
 use crate::index::Recycled;
@@ -157,6 +158,13 @@ impl Pshare {
         f
     }
 
+    /// Page `ppn` of `vm` becomes the hint for `key`, replacing any other.
+    fn set_hint(&mut self, key: (u64, u64), vm: u32, ppn: u32) {
+        self.drop_hint(key);
+        self.hints.insert(key, (vm, ppn));
+        self.vms[vm as usize].hints += 1;
+    }
+
     fn drop_hint(&mut self, key: (u64, u64)) {
         if let Some((v, _)) = self.hints.remove(&key) {
             self.vms[v as usize].hints -= 1;
@@ -221,7 +229,7 @@ impl Host {
         let e = self.vms[vm as usize].p2m.get(ppn);
         let s = self.pshare.as_mut().expect("on");
         let st = &mut s.vms[vm as usize];
-        if !e.is_backed() || e.flags() & (flags::SWAPOUT | flags::READING) != 0 {
+        if !takeable(e) {
             return;
         }
         st.scanned += 1;
@@ -248,17 +256,15 @@ impl Host {
             Some((hv, hp)) if share => {
                 // Rehash the hint page: still private, settled and holding the same content?
                 let he = self.vms[hv as usize].p2m.get(hp);
-                let valid = he.is_backed()
-                    && he.flags() & (flags::SWAPOUT | flags::READING) == 0
+                let valid = takeable(he)
                     && !self.pshare.as_ref().expect("on").vms[hv as usize].large_pages
                     && guests[hv as usize].content_id(hp) == content;
                 let s = self.pshare.as_mut().expect("on");
-                s.drop_hint(key);
                 if !valid {
-                    s.hints.insert(key, (vm, ppn));
-                    s.vms[vm as usize].hints += 1;
+                    s.set_hint(key, vm, ppn);
                     return false;
                 }
+                s.drop_hint(key);
                 let f = s.new_frame(key, 2);
                 self.map_shared(hv, hp, f, content);
                 self.map_shared(vm, ppn, f, content);
@@ -267,9 +273,7 @@ impl Host {
                 true
             }
             _ => {
-                s.drop_hint(key);
-                s.hints.insert(key, (vm, ppn));
-                s.vms[vm as usize].hints += 1;
+                s.set_hint(key, vm, ppn);
                 false
             }
         }
