@@ -412,6 +412,8 @@ pub struct Guest {
     pub(crate) log: Vec<(u64, String)>,
     balloon: Balloon,
     win: windows::WindowsState,
+    /// The next page boot-time zeroing will write (`zero_memory`).
+    zero_next: u32,
 }
 
 impl GuestMemory for Guest {
@@ -519,6 +521,7 @@ impl Guest {
             log: Vec::new(),
             balloon: Balloon::new(cfg.balloon),
             win: windows::WindowsState::default(),
+            zero_next: 0,
             cfg,
         };
         g.balloon_boot(env);

@@ -201,9 +201,12 @@ impl Guest {
     /// Zeroes every page the guest has not used, or has freed (Windows at boot: see
     /// `GuestConfig::zero_memory_at_ns`). Each is a write the host must back; the zeroing's own
     /// time is not modelled (seconds at memory bandwidth for gigabytes, against the minutes that
-    /// matter here).
+    /// matter here), but a page the host must first free (host reclaim) makes the zeroing wait for
+    /// it, as the zeroing vCPU would: it goes on from that page when the frame is there.
     pub(super) fn zero_memory(&mut self, now: u64, env: &mut Env) {
-        for p in 0..self.pages.managed() {
+        while self.zero_next < self.pages.managed() {
+            let p = self.zero_next;
+            self.zero_next += 1;
             let i = p as usize;
             if i < self.pages.len() {
                 if self.pages.kind[i] != PageKind::Free {
@@ -211,8 +214,13 @@ impl Guest {
                 }
                 self.pages.content[i] = crate::content::ZERO;
             }
-            self.host_touch(p, true, now, false, env);
+            let (wait, plain) = self.host_touch(p, true, now, false, env);
             if env.host.fatal.is_some() {
+                return;
+            }
+            // Backing a free frame (`plain`) is part of the zeroing's unmodelled time.
+            if wait > 0 && !plain {
+                env.schedule(self.id, now + wait, crate::clock::GuestEvent::ZeroMemory);
                 return;
             }
         }
