@@ -59,17 +59,25 @@ impl Histogram {
     /// Draws a compressed size: a bin by its weight, then its upper edge (the conservative end).
     pub fn draw(&self, rng: &mut Rng) -> u64 {
         let total: u64 = self.counts.iter().sum();
-        if total == 0 {
-            return *self.edges.last().unwrap_or(&crate::units::PAGE_SIZE);
-        }
-        let mut x = rng.random_range(0..total);
+        self.at(if total == 0 { 0 } else { rng.random_range(0..total) })
+    }
+
+    /// The compressed size of content `id`: the bin at the quantile its identity hashes to, so one
+    /// content always has one size and the sizes of many follow the measured weights.
+    pub fn size_of(&self, id: u64) -> u64 {
+        let total: u64 = self.counts.iter().sum();
+        self.at(if total == 0 { 0 } else { crate::content::splitmix64(id) % total })
+    }
+
+    /// The upper edge of the bin holding the `x`-th page (an empty histogram: a whole page).
+    fn at(&self, mut x: u64) -> u64 {
         for (c, e) in self.counts.iter().zip(&self.edges) {
             if x < *c {
                 return *e;
             }
             x -= c;
         }
-        unreachable!("x < total")
+        crate::units::PAGE_SIZE
     }
 
     /// Fraction of pages at or below `bytes`.
@@ -98,6 +106,12 @@ impl Compressibility {
     pub fn draw(&self, c: Content, rng: &mut Rng) -> u64 {
         let h = self.by_content.get(&c).or_else(|| self.by_content.get(&Content::Generic)).expect("generic data");
         h.draw(rng)
+    }
+
+    /// The compressed size of content identity `id` of kind `c` (`Histogram::size_of`).
+    pub fn size_of(&self, c: Content, id: u64) -> u64 {
+        let h = self.by_content.get(&c).or_else(|| self.by_content.get(&Content::Generic)).expect("generic data");
+        h.size_of(id)
     }
 
     /// The distribution of one content.

@@ -15,6 +15,7 @@ mod p2m;
 mod profile;
 mod pshare;
 mod sampler;
+mod tmem;
 mod zip;
 
 pub use admission::{AdmissionVm, admit};
@@ -25,6 +26,7 @@ pub use p2m::{Entry, P2m, PageState, flags};
 pub use profile::HostProfile;
 pub use pshare::{Pshare, PshareSettings, VmShare};
 pub use sampler::Sample;
+pub use tmem::{ClientStats, GlobalStats, Pool, PoolKind, PoolStats, Put, SUBPAGE_MAX_BYTES, Tmem, TmemSettings};
 pub use zip::{ZIP_SLOT_BYTES, ZipCache};
 
 use std::cmp::Reverse;
@@ -261,6 +263,10 @@ pub struct Host {
     pub fatal: Option<String>,
     /// Transparent page sharing, if on.
     pshare: Option<Pshare>,
+    /// Transcendent memory, if on.
+    tmem: Option<Tmem>,
+    /// Frames the host counts as tmem's.
+    tmem_frames: u64,
 }
 
 impl Host {
@@ -280,6 +286,8 @@ impl Host {
             reclaim_fell: false,
             fatal: None,
             pshare: None,
+            tmem: None,
+            tmem_frames: 0,
         }
     }
 
@@ -315,6 +323,9 @@ impl Host {
     ) -> u32 {
         let id = self.vms.len() as u32;
         self.sharing_add_vm(memory_pages);
+        if let Some(t) = &mut self.tmem {
+            t.add_client();
+        }
         let overhead_frames = crate::units::pages(res.overhead).min(self.free);
         self.free -= overhead_frames;
         self.vms.push(HostVm {
@@ -524,6 +535,10 @@ impl Host {
     /// from itself, as a memory cgroup does; when the host is out of frames the page comes from a
     /// VM above its reservation, so no VM is reclaimed below it. `None` if nothing can be freed.
     fn take_frame(&mut self, vm: u32, ppn: u32, now: u64, ds: &mut [Datastore], events: &mut EventQueue) -> Option<u64> {
+        if self.vms[vm as usize].granted < self.vms[vm as usize].grant_limit {
+            // Ephemeral tmem pages are the first memory the host takes back.
+            self.tmem_relinquish();
+        }
         let v = &mut self.vms[vm as usize];
         if self.free > 0 && v.granted < v.grant_limit {
             self.free -= 1;
@@ -642,13 +657,14 @@ impl Host {
             }
             owned += v.granted + v.overhead_frames + v.zip.frames();
         }
-        owned += self.pshare.as_ref().map_or(0, |s| s.frames_in_use());
+        owned += self.pshare.as_ref().map_or(0, |s| s.frames_in_use()) + self.tmem_frames_held();
         if owned + self.hypervisor + self.free != self.total {
             return Err(format!(
                 "frames lost or counted twice: {owned} owned by VMs + {} by the hypervisor + {} free != {} in all",
                 self.hypervisor, self.free, self.total
             ));
         }
-        self.check_sharing()
+        self.check_sharing()?;
+        self.check_tmem()
     }
 }
