@@ -56,6 +56,15 @@ pub fn image(name: &str, i: u64) -> u64 {
     common(((h ^ h >> 16 ^ h >> 32 ^ h >> 48) & 0xffff) << 24 | i)
 }
 
+/// Page `i` (below 2^16) of the file named `key`: the same bytes in every guest holding that file
+/// (a source tree unpacked from one archive, an object compiled from it). A 37-bit digest of the
+/// name keeps files apart (two names collide with probability n^2 / 2^38 for n files: under
+/// 0.1 % for ten thousand files).
+pub fn file_data(key: u64, i: u64) -> u64 {
+    debug_assert!(i < 1 << 16);
+    1 << 53 | (splitmix64(key) & ((1 << 37) - 1)) << 16 | i & 0xffff
+}
+
 /// Vigna's SplitMix64 output function: a bijection of `u64` that scrambles every bit.
 pub fn splitmix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);

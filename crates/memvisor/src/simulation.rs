@@ -68,6 +68,10 @@ impl Simulation {
         if let Some(p) = &s.host.sharing {
             host.enable_sharing(p.clone());
         }
+        if let Some(t) = &s.host.tmem {
+            host.enable_tmem(t.clone());
+        }
+        host.populate_on_release = s.host.profile.populate_at_boot();
         let mut datastores: Vec<Datastore> = s.datastores.iter().map(|d| Datastore::new(d.name.clone(), d.device.clone())).collect();
         let mut events = EventQueue::new();
         let mut guests = Vec::new();

@@ -28,6 +28,12 @@ use crate::clock::GuestEvent;
 
 /// Pages a virtio balloon round takes or releases (VIRTIO_BALLOON_ARRAY_PFNS_MAX).
 const VIRTIO_PFNS_MAX: u64 = 256;
+/// Pages per Xen balloon hypercall (`ARRAY_SIZE(frame_list)`, `PAGE_SIZE / sizeof(unsigned long)`).
+const XEN_BATCH: u64 = 512;
+/// Xen's balloon retries a failed allocation after 1 s, doubling up to 32 s (Linux 3.6
+/// `drivers/xen/balloon.c`, `max_schedule_delay`; tmem.md 3.1).
+const XEN_RETRY_NS: u64 = 1_000_000_000;
+const XEN_MAX_RETRY_SHIFT: u32 = 5;
 /// Sleep after a virtio allocation failure ("Out of puff!", msleep(200)).
 const VIRTIO_OUT_OF_PUFF_NS: u64 = 200_000_000;
 /// Pages the virtio OOM notifier releases (OOM_VBALLOON_DEFAULT_PAGES).
@@ -55,11 +61,13 @@ pub enum BalloonDriver {
     },
     /// vmw_balloon (VMware Tools' memory control driver).
     Vmw,
+    /// Xen's balloon driver (`drivers/xen/balloon.c`): ballooned pages leave MemTotal.
+    Xen,
 }
 
 impl BalloonDriver {
     /// Names as written in scenario files.
-    pub const NAMES: &'static [&'static str] = &["none", "virtio", "virtio-deflate-on-oom", "vmw"];
+    pub const NAMES: &'static [&'static str] = &["none", "virtio", "virtio-deflate-on-oom", "vmw", "xen"];
 
     /// Parses a scenario name.
     pub fn parse(s: &str) -> Option<Self> {
@@ -68,6 +76,7 @@ impl BalloonDriver {
             "virtio" => Self::Virtio { deflate_on_oom: false },
             "virtio-deflate-on-oom" => Self::Virtio { deflate_on_oom: true },
             "vmw" => Self::Vmw,
+            "xen" => Self::Xen,
             _ => return None,
         })
     }
@@ -79,6 +88,7 @@ impl BalloonDriver {
             Self::Virtio { deflate_on_oom: false } => "virtio",
             Self::Virtio { deflate_on_oom: true } => "virtio-deflate-on-oom",
             Self::Vmw => "vmw",
+            Self::Xen => "xen",
         }
     }
 }
@@ -132,7 +142,7 @@ impl Balloon {
 
     /// Whether ballooned pages leave MemTotal.
     pub fn shrinks_mem_total(&self) -> bool {
-        self.driver == BalloonDriver::Virtio { deflate_on_oom: false }
+        matches!(self.driver, BalloonDriver::Virtio { deflate_on_oom: false } | BalloonDriver::Xen)
     }
 }
 
@@ -148,7 +158,7 @@ impl Guest {
     /// The host changed the target: virtio's config-change interrupt queues the work now; vmw
     /// notices at its next poll.
     pub fn balloon_notify(&mut self, now: u64, env: &mut Env) {
-        if matches!(self.balloon.driver, BalloonDriver::Virtio { .. }) && !self.balloon.scheduled {
+        if matches!(self.balloon.driver, BalloonDriver::Virtio { .. } | BalloonDriver::Xen) && !self.balloon.scheduled {
             self.balloon.scheduled = true;
             env.schedule(self.id, now, GuestEvent::Balloon);
         }
@@ -165,7 +175,7 @@ impl Guest {
                 let (spent, failed) = if size < target {
                     self.inflate((target - size).min(VIRTIO_PFNS_MAX), true, now, env)
                 } else {
-                    (self.deflate((size - target).min(VIRTIO_PFNS_MAX), now, env), false)
+                    self.deflate((size - target).min(VIRTIO_PFNS_MAX), now, env)
                 };
                 let done = self.balloon.size() == env.host.balloon_target(self.id);
                 let next = if failed {
@@ -177,12 +187,31 @@ impl Guest {
                 };
                 (spent, next)
             }
+            BalloonDriver::Xen => {
+                // `balloon_process`: 512 pages per hypercall (`PAGE_SIZE / sizeof(long)`),
+                // looping until done; a failed allocation (`GFP_BALLOON`, no OOM) retries after
+                // 1 s, doubling up to 32 s (`max_schedule_delay`).
+                let (spent, failed) = if size < target {
+                    self.inflate((target - size).min(XEN_BATCH), true, now, env)
+                } else {
+                    self.deflate((size - target).min(XEN_BATCH), now, env)
+                };
+                let next = if failed {
+                    let d = XEN_RETRY_NS << self.balloon.slow_cycles.min(XEN_MAX_RETRY_SHIFT);
+                    self.balloon.slow_cycles += 1;
+                    Some(d)
+                } else {
+                    self.balloon.slow_cycles = 0;
+                    (self.balloon.size() != env.host.balloon_target(self.id)).then_some(0)
+                };
+                (spent, next)
+            }
             BalloonDriver::Vmw => {
                 let spent = if size < target {
                     self.vmw_inflate(target - size, now, env)
                 } else if size > target {
                     let goal = (size - target).min(self.balloon.rate_free);
-                    let spent = self.deflate(goal, now, env);
+                    let spent = self.deflate(goal, now, env).0;
                     self.balloon.rate_free = (self.balloon.rate_free + VMW_RATE_FREE.2).min(VMW_RATE_FREE.1);
                     spent
                 } else {
@@ -240,7 +269,7 @@ impl Guest {
 
     /// Takes up to `n` pages into the balloon with reclaim allowed (virtio). Returns the time spent
     /// and whether an allocation failed.
-    fn inflate(&mut self, n: u64, can_sleep: bool, now: u64, env: &mut Env) -> (u64, bool) {
+    pub(super) fn inflate(&mut self, n: u64, can_sleep: bool, now: u64, env: &mut Env) -> (u64, bool) {
         let mut spent = 0;
         for _ in 0..n {
             match self.balloon_alloc(can_sleep, now + spent, env) {
@@ -296,16 +325,20 @@ impl Guest {
     }
 
     /// Releases up to `n` pages from the balloon; returns the time spent.
-    fn deflate(&mut self, n: u64, _now: u64, env: &mut Env) -> u64 {
+    /// Releases up to `n` pages; returns the time it took and whether the host refused one.
+    fn deflate(&mut self, n: u64, _now: u64, env: &mut Env) -> (u64, bool) {
         let mut spent = 0;
         for _ in 0..n {
-            let Some(p) = self.balloon.pages.pop() else { break };
-            env.host.unballoon(self.id, p);
+            let Some(&p) = self.balloon.pages.last() else { break };
+            if !env.host.unballoon(self.id, p) {
+                return (spent, true);
+            }
+            self.balloon.pages.pop();
             self.pages.release(p);
             self.vmstat.inc(Counter::BalloonDeflate);
             spent += self.cfg.costs.balloon_page_ns;
         }
-        spent
+        (spent, false)
     }
 
     /// The OOM notifier of a virtio balloon with `deflate_on_oom`: releases pages instead of a kill.

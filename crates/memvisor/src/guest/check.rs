@@ -14,6 +14,7 @@ impl Guest {
         let n = self.pages.len();
         let name = &self.cfg.name;
         let err = |m: String| Err(format!("guest '{name}': {m}"));
+        self.check_frontswap(env).or_else(err)?;
 
         // Free list: exactly the free pages, each once.
         let mut on_free = vec![false; n];
@@ -176,11 +177,14 @@ impl Guest {
         if dirty_file != self.nr_dirty {
             return err(format!("{dirty_file} dirty file pages but nr_dirty = {}", self.nr_dirty));
         }
-        // A dirty page is written before it is dropped: every page ever dirtied was written back
-        // or is still dirty in the cache.
+        // A dirty page is written before it is dropped, unless its file is deleted: every page ever
+        // dirtied was written back, cancelled by an unlink, or is still dirty in the cache.
         let (dirtied, written) = (self.vmstat.get(Counter::NrDirtied), self.vmstat.get(Counter::NrWritten));
-        if dirtied != written + self.nr_dirty {
-            return err(format!("{dirtied} pages dirtied but {written} written and {} still dirty", self.nr_dirty));
+        if dirtied != written + self.dirty_cancelled + self.nr_dirty {
+            return err(format!(
+                "{dirtied} pages dirtied but {written} written, {} cancelled and {} still dirty",
+                self.dirty_cancelled, self.nr_dirty
+            ));
         }
         if wb_file != self.nr_writeback_file {
             return err(format!("{wb_file} file pages under writeback but counted {}", self.nr_writeback_file));
@@ -237,7 +241,7 @@ impl Guest {
             return err(format!("{} swap slots used but {used} referenced", self.swap.nr_used()));
         }
         // Swap counters: every page written to swap is still there or was discarded.
-        let written = self.vmstat.get(Counter::PswpOut);
+        let written = self.vmstat.get(Counter::PswpOut) + self.vmstat.get(Counter::FrontswapSuccStores);
         let left = self.swap.nr_written() + self.vmstat.get(Counter::SwapDiscard);
         if written != left {
             return err(format!(

@@ -3,7 +3,7 @@
 
 use super::bio::{BioKind, Submission, Waited};
 use super::lru::LruList;
-use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_READAHEAD, PG_REFERENCED, PageKind};
+use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_READAHEAD, PG_REFERENCED, PG_WRITEBACK, PageKind};
 use super::page_alloc::Stall;
 use super::workingset::{NO_SHADOW, Shadow};
 use super::{Counter, Env, Guest, Replacement};
@@ -31,6 +31,11 @@ pub struct File {
     pub fsync_waiters: Vec<u32>,
     /// The scenario workload whose process created it (what its data looks like).
     pub workload: usize,
+    /// The name a workload opens it by (`Op::Open`), whose bytes are the same in every guest
+    /// holding a file of that name (`content::file_data`); `None`: the guest's own data.
+    pub key: Option<u64>,
+    /// Unlinked: pages still in flight leave the page cache when their I/O completes.
+    pub deleted: bool,
 }
 
 /// How far a page-cache operation got.
@@ -51,6 +56,57 @@ pub(super) enum Progress {
 impl Guest {
     /// Creates a file of `pages` pages, laid out contiguously after the previous one.
     pub(super) fn create_file(&mut self, pid: u32, pages: u32) {
+        self.new_file(pid, pages, None);
+    }
+
+    /// `open()` of the file named `key`, of `pages` pages: an existing one (on disk, not cached,
+    /// the first time any process opens it), or with `create` a new, empty one replacing any of
+    /// that name (`O_CREAT | O_TRUNC`). The process's next handle names it.
+    pub(super) fn open_file(&mut self, pid: u32, key: u64, pages: u32, create: bool, env: &mut Env) {
+        if create {
+            self.unlink_file(key, env);
+        }
+        match self.names.get(&key) {
+            Some(&f) => self.procs[pid as usize].files.push(f),
+            None => {
+                let f = self.new_file(pid, pages, Some(key));
+                self.names.insert(key, f);
+            }
+        }
+    }
+
+    /// `unlink()` of the file named `key`: its cached pages are dropped (dirty ones unwritten),
+    /// those with I/O in flight when it completes; cleancache forgets the file.
+    pub(super) fn unlink_file(&mut self, key: u64, env: &mut Env) {
+        let Some(f) = self.names.remove(&key) else { return };
+        self.files[f as usize].deleted = true;
+        for i in 0..self.files[f as usize].pages.len() {
+            let p = self.files[f as usize].pages[i];
+            if p == NONE {
+                continue;
+            }
+            if self.pages.has(p, PG_DIRTY) {
+                self.pages.clear(p, PG_DIRTY);
+                self.account_clean(p);
+                self.dirty_cancelled += 1;
+            }
+            if self.pages.io[p as usize] == NONE && !self.pages.has(p, PG_LOCKED | PG_WRITEBACK) {
+                self.drop_file_page(p);
+            }
+        }
+        self.files[f as usize].shadows.fill(NO_SHADOW);
+        self.cleancache_invalidate_file(f, env);
+    }
+
+    /// Frees a page of a deleted file (`truncate_inode_pages`).
+    pub(super) fn drop_file_page(&mut self, p: u32) {
+        self.remove_from_page_cache(p);
+        self.lru.remove_if_on(p);
+        self.pages.release(p);
+    }
+
+    /// A new file of `pages` pages laid out after the previous one, opened by `pid`.
+    fn new_file(&mut self, pid: u32, pages: u32, key: Option<u64>) -> u32 {
         let id = self.files.len() as u32;
         self.files.push(File {
             pages: vec![NONE; pages as usize],
@@ -61,9 +117,12 @@ impl Guest {
             dirtied_when: None,
             fsync_waiters: Vec::new(),
             workload: self.procs[pid as usize].workload_index,
+            key,
+            deleted: false,
         });
         self.fs_next += pages as u64 * PAGE_SIZE;
         self.procs[pid as usize].files.push(id);
+        id
     }
 
     /// Disk offset of a file page.
@@ -90,6 +149,9 @@ impl Guest {
     fn add_to_page_cache(&mut self, p: u32, file: u32, index: u32) {
         let f = &mut self.files[file as usize];
         f.pages[index as usize] = p;
+        if let Some(key) = f.key {
+            self.pages.content[p as usize] = crate::content::file_data(key, index as u64);
+        }
         let shadow = std::mem::replace(&mut f.shadows[index as usize], NO_SHADOW);
         let active = self.workingset_refault(shadow, true, p);
         self.lru_add(p, true, active);
@@ -281,6 +343,9 @@ impl Guest {
     pub(super) fn file_read_done(&mut self, bio: &super::Bio) {
         for &p in &bio.pages {
             self.pages.clear(p, PG_LOCKED);
+            if self.files[bio.file as usize].deleted {
+                self.drop_file_page(p);
+            }
         }
     }
 }

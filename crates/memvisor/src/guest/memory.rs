@@ -256,7 +256,7 @@ impl Guest {
                 let p = self.swap.cached(slot);
                 if p != NONE {
                     self.free_anon_page(p);
-                } else if self.swap.free(slot) {
+                } else if self.swap_free(slot) {
                     self.vmstat.inc(Counter::SwapDiscard);
                 }
             }

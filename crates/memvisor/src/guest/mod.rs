@@ -21,6 +21,7 @@ mod process;
 mod sched;
 mod swap_state;
 mod swapfile;
+mod tmem;
 mod vmscan;
 mod vmstat;
 mod windows;
@@ -296,6 +297,14 @@ pub struct GuestConfig {
     /// much memory it has by zeroing out pages it detects during the boot process", Kingston's
     /// ESX 4.1 boot-storm tests); `None`: never.
     pub zero_memory_at_ns: Option<u64>,
+    /// Pages in the balloon from boot on (a Xen guest started with `memory` below `maxmem`).
+    pub boot_balloon_pages: u32,
+    /// The host backs the guest's whole memory when it is created (Xen's domain builder).
+    pub populate_at_boot: bool,
+    /// The kernel runs cleancache over its file system (used when the host has tmem).
+    pub cleancache: bool,
+    /// The kernel runs frontswap over its swap device (used when the host has tmem).
+    pub frontswap: bool,
     /// Seed of the guest's random streams, derived from the scenario's seed and the VM's place.
     pub seed: u64,
 }
@@ -384,6 +393,8 @@ pub struct Guest {
     sched: sched::Sched,
     swap: SwapArea,
     files: Vec<File>,
+    /// Files by the name workloads open them by.
+    names: rustc_hash::FxHashMap<u64, u32>,
     bios: BioTable,
     kswapd: Kswapd,
     flusher: Flusher,
@@ -398,6 +409,8 @@ pub struct Guest {
     throttled: Vec<u32>,
     /// Dirty page-cache pages.
     nr_dirty: u64,
+    /// Dirty pages dropped unwritten because their file was deleted (`cancel_dirty_page`).
+    dirty_cancelled: u64,
     /// Page-cache pages under writeback.
     nr_writeback_file: u64,
     /// Pages under writeback that reclaim will free on completion.
@@ -414,6 +427,8 @@ pub struct Guest {
     win: windows::WindowsState,
     /// The next page boot-time zeroing will write (`zero_memory`).
     zero_next: u32,
+    /// cleancache and frontswap.
+    tmem: tmem::TmemClient,
 }
 
 impl GuestMemory for Guest {
@@ -504,6 +519,7 @@ impl Guest {
             sched: sched::Sched::new(cfg.vcpus),
             swap: SwapArea::new(cfg.swap_pages),
             files: Vec::new(),
+            names: rustc_hash::FxHashMap::default(),
             bios: BioTable::default(),
             kswapd: Kswapd::default(),
             flusher: Flusher::default(),
@@ -513,6 +529,7 @@ impl Guest {
             memcgs,
             throttled: Vec::new(),
             nr_dirty: 0,
+            dirty_cancelled: 0,
             nr_writeback_file: 0,
             nr_reclaim_wb: 0,
             fs_next: cfg.swap_pages as u64 * PAGE_SIZE,
@@ -522,9 +539,20 @@ impl Guest {
             balloon: Balloon::new(cfg.balloon),
             win: windows::WindowsState::default(),
             zero_next: 0,
+            tmem: tmem::TmemClient::default(),
             cfg,
         };
+        g.tmem_init(env);
         g.balloon_boot(env);
+        if g.cfg.boot_balloon_pages > 0 {
+            // Pages past the initial reservation were never populated: the driver starts with
+            // them out (`balloon_stats.current_pages = nr_pages`), at no cost.
+            env.host.set_balloon_target(id, g.cfg.boot_balloon_pages as u64);
+            g.inflate(g.cfg.boot_balloon_pages as u64, false, 0, env);
+        }
+        if g.cfg.populate_at_boot {
+            env.host.populate(id);
+        }
         g.windows_boot(env);
         if let Some(t) = g.cfg.zero_memory_at_ns {
             env.schedule(id, t, GuestEvent::ZeroMemory);
@@ -731,6 +759,7 @@ impl Guest {
     /// Runs one event's handler.
     fn dispatch(&mut self, now: u64, limit: u64, ev: GuestEvent, may_run: bool, env: &mut Env) {
         self.sched.start_now = Some(NONE);
+        self.tmem_flush_pending(env);
         match ev {
             GuestEvent::Vcpu { vcpu } => self.run_vcpu(vcpu, now, limit, env),
             GuestEvent::IoDone { bio } => self.io_done(bio, now, env),
@@ -763,20 +792,45 @@ impl Guest {
     /// blocks (the block layer's merging), each of at most `sub.max` pages, and schedules their
     /// completions; with `sub.through_gaps`, as one request over the whole block range. The request
     /// holding `key.page`, if any, carries `key`'s waiter and fault; its number is returned.
+    /// Pages cleancache or frontswap hold are served from the host's pool first, as one request
+    /// that completes when the copies are done.
     fn submit_runs(&mut self, sub: &Submission, items: &[(u32, u32)], key: Option<Waited>, now: u64, env: &mut Env) -> Option<u32> {
+        if !self.tmem_serves(sub.kind) {
+            return self.submit_device_runs(sub, items, key.as_ref(), now, env);
+        }
+        let (mut rest, mut served) = (items.to_vec(), Vec::new());
+        let ns = self.tmem_serve(sub, &mut rest, &mut served, env);
+        let holder = if served.is_empty() { None } else { self.submit_run(sub, &served, key.as_ref(), now, Some(ns), env) };
+        if rest.is_empty() {
+            return holder;
+        }
+        self.submit_device_runs(sub, &rest, key.as_ref(), now, env).or(holder)
+    }
+
+    /// `submit_runs` to the device.
+    fn submit_device_runs(&mut self, sub: &Submission, items: &[(u32, u32)], key: Option<&Waited>, now: u64, env: &mut Env) -> Option<u32> {
         if sub.through_gaps {
-            return self.submit_run(sub, items, key.as_ref(), now, env);
+            return self.submit_run(sub, items, key, now, None, env);
         }
         let mut holder = None;
         for run in runs(items, sub.max) {
-            holder = self.submit_run(sub, run, key.as_ref(), now, env).or(holder);
+            holder = self.submit_run(sub, run, key, now, None, env).or(holder);
         }
         holder
     }
 
-    /// One request of `submit_runs`, over blocks `run[0].0..=run[last].0`; returns its number if it
-    /// holds `key.page`.
-    fn submit_run(&mut self, sub: &Submission, run: &[(u32, u32)], key: Option<&Waited>, now: u64, env: &mut Env) -> Option<u32> {
+    /// One request of `submit_runs`, over blocks `run[0].0..=run[last].0`, to the device or (with
+    /// `tmem_ns`, the copies' time) served by tmem; returns its number if it holds `key.page`.
+    #[allow(clippy::too_many_arguments)]
+    fn submit_run(
+        &mut self,
+        sub: &Submission,
+        run: &[(u32, u32)],
+        key: Option<&Waited>,
+        now: u64,
+        tmem_ns: Option<u64>,
+        env: &mut Env,
+    ) -> Option<u32> {
         let write = matches!(sub.kind, BioKind::SwapWrite | BioKind::FileWrite);
         let mut holder = None;
         {
@@ -797,13 +851,28 @@ impl Guest {
                     start = start.max(now + self.host_touch(p, false, now, false, env).0);
                 }
             }
-            let blocks = (run[run.len() - 1].0 - run[0].0 + 1) as usize;
-            let done = self.device_io(start, sub.base + run[0].0 as u64 * PAGE_SIZE, blocks, write, env);
-            match sub.kind {
-                BioKind::SwapRead => self.vmstat.inc(Counter::PageReads),
-                BioKind::SwapWrite => self.vmstat.inc(Counter::PageWrites),
-                _ => {}
-            }
+            let done = match tmem_ns {
+                Some(ns) => {
+                    if sub.kind == BioKind::SwapWrite {
+                        // `write_slot` counted them for the device; frontswap took them instead.
+                        self.vmstat.sub(Counter::PswpOut, pages.len() as u64);
+                    }
+                    start + ns
+                }
+                None => {
+                    let blocks = (run[run.len() - 1].0 - run[0].0 + 1) as usize;
+                    let n = pages.len() as u64;
+                    match sub.kind {
+                        BioKind::SwapRead => {
+                            self.vmstat.inc(Counter::PageReads);
+                            self.vmstat.add(Counter::PswpIn, n);
+                        }
+                        BioKind::SwapWrite => self.vmstat.inc(Counter::PageWrites),
+                        _ => {}
+                    }
+                    self.device_io(start, sub.base + run[0].0 as u64 * PAGE_SIZE, blocks, write, env)
+                }
+            };
             let id = self.bios.next_id();
             for &p in &pages {
                 self.pages.io[p as usize] = id;

@@ -46,8 +46,16 @@ impl Mm {
     /// same length usually returns the same address; so a process that maps and unmaps in a loop
     /// (`stress --vm`) keeps a page table of one region's size.
     pub fn map(&mut self, pages: u32) -> Option<u32> {
-        let start = match self.holes.iter().position(|&(_, n)| n == pages) {
-            Some(i) => self.holes.swap_remove(i).0,
+        // An exact fit first, else the first hole large enough (its rest stays a hole).
+        let fit = self.holes.iter().position(|&(_, n)| n == pages).or_else(|| self.holes.iter().position(|&(_, n)| n > pages));
+        let start = match fit {
+            Some(i) => {
+                let (start, n) = self.holes.swap_remove(i);
+                if n > pages {
+                    self.holes.push((start + pages, n - pages));
+                }
+                start
+            }
             None => {
                 let start = self.pte.len() as u32;
                 let end = start as usize + pages as usize;

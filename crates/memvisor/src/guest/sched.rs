@@ -168,6 +168,16 @@ impl Guest {
                     self.create_file(pid, n);
                     Progress::Done
                 }
+                Op::Open { key, pages, create } => {
+                    let (k, n, c) = (*key, *pages, *create);
+                    self.open_file(pid, k, n, c, env);
+                    Progress::Done
+                }
+                Op::Unlink { key } => {
+                    let k = *key;
+                    self.unlink_file(k, env);
+                    Progress::Done
+                }
                 Op::Write { file, first, count } => {
                     let f = *file;
                     self.file_write(pid, f, first, count, &mut now, end, env)

@@ -34,7 +34,7 @@ impl Guest {
         let slot = self.pages.swap[p as usize];
         self.swap.set_cached(slot, NONE);
         self.pages.swap[p as usize] = NONE;
-        if free_slot && self.swap.free(slot) {
+        if free_slot && self.swap_free(slot) {
             self.vmstat.inc(Counter::SwapDiscard);
         }
     }
@@ -119,7 +119,6 @@ impl Guest {
         }
         let reads = &mut buf[..n];
         let now = now + spent;
-        self.vmstat.add(Counter::PswpIn, reads.len() as u64);
         self.vmstat.add(Counter::SwapRa, reads.len() as u64 - 1);
         reads.sort_unstable();
         let sub =

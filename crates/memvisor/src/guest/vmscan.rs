@@ -75,6 +75,8 @@ pub(super) struct ScanControl {
     pub wait_writeback: bool,
     /// Swap writes gathered under the block plug: (slot, page).
     plug: Vec<(u32, u32)>,
+    /// CPU time of the cleancache puts of the pages it dropped.
+    tmem_ns: u64,
     /// A scan that takes simulated time (a process's limit reclaim): it counts only freed pages as
     /// progress, as the kernel does, and stops to let time pass when it reaches `deadline`.
     timed: bool,
@@ -119,6 +121,7 @@ impl ScanControl {
             target: None,
             wait_writeback: false,
             plug: Vec::new(),
+            tmem_ns: 0,
             timed: false,
             deadline: u64::MAX,
             costs,
@@ -142,7 +145,7 @@ impl ScanControl {
 
     /// CPU time the scan has taken so far.
     pub(super) fn spent_ns(&self) -> u64 {
-        self.costs.of(self.nr_scanned, self.nr_reclaimed, self.nr_pageout)
+        self.costs.of(self.nr_scanned, self.nr_reclaimed, self.nr_pageout) + self.tmem_ns
     }
 
     /// Starts or resumes a timed scan at `now`; it may run until `deadline`.
@@ -567,6 +570,7 @@ impl Guest {
             return false;
         }
         let shadow = self.workingset_eviction(sc.shadow_target(), p);
+        self.cleancache_note_eviction(p);
         self.evict_from_page_cache(p, shadow);
         self.lru.remove(p);
         self.pages.release(p);
@@ -585,6 +589,7 @@ impl Guest {
     /// Submits the swap writes gathered during a reclaim pass, merged into one request per run of
     /// consecutive slots (the block plug), and wakes the flusher for dirty page cache met.
     pub(super) fn finish_reclaim(&mut self, sc: &mut ScanControl, now: u64, env: &mut Env) {
+        sc.tmem_ns += self.tmem_flush_pending(env);
         let mut plug = std::mem::take(&mut sc.plug);
         let sub = Submission {
             kind: BioKind::SwapWrite,
@@ -715,6 +720,10 @@ impl Guest {
             }
             if self.pages.kind[p as usize] == PageKind::File {
                 self.file_write_done(p);
+                if self.files[self.pages.owner[p as usize] as usize].deleted {
+                    self.drop_file_page(p);
+                    continue;
+                }
             }
             if self.pages.owner[p as usize] == NONE {
                 self.lru.remove(p);

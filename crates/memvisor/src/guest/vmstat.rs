@@ -74,10 +74,22 @@ pub enum Counter {
     WorkingsetActivateFile,
     /// Pages whose reclaim write completed moved to the inactive tail (`pgrotated`).
     PgRotated,
+    /// Clean page-cache pages reclaim offered to cleancache (debugfs `cleancache/puts`).
+    CleancachePuts,
+    /// Page-cache reads cleancache served (`cleancache/succ_gets`).
+    CleancacheSuccGets,
+    /// Page-cache reads cleancache did not hold (`cleancache/failed_gets`).
+    CleancacheFailedGets,
+    /// Swap writes frontswap took instead of the disk (`frontswap/succ_stores`).
+    FrontswapSuccStores,
+    /// Swap writes frontswap refused (`frontswap/failed_stores`).
+    FrontswapFailedStores,
+    /// Swap reads frontswap served (`frontswap/loads`).
+    FrontswapLoads,
 }
 
 /// Number of counters.
-pub const NR_COUNTERS: usize = 33;
+pub const NR_COUNTERS: usize = 39;
 
 impl Counter {
     /// Column names with units, in counter order.
@@ -115,6 +127,12 @@ impl Counter {
         "workingset_activate_anon_pages",
         "workingset_activate_file_pages",
         "pgrotated_pages",
+        "cleancache_puts_pages",
+        "cleancache_succ_gets_pages",
+        "cleancache_failed_gets_pages",
+        "frontswap_succ_stores_pages",
+        "frontswap_failed_stores_pages",
+        "frontswap_loads_pages",
     ];
 }
 
@@ -135,6 +153,12 @@ impl VmStat {
     #[inline]
     pub fn add(&mut self, v: Counter, n: u64) {
         self.c[v as usize] += n;
+    }
+
+    /// Takes back `n` counted too early (events that turned out not to happen).
+    #[inline]
+    pub fn sub(&mut self, v: Counter, n: u64) {
+        self.c[v as usize] -= n;
     }
 
     /// Increments a counter.

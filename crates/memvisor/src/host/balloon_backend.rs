@@ -46,13 +46,30 @@ impl Host {
         v.stats.ballooned_total += 1;
     }
 
-    /// The balloon driver of VM `vm` released guest page `ppn` back to its guest.
-    pub fn unballoon(&mut self, vm: u32, ppn: u32) {
+    /// The balloon driver of VM `vm` releases guest page `ppn` back to its guest. A host that
+    /// backs guests when it builds them (Xen) backs the page now (`XENMEM_populate_physmap`),
+    /// taking ephemeral tmem pages if it must; with no frame to give, or with the VM at its
+    /// `max_pages` counting its persistent tmem pages, it refuses and the page stays in the
+    /// balloon. Others back it on its next touch. Returns whether it was released.
+    pub fn unballoon(&mut self, vm: u32, ppn: u32) -> bool {
+        let backed = self.populate_on_release;
+        if backed {
+            let v = &self.vms[vm as usize];
+            let pers = self.tmem.as_ref().map_or(0, |t| t.pers_frames(vm));
+            if v.granted + pers >= v.p2m.len() as u64 || !self.tmem_relinquish() {
+                return false;
+            }
+        }
         let v = &mut self.vms[vm as usize];
         debug_assert_eq!(v.p2m.get(ppn).state(), PageState::Ballooned);
-        v.p2m.set(ppn, Entry::new(PageState::Unbacked));
+        v.p2m.set(ppn, Entry::new(if backed { PageState::Backed } else { PageState::Unbacked }));
+        if backed {
+            self.free -= 1;
+            v.granted += 1;
+        }
         v.ballooned -= 1;
         v.stats.unballooned_total += 1;
+        true
     }
 
     /// The balloon size VM `vm`'s driver should work toward: the policy's target, but never so

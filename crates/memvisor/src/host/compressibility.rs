@@ -19,6 +19,10 @@ pub enum Content {
     Stress,
     /// File data bonnie++ writes.
     BonnieData,
+    /// Linux 2.6.32 source files (.c, .h, .S) in the page cache.
+    KernelSource,
+    /// Object files a kernel build writes.
+    KernelObject,
     /// Anything else a process or the kernel holds: the generic-heap measurement stands in.
     Generic,
     /// Data that does not compress (encrypted, already compressed, random): no page fits.
@@ -27,7 +31,8 @@ pub enum Content {
 
 impl Content {
     /// Every kind, in table order.
-    pub const ALL: [Content; 5] = [Self::StressVm, Self::Stress, Self::BonnieData, Self::Generic, Self::Incompressible];
+    pub const ALL: [Content; 7] =
+        [Self::StressVm, Self::Stress, Self::BonnieData, Self::KernelSource, Self::KernelObject, Self::Generic, Self::Incompressible];
 
     /// Parses a scenario name (the data file's keys).
     pub fn parse(s: &str) -> Option<Self> {
@@ -40,6 +45,8 @@ impl Content {
             Self::StressVm => "stress-vm",
             Self::Stress => "seed003-stress",
             Self::BonnieData => "bonnie-data",
+            Self::KernelSource => "kernel-source",
+            Self::KernelObject => "kernel-object",
             Self::Generic => "generic-heap",
             Self::Incompressible => "incompressible",
         }

@@ -265,6 +265,8 @@ pub struct Host {
     pshare: Option<Pshare>,
     /// Transcendent memory, if on.
     tmem: Option<Tmem>,
+    /// Pages leaving a balloon are backed at once, or stay in it if no frame is free (Xen).
+    pub populate_on_release: bool,
     /// Frames the host counts as tmem's.
     tmem_frames: u64,
 }
@@ -288,6 +290,7 @@ impl Host {
             pshare: None,
             tmem: None,
             tmem_frames: 0,
+            populate_on_release: false,
         }
     }
 
@@ -442,6 +445,22 @@ impl Host {
         v.p2m.set_range(start, end, Entry::new(PageState::Backed));
         self.free -= n;
         v.granted += n;
+    }
+
+    /// Backs every page of VM `vm` not yet backed nor ballooned (a Xen domain built with its whole
+    /// initial reservation).
+    pub fn populate(&mut self, vm: u32) {
+        let v = &mut self.vms[vm as usize];
+        let unbacked: Vec<u32> = v.p2m.iter().filter(|(_, e)| e.state() == PageState::Unbacked).map(|(p, _)| p).collect();
+        if unbacked.len() as u64 > self.free {
+            self.fatal.get_or_insert_with(|| format!("host machine memory exhausted while building VM '{}'", v.name));
+            return;
+        }
+        for &p in &unbacked {
+            v.p2m.set(p, Entry::new(PageState::Backed));
+        }
+        self.free -= unbacked.len() as u64;
+        v.granted += unbacked.len() as u64;
     }
 
     /// The guest of VM `vm` touches (`write`: stores to) page `ppn` at `now`. Backs it if it is

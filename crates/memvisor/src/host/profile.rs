@@ -10,17 +10,20 @@ pub enum HostProfile {
     Kvm,
     /// VMware ESX 3.5 / 4.x, the seeds' era (seeds 000 and 001).
     Esx,
+    /// Xen 4.0 with paravirtualized Linux guests (seed 002).
+    Xen,
 }
 
 impl HostProfile {
     /// Names as written in scenario files.
-    pub const NAMES: &'static [&'static str] = &["kvm", "esx"];
+    pub const NAMES: &'static [&'static str] = &["kvm", "esx", "xen"];
 
     /// Parses a scenario name.
     pub fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "kvm" => Self::Kvm,
             "esx" => Self::Esx,
+            "xen" => Self::Xen,
             _ => return None,
         })
     }
@@ -31,7 +34,7 @@ impl HostProfile {
     }
 
     /// Memory the hypervisor itself holds on a host of `memory` bytes.
-    pub fn hypervisor_memory(self, _memory: u64) -> u64 {
+    pub fn hypervisor_memory(self, memory: u64) -> u64 {
         match self {
             // The host kernel and system services are not modelled; each VM's QEMU process is its
             // overhead.
@@ -41,12 +44,19 @@ impl HostProfile {
             // Overhead"); the VMkernel's own size is not published: 128 MB is taken (ESX 2.x's was
             // about 24 MB; its drivers grew). docs/sources/host-reclamation.md, section 5.
             Self::Esx => (272 + 128) << 20,
+            // Xen's frame table (a 32-byte `struct page_info` per 4 KiB frame, 1/128 of memory)
+            // and its image and heap, taken as 16 MiB [unpublished; tmem.md 7.9 says "tens of
+            // MiB"]. dom0 is the scenario's to add.
+            Self::Xen => memory / 128 + (16 << 20),
         }
     }
 
     /// Per-VM overhead memory for a VM of `memory` bytes and `vcpus` vCPUs.
     pub fn vm_overhead(self, memory: u64, vcpus: u32) -> u64 {
         match self {
+            // A PV guest's page tables are its own memory; Xen's per-domain structures are in its
+            // heap (`hypervisor_memory`).
+            Self::Xen => 0,
             // KubeVirt's published estimate: 0.2 % of guest memory + 218 MiB (virt-launcher,
             // QEMU) + 8 MiB per vCPU.
             Self::Kvm => memory / 500 + (218 << 20) + 8 * (1 << 20) * vcpus as u64,
@@ -70,14 +80,15 @@ impl HostProfile {
             Self::Kvm => BalloonDriver::Virtio { deflate_on_oom: false },
             // VMware Tools' vmmemctl / vmw_balloon.
             Self::Esx => BalloonDriver::Vmw,
+            Self::Xen => BalloonDriver::Xen,
         }
     }
 
     /// Largest balloon, percent of guest memory.
     pub fn balloon_max_percent(self) -> u32 {
         match self {
-            // QEMU sets no cap of its own.
-            Self::Kvm => 100,
+            // QEMU and Xen set no cap of their own.
+            Self::Kvm | Self::Xen => 100,
             // ESX `Mem.CtlMaxPercent`, 65 (DESIGN.md section 4).
             Self::Esx => 65,
         }
@@ -86,8 +97,8 @@ impl HostProfile {
     /// Pages the active-memory sampler takes from each VM per period (0: no sampling).
     pub fn sample_pages(self) -> u32 {
         match self {
-            // KVM has no such sampler; idle page tracking is opt-in.
-            Self::Kvm => 0,
+            // KVM and Xen have no such sampler; idle page tracking is opt-in.
+            Self::Kvm | Self::Xen => 0,
             // "By default, ESX Server samples 100 pages for each 30 second period" (Waldspurger,
             // OSDI 2002, 5.3); later ESX keeps the count and samples every 60 s.
             Self::Esx => 100,
@@ -97,10 +108,23 @@ impl HostProfile {
     /// Compression cache size, percent of guest memory (0: none).
     pub fn zip_max_percent(self) -> u32 {
         match self {
-            // QEMU/KVM has no per-VM compression cache (zswap compresses the host's own swap).
-            Self::Kvm => 0,
+            // QEMU/KVM has no per-VM compression cache (zswap compresses the host's own swap); Xen
+            // compresses only inside tmem.
+            Self::Kvm | Self::Xen => 0,
             // ESX 4.1+ `Mem.MemZipMaxPct`, 10.
             Self::Esx => 10,
         }
+    }
+
+    /// Whether the host swaps guest memory by default: Xen has no host swap (it takes memory back
+    /// only through the balloon and tmem).
+    pub fn host_swap(self) -> bool {
+        self != Self::Xen
+    }
+
+    /// Whether a VM's memory is all backed when it is created: Xen's domain builder populates
+    /// every page of its initial reservation; KVM and ESX back a page on its first touch.
+    pub fn populate_at_boot(self) -> bool {
+        self == Self::Xen
     }
 }

@@ -56,6 +56,15 @@ pub const GAUGES: &[&str] = &[
     "pshare_scanned_pages",
     "pshare_cow_breaks",
     "pshare_cpu_ms",
+    "tmem_eph_pages",
+    "tmem_eph_max_pages",
+    "tmem_pers_pages",
+    "tmem_pers_max_pages",
+    "tmem_cpu_ms",
+    "TMEM_eph_pages",
+    "TMEM_eph_max_pages",
+    "TMEM_frames",
+    "TMEM_frames_max",
 ];
 
 /// All numeric columns, in row order.
@@ -127,6 +136,17 @@ pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
             ]);
         }
         None => v.extend([0.0; 8]),
+    }
+    // Transcendent memory (`xl tmem-list`: the client's Ec/Em and persistent pages, then the
+    // host's Ec/Em and frames on every row).
+    match sim.host.tmem() {
+        Some(t) => {
+            let c = t.client(i as u32);
+            v.extend([c.eph_pages, c.eph_pages_max, c.pers_pages, c.pers_pages_max].map(|x| x as f64));
+            v.push(c.cpu_ns as f64 / 1e6);
+            v.extend([t.stats.eph_pages, t.stats.eph_pages_max, t.stats.frames, t.stats.frames_max].map(|x| x as f64));
+        }
+        None => v.extend([0.0; 9]),
     }
     v
 }

@@ -22,6 +22,11 @@ pub const CASES: &[(&str, &str, &str)] = &[
         "seed 000: four identical Windows guests share most of their memory while idle; the .NET benchmark's heaps overwrite it",
         include_str!("cases/tps-evaporates.toml"),
     ),
+    (
+        "tmem-kernel-build",
+        "seed 002: four Xen guests build Linux twice on a 2 GB host; unchanged, self-ballooning, tmem, +dedup, +compression",
+        include_str!("cases/tmem-kernel-build.toml"),
+    ),
 ];
 
 /// The scenario text of a case, by name.

@@ -76,6 +76,9 @@ pub struct RawHost {
     pub share_scan_time: Option<Spanned<Qty>>,
     pub share_force_salting: Option<Spanned<i64>>,
     pub large_pages: Option<Spanned<bool>>,
+    pub tmem: Option<Spanned<bool>>,
+    pub tmem_dedup: Option<Spanned<bool>>,
+    pub tmem_compress: Option<Spanned<bool>>,
 }
 
 /// `[costs]`.
@@ -135,6 +138,9 @@ pub struct RawVm {
     pub image: Option<Spanned<String>>,
     pub image_common: Option<Spanned<Qty>>,
     pub zero_memory_at: Option<Spanned<Qty>>,
+    pub maxmem: Option<Spanned<Qty>>,
+    pub cleancache: Option<Spanned<bool>>,
+    pub frontswap: Option<Spanned<bool>>,
 }
 
 /// A workload; which fields apply depends on `kind` (checked when resolving).
@@ -172,6 +178,11 @@ pub struct RawWorkload {
     pub cycles: Option<Spanned<i64>>,
     pub replace_percent: Option<Spanned<i64>>,
     pub visit: Option<Spanned<Qty>>,
+    pub tree: Option<Spanned<String>>,
+    pub arch: Option<Spanned<String>>,
+    pub jobs: Option<Spanned<i64>>,
+    pub builds: Option<Spanned<i64>>,
+    pub units: Option<Spanned<i64>>,
 }
 
 /// `[report]`.

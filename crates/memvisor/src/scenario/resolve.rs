@@ -7,10 +7,12 @@ use super::raw::{Qty, RawHost, RawScenario, RawVm, RawWorkload};
 use super::{ScenarioError, Source};
 use crate::devices::{DeviceKind, DeviceSpec};
 use crate::guest::{BalloonDriver, CgroupVersion, Costs, GuestConfig, Replacement, Sysctl, Thp, Watermarks};
-use crate::host::{Content, HostCosts, HostProfile, PshareSettings};
+use crate::host::{Content, HostCosts, HostProfile, PshareSettings, TmemSettings};
 use crate::policy::{ESX_STATE_TABLES, POLICY_NAMES, PolicySpec};
 use crate::units::{self, PAGE_SIZE};
-use crate::workloads::{Bonnie, DotnetHeap, FileIo, Idle, Random, Stress, StressVm, TraceReplay, WorkloadEntry, WorkloadSpec};
+use crate::workloads::{
+    Arch, Bonnie, DotnetHeap, FileIo, Idle, KernelBuild, Random, Stress, StressVm, TraceReplay, WorkloadEntry, WorkloadSpec,
+};
 
 /// Host settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +45,8 @@ pub struct HostSpec {
     pub lookahead_ns: u64,
     /// Transparent page sharing, if on.
     pub sharing: Option<PshareSettings>,
+    /// Transcendent memory, if on.
+    pub tmem: Option<TmemSettings>,
 }
 
 /// A datastore.
@@ -150,6 +154,28 @@ fn resolve_sharing(c: &Ctx, h: &RawHost) -> Result<Option<PshareSettings>, Scena
     }))
 }
 
+/// `[host]`'s tmem settings: off unless `tmem = true`; dedup and compression (Xen's `tmem_dedup`,
+/// `tmem_compress`, both off by default) apply only then.
+fn resolve_tmem(c: &Ctx, h: &RawHost, costs: &HostCosts) -> Result<Option<TmemSettings>, ScenarioError> {
+    let flag = |b: &Option<Spanned<bool>>| b.as_ref().is_some_and(|b| *b.get_ref());
+    if !flag(&h.tmem) {
+        if let Some((span, field)) = [(&h.tmem_dedup, "host.tmem_dedup"), (&h.tmem_compress, "host.tmem_compress")]
+            .into_iter()
+            .find_map(|(b, n)| b.as_ref().map(|b| (b.span(), n)))
+        {
+            return c.err(span, field, "is a tmem setting: set host.tmem = true too");
+        }
+        return Ok(None);
+    }
+    Ok(Some(TmemSettings {
+        dedup: flag(&h.tmem_dedup),
+        compress: flag(&h.tmem_compress),
+        compress_ns: costs.compress_ns,
+        decompress_ns: costs.decompress_ns,
+        ..TmemSettings::default()
+    }))
+}
+
 /// Default sampling interval: vCenter's real-time statistics interval, 20 s (DESIGN.md 3).
 const DEFAULT_SAMPLE_NS: u64 = 20_000_000_000;
 /// Default lookahead: 1 ms, below a scheduler slice (2.25 ms for 4 CPUs) and far below the
@@ -247,14 +273,14 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         memory,
         profile,
         hypervisor: c.opt_bytes(&h.hypervisor, "host.hypervisor", profile.hypervisor_memory(memory))?,
-        swap: h.swap.as_ref().is_none_or(|b| *b.get_ref()),
+        swap: h.swap.as_ref().map_or(profile.host_swap(), |b| *b.get_ref()),
         zip_max_percent: c.int(&h.zip_max_percent, "host.zip_max_percent", profile.zip_max_percent() as u64, 0, 100)? as u32,
         balloon_max_percent: c.int(&h.balloon_max_percent, "host.balloon_max_percent", profile.balloon_max_percent() as u64, 0, 100)?
             as u32,
         // ESX `Mem.SamplePeriod`, 60 s (ESX 4.0+; 30 s in ESX 2.x and the paper).
         sample_period_ns: c.opt_ns(&h.sample_period, "host.sample_period", 60_000_000_000)?,
         sample_pages: c.int(&h.sample_pages, "host.sample_pages", profile.sample_pages() as u64, 0, 1 << 20)? as u32,
-        costs: host_costs,
+        costs: host_costs.clone(),
         policy: PolicySpec {
             name: match &h.policy {
                 Some(p) if p.get_ref().starts_with(crate::policy::EXTERNAL_PREFIX) => {
@@ -279,6 +305,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         sample_interval_ns: c.opt_ns(&h.sample_interval, "host.sample_interval", DEFAULT_SAMPLE_NS)?,
         lookahead_ns: c.opt_ns(&h.lookahead, "host.lookahead", DEFAULT_LOOKAHEAD_NS)?,
         sharing: resolve_sharing(&c, h)?,
+        tmem: resolve_tmem(&c, h, &host_costs)?,
     };
     if host.memory < PAGE_SIZE {
         return c.err(h.memory.span(), "host.memory", "must be at least one page (4KiB)");
@@ -354,7 +381,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
 
     let mut vms: Vec<VmSpec> = Vec::new();
     for v in &raw.vm {
-        for mut spec in resolve_vm(&c, v.get_ref(), &datastores, &costs, host.profile)? {
+        for mut spec in resolve_vm(&c, v.get_ref(), &datastores, &costs, host.profile, host.tmem.is_some())? {
             spec.guest.seed = crate::rng::derive(seed, &[vms.len() as u64]);
             if vms.iter().any(|x| x.guest.name == spec.guest.name) {
                 return c.err(v.get_ref().name.span(), "vm.name", format!("two VMs are named '{}'", spec.guest.name));
@@ -367,13 +394,15 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
     }
     if host.policy.name == "xen-selfballoon" {
         // The driver's arithmetic counts ballooned pages out of MemTotal, as Xen's balloon does.
-        if let Some(v) = vms.iter().find(|v| v.guest.balloon != BalloonDriver::Virtio { deflate_on_oom: false }) {
+        if let Some(v) =
+            vms.iter().find(|v| !matches!(v.guest.balloon, BalloonDriver::Virtio { deflate_on_oom: false } | BalloonDriver::Xen))
+        {
             let span = raw.host.get_ref().policy.as_ref().map(|p| p.span());
             return Err(c.src.error(
                 span,
                 "host.policy",
                 format!(
-                    "xen-selfballoon needs guests whose balloon takes pages out of MemTotal (balloon = \"virtio\"); VM '{}' has \"{}\"",
+                    "xen-selfballoon needs guests whose balloon takes pages out of MemTotal (balloon = \"xen\" or \"virtio\"); VM '{}' has \"{}\"",
                     v.guest.name,
                     v.guest.balloon.name()
                 ),
@@ -474,7 +503,14 @@ pub fn report_column_known(col: &str) -> bool {
     col == "runtime_s" || col.strip_suffix("_s").is_some_and(phase) || counter(col)
 }
 
-fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs, profile: HostProfile) -> Result<Vec<VmSpec>, ScenarioError> {
+fn resolve_vm(
+    c: &Ctx,
+    v: &RawVm,
+    datastores: &[DatastoreSpec],
+    costs: &Costs,
+    profile: HostProfile,
+    tmem: bool,
+) -> Result<Vec<VmSpec>, ScenarioError> {
     let base_name = v.name.get_ref().trim().to_string();
     if base_name.is_empty() || base_name.contains(['/', '\\', '.']) {
         return c.err(v.name.span(), "vm.name", "must be a non-empty name without '/', '\\' or '.'");
@@ -487,6 +523,18 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs, p
     if memory_pages == 0 {
         return c.err(v.memory.span(), &f("memory"), "must be at least one page (4KiB)");
     }
+    // Xen's `maxmem`: the guest's physical memory is that, and what lies above `memory` starts in
+    // its balloon.
+    let (memory_pages, boot_balloon_pages) = match &v.maxmem {
+        None => (memory_pages, 0),
+        Some(q) => {
+            let max = page_count(c, q, &f("maxmem"), c.bytes(q, &f("maxmem"))?)?;
+            if max < memory_pages {
+                return c.err(q.span(), &f("maxmem"), "must be at least the VM's memory (the memory it starts with)");
+            }
+            (max, max - memory_pages)
+        }
+    };
     let memory = memory_pages as u64 * PAGE_SIZE;
     let vcpus = c.int(&v.vcpus, &f("vcpus"), 1, 1, 1024)? as u32;
     let reservation = c.opt_bytes(&v.reservation, &f("reservation"), 0)?;
@@ -522,6 +570,13 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs, p
             .ok_or_else(|| c.src.error(Some(b.span()), &f("balloon"), "unknown driver"))?,
         None => profile.balloon(),
     };
+    if let (Some(q), true) = (&v.maxmem, balloon != BalloonDriver::Xen) {
+        return c.err(
+            q.span(),
+            &f("maxmem"),
+            format!("starts memory in a Xen balloon: the guest needs balloon = \"xen\" (it has \"{}\")", balloon.name()),
+        );
+    }
     let os = c.choice(&v.os, &f("os"), "linux", &["linux", "windows"])?.to_string();
     let find = |name: &Spanned<String>, field: &str| {
         datastores.iter().position(|d| &d.name == name.get_ref()).ok_or_else(|| {
@@ -599,6 +654,20 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs, p
         }
     };
     let zero_memory_at_ns = v.zero_memory_at.as_ref().map(|q| c.ns(q, &f("zero_memory_at"))).transpose()?;
+    // A Linux guest of a tmem host runs both clients unless told not to (the Xen frontend's
+    // `cleancache` and `frontswap` module parameters default to on).
+    let mut clients = [false; 2];
+    for (i, (b, name)) in [(&v.cleancache, "cleancache"), (&v.frontswap, "frontswap")].into_iter().enumerate() {
+        clients[i] = b.as_ref().map_or(tmem && replacement == Replacement::Linux, |b| *b.get_ref());
+        if let Some(b) = b.as_ref().filter(|b| *b.get_ref()) {
+            if !tmem {
+                return c.err(b.span(), &f(name), "needs a host with transcendent memory: set host.tmem = true");
+            }
+            if replacement != Replacement::Linux {
+                return c.err(b.span(), &f(name), format!("is a Linux client; this guest's replacement is '{}'", replacement.name()));
+            }
+        }
+    }
     let mut workloads = Vec::new();
     if let Some(ws) = &v.workload {
         for w in ws {
@@ -645,6 +714,10 @@ fn resolve_vm(c: &Ctx, v: &RawVm, datastores: &[DatastoreSpec], costs: &Costs, p
                 workloads: workloads.clone(),
                 image: image.clone(),
                 zero_memory_at_ns,
+                boot_balloon_pages,
+                populate_at_boot: profile.populate_at_boot(),
+                cleancache: clients[0],
+                frontswap: clients[1],
                 seed: 0,
             },
             reservation,
@@ -672,6 +745,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         "stress-vm" => &["workers", "bytes", "keep", "rounds"],
         "bonnie" => &["size"],
         "dotnet-heap" => &["live", "object", "cycles", "replace_percent", "visit"],
+        "kernel-build" => &["tree", "arch", "jobs", "builds", "units", "compute"],
         _ => {
             return c.err(
                 r.kind.span(),
@@ -680,7 +754,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
             );
         }
     };
-    let present: [(&str, Option<std::ops::Range<usize>>); 26] = [
+    let present: [(&str, Option<std::ops::Range<usize>>); 31] = [
         ("instances", r.instances.as_ref().map(|x| x.span())),
         ("pages", r.pages.as_ref().map(|x| x.span())),
         ("passes", r.passes.as_ref().map(|x| x.span())),
@@ -707,6 +781,11 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         ("cycles", r.cycles.as_ref().map(|x| x.span())),
         ("replace_percent", r.replace_percent.as_ref().map(|x| x.span())),
         ("visit", r.visit.as_ref().map(|x| x.span())),
+        ("tree", r.tree.as_ref().map(|x| x.span())),
+        ("arch", r.arch.as_ref().map(|x| x.span())),
+        ("jobs", r.jobs.as_ref().map(|x| x.span())),
+        ("builds", r.builds.as_ref().map(|x| x.span())),
+        ("units", r.units.as_ref().map(|x| x.span())),
     ];
     for (field, span) in present {
         if let Some(span) = span
@@ -739,6 +818,24 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         Ok(n as u32)
     };
     let spec = match kind {
+        "kernel-build" => {
+            let arch = Arch::parse(c.choice(&r.arch, &f("arch"), "x86_64", Arch::NAMES)?).expect("checked");
+            let tree = r.tree.as_ref().map_or("linux-2.6.32".to_string(), |t| t.get_ref().clone());
+            if tree.is_empty() {
+                return c.err(r.tree.as_ref().expect("given").span(), &f("tree"), "must be a non-empty name");
+            }
+            WorkloadSpec::KernelBuild(KernelBuild {
+                tree,
+                arch,
+                // Seed 002: `make -j8`, twice.
+                jobs: c.int(&r.jobs, &f("jobs"), 8, 1, 256)? as u32,
+                builds: c.int(&r.builds, &f("builds"), 2, 1, 1_000)? as u32,
+                units: c.int(&r.units, &f("units"), arch.units() as u64, 1, 100_000)? as u32,
+                // 0.71 s: the 1,650 defconfig units built by gcc 12 on this machine's two cores in
+                // 9 min 43 s (bench/compressibility.md).
+                compile_ns: c.opt_ns(&r.compute, &f("compute"), 710_000_000)?,
+            })
+        }
         "dotnet-heap" => {
             // Seed 000: the LOH never fell below about 4 GB in an 8 GB guest; half of MemTotal.
             let live = c.opt_bytes(&r.live, &f("live"), mem_total / 2)?;

@@ -37,6 +37,11 @@ impl Scenario {
             sharing.push(("share_force_salting", i(p.force_salting as u64)));
             sharing.push(("large_pages", Value::Boolean(p.large_pages)));
         }
+        sharing.push(("tmem", Value::Boolean(self.host.tmem.is_some())));
+        if let Some(t) = &self.host.tmem {
+            sharing.push(("tmem_dedup", Value::Boolean(t.dedup)));
+            sharing.push(("tmem_compress", Value::Boolean(t.compress)));
+        }
         doc.insert(
             "host".into(),
             table(
@@ -152,6 +157,14 @@ impl Scenario {
                                 }
                             }
                             WorkloadSpec::Bonnie(b) => e.push(("size", s(fmt_bytes(b.pages as u64 * PAGE_SIZE)))),
+                            WorkloadSpec::KernelBuild(k) => {
+                                e.push(("tree", s(&k.tree)));
+                                e.push(("arch", s(k.arch.name())));
+                                e.push(("jobs", i(k.jobs as u64)));
+                                e.push(("builds", i(k.builds as u64)));
+                                e.push(("units", i(k.units as u64)));
+                                e.push(("compute", s(fmt_duration(k.compile_ns))));
+                            }
                             WorkloadSpec::DotnetHeap(d) => {
                                 e.push(("live", s(fmt_bytes(d.live))));
                                 e.push(("object", s(fmt_bytes(d.object))));
@@ -170,7 +183,7 @@ impl Scenario {
                     .collect();
                 let mut fields = vec![
                     ("name", s(&g.name)),
-                    ("memory", s(fmt_bytes(g.memory_pages as u64 * PAGE_SIZE))),
+                    ("memory", s(fmt_bytes((g.memory_pages - g.boot_balloon_pages) as u64 * PAGE_SIZE))),
                     ("vcpus", i(g.vcpus as u64)),
                     ("reservation", s(fmt_bytes(v.reservation))),
                     ("limit", s(fmt_bytes(v.limit))),
@@ -192,8 +205,15 @@ impl Scenario {
                     fields.push(("image", s(&img.name)));
                     fields.push(("image_common", s(fmt_bytes(img.common_pages as u64 * PAGE_SIZE))));
                 }
+                if g.boot_balloon_pages > 0 {
+                    fields.push(("maxmem", s(fmt_bytes(g.memory_pages as u64 * PAGE_SIZE))));
+                }
                 if let Some(t) = g.zero_memory_at_ns {
                     fields.push(("zero_memory_at", s(fmt_duration(t))));
+                }
+                if self.host.tmem.is_some() {
+                    fields.push(("cleancache", Value::Boolean(g.cleancache)));
+                    fields.push(("frontswap", Value::Boolean(g.frontswap)));
                 }
                 // A Windows guest's replacement comes with its `os`.
                 if g.replacement == crate::guest::Replacement::Windows {

@@ -1,0 +1,205 @@
+//! The guest's transcendent-memory clients, as upstream Linux has them (docs/sources/tmem.md
+//! section 2): cleancache (`mm/cleancache.c`, 3.0) keeps clean page-cache pages reclaim drops,
+//! frontswap (`mm/frontswap.c`, 3.5) takes swap writes before the disk; the Xen frontend
+//! (`drivers/xen/tmem.c`) gives each a pool.
+//!
+//! - cleancache: the file system's private ephemeral pool, created at mount; a page is keyed
+//!   (file, index). Reclaim puts a clean page it drops (`__delete_from_page_cache`); a read looks
+//!   in the pool before the disk (`do_mpage_readpage`), and a hit removes the page (the pool is
+//!   exclusive); deleting a file flushes its object.
+//! - frontswap: one private persistent pool for the swap device; slot `s` is object `s & 15`,
+//!   index `s >> 4` (the frontend's "swizzling"). A swap write is offered to the pool first
+//!   (`swap_writepage`): stored, it needs no I/O; refused, it goes to the disk. A swap read looks
+//!   in the pool first; the copy stays until the slot is freed (`swap_entry_free` invalidates it).
+//!
+//! Both calls are synchronous copies: a request the pool serves completes after the copies'
+//! CPU time instead of the device's.
+
+use super::bio::{BioKind, Submission};
+use super::{Counter, Env, Guest};
+use crate::bitmap::Bitmap;
+use crate::host::{Content, PoolKind, Put};
+
+/// Bits of a slot that pick its frontswap object (`SWIZ_BITS`).
+const SWIZ_BITS: u32 = 4;
+
+/// A guest's tmem frontend state.
+#[derive(Clone, Debug, Default)]
+pub struct TmemClient {
+    /// cleancache's pool, if the guest runs cleancache and the host has tmem.
+    cleancache: Option<u32>,
+    /// frontswap's pool, likewise.
+    frontswap: Option<u32>,
+    /// Swap slots whose data frontswap holds (`frontswap_map`).
+    frontswap_map: Bitmap,
+    /// Freed slots whose frontswap copies are still to be invalidated.
+    to_invalidate: Vec<u32>,
+    /// Pages reclaim dropped, to be put once it may call the host: (file, index, content).
+    to_put: Vec<(u32, u32, u64)>,
+}
+
+/// A slot's frontswap handle.
+fn swizzle(slot: u32) -> (u64, u32) {
+    ((slot & ((1 << SWIZ_BITS) - 1)) as u64, slot >> SWIZ_BITS)
+}
+
+impl Guest {
+    /// Creates the guest's pools (at mount and `swapon`), if it runs the clients and the host has
+    /// tmem.
+    pub(super) fn tmem_init(&mut self, env: &mut Env) {
+        if env.host.tmem().is_none() {
+            return;
+        }
+        if self.cfg.cleancache {
+            self.tmem.cleancache = env.host.tmem_new_pool(self.id, PoolKind::PrivateEphemeral);
+        }
+        if self.cfg.frontswap {
+            self.tmem.frontswap = env.host.tmem_new_pool(self.id, PoolKind::PrivatePersistent);
+            self.tmem.frontswap_map = Bitmap::new(self.cfg.swap_pages as usize);
+        }
+    }
+
+    /// Frees a swap slot; returns whether it held written data. A frontswap copy of it is
+    /// invalidated at the guest's next call to the host.
+    pub(super) fn swap_free(&mut self, slot: u32) -> bool {
+        if self.tmem.frontswap.is_some() && self.tmem.frontswap_map.get(slot as usize) {
+            self.tmem.frontswap_map.clear(slot as usize);
+            self.tmem.to_invalidate.push(slot);
+        }
+        self.swap.free(slot)
+    }
+
+    /// Reclaim dropped clean page-cache page `p`: cleancache will be offered it.
+    pub(super) fn cleancache_note_eviction(&mut self, p: u32) {
+        if self.tmem.cleancache.is_some() {
+            let (f, i) = (self.pages.owner[p as usize], self.pages.index[p as usize]);
+            self.tmem.to_put.push((f, i, self.pages.content[p as usize]));
+        }
+    }
+
+    /// Makes the calls reclaim and slot frees left pending; returns their CPU time.
+    pub(super) fn tmem_flush_pending(&mut self, env: &mut Env) -> u64 {
+        let mut ns = 0;
+        if let Some(pool) = self.tmem.frontswap {
+            for slot in self.tmem.to_invalidate.drain(..) {
+                let (oid, index) = swizzle(slot);
+                env.host.tmem_flush_page(pool, oid, index);
+            }
+        }
+        if let Some(pool) = self.tmem.cleancache {
+            self.vmstat.add(Counter::CleancachePuts, self.tmem.to_put.len() as u64);
+            for k in 0..self.tmem.to_put.len() {
+                let (f, i, content) = self.tmem.to_put[k];
+                let class = self.cfg.workloads[self.files[f as usize].workload].content(true);
+                ns += env.host.tmem_put(self.id, pool, f as u64, i, content, class).1;
+            }
+            self.tmem.to_put.clear();
+        }
+        ns
+    }
+
+    /// `cleancache_invalidate_inode`: a deleted file's pages leave the pool.
+    pub(super) fn cleancache_invalidate_file(&mut self, file: u32, env: &mut Env) {
+        if let Some(pool) = self.tmem.cleancache {
+            env.host.tmem_flush_object(pool, file as u64);
+        }
+    }
+
+    /// Splits a request's (block, page) items into those tmem serves now (moved to `served`) and
+    /// those left for the device; returns the CPU time of the calls. File reads ask cleancache,
+    /// swap writes and reads frontswap.
+    pub(super) fn tmem_serve(&mut self, sub: &Submission, items: &mut Vec<(u32, u32)>, served: &mut Vec<(u32, u32)>, env: &mut Env) -> u64 {
+        let mut ns = 0;
+        match sub.kind {
+            BioKind::FileRead => {
+                let Some(pool) = self.tmem.cleancache else { return 0 };
+                items.retain(|&(i, p)| {
+                    let (hit, t) = env.host.tmem_get(pool, sub.file as u64, i);
+                    ns += t;
+                    if hit {
+                        served.push((i, p));
+                    }
+                    !hit
+                });
+                self.vmstat.add(Counter::CleancacheSuccGets, served.len() as u64);
+                self.vmstat.add(Counter::CleancacheFailedGets, items.len() as u64);
+            }
+            BioKind::SwapWrite => {
+                let Some(pool) = self.tmem.frontswap else { return 0 };
+                for &(slot, p) in items.iter() {
+                    let (oid, index) = swizzle(slot);
+                    let class = self.content_class(p);
+                    let (r, t) = env.host.tmem_put(self.id, pool, oid, index, self.pages.content[p as usize], class);
+                    ns += t;
+                    // A refused put to a slot frontswap held flushed the old copy.
+                    self.tmem.frontswap_map.assign(slot as usize, r == Put::Stored);
+                    if r == Put::Stored {
+                        served.push((slot, p));
+                    }
+                }
+                items.retain(|&(s, _)| !self.tmem.frontswap_map.get(s as usize));
+                self.vmstat.add(Counter::FrontswapSuccStores, served.len() as u64);
+                self.vmstat.add(Counter::FrontswapFailedStores, items.len() as u64);
+            }
+            BioKind::SwapRead => {
+                let Some(pool) = self.tmem.frontswap else { return 0 };
+                items.retain(|&(slot, p)| {
+                    if !self.tmem.frontswap_map.get(slot as usize) {
+                        return true;
+                    }
+                    let (oid, index) = swizzle(slot);
+                    let (hit, t) = env.host.tmem_get(pool, oid, index);
+                    debug_assert!(hit, "frontswap returns every page it accepted");
+                    ns += t;
+                    served.push((slot, p));
+                    false
+                });
+                self.vmstat.add(Counter::FrontswapLoads, served.len() as u64);
+            }
+            BioKind::FileWrite => {}
+        }
+        ns
+    }
+
+    /// frontswap never loses a page: every slot it took holds, in the host's pool, what the
+    /// process wrote there, and the pool holds nothing else (but copies still to be invalidated).
+    pub(super) fn check_frontswap(&self, env: &Env) -> Result<(), String> {
+        let (Some(pool), Some(t)) = (self.tmem.frontswap, env.host.tmem()) else { return Ok(()) };
+        for (pid, proc) in self.procs.iter().enumerate() {
+            for (vpn, &pte) in proc.mm.pte.iter().enumerate() {
+                let slot = pte & super::process::PTE_MASK;
+                if pte & super::process::PTE_SWAP == 0 || !self.tmem.frontswap_map.get(slot as usize) {
+                    continue;
+                }
+                let (oid, index) = swizzle(slot);
+                let want = self.written(pid as u32, vpn as u32);
+                if t.content_of(pool, oid, index) != Some(want) {
+                    return Err(format!(
+                        "frontswap slot {slot} of process {pid} page {vpn} holds {:?}, not {want}",
+                        t.content_of(pool, oid, index)
+                    ));
+                }
+            }
+        }
+        let held = t.pools()[pool as usize].stats.pages;
+        let expected = self.tmem.frontswap_map.count_ones() as u64 + self.tmem.to_invalidate.len() as u64;
+        if held != expected {
+            return Err(format!("frontswap's pool holds {held} pages, the guest {expected}"));
+        }
+        Ok(())
+    }
+
+    /// What a page holds, as far as compression cares.
+    fn content_class(&self, p: u32) -> Content {
+        crate::host::GuestMemory::content(self, p)
+    }
+
+    /// Whether a request of this kind may be served by tmem.
+    pub(super) fn tmem_serves(&self, kind: BioKind) -> bool {
+        match kind {
+            BioKind::FileRead => self.tmem.cleancache.is_some(),
+            BioKind::SwapWrite | BioKind::SwapRead => self.tmem.frontswap.is_some(),
+            BioKind::FileWrite => false,
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Seed 002's workload: `make clean; make -j8` of a Linux 2.6.32 tree, twice
+//! (docs/sources/tmem.md section 6). Each of make's `jobs` slots runs one compiler after another;
+//! a compilation maps cc1's heap, reads its `.c` file and its headers through the page cache,
+//! computes, writes its object and exits. Between builds `make clean` unlinks the objects. The
+//! tree is on the guest's disk, the same in every guest (its pages share content identities);
+//! objects depend on the architecture.
+//!
+//! Sizes, from tmem.md 6.1-6.3 (measured on a 2.6.32.2 tree, defconfig): 1,651 C units built for
+//! x86_64, 1,636 for i386; `.c` bytes per unit median 10.9 KB, mean 19.8 KB (a lognormal through
+//! both); objects 0.64 of their source; 314 headers per unit (p10 219, p90 414), 1,562 distinct
+//! headers of 9.8 MB in all, modelled as one include file read in two parts: the headers nearly
+//! every unit includes (the first 219, "core"), then a window of the rest chosen by the unit's
+//! subsystem (one of 16); cc1's heap per unit median 46 MiB, mean 48 MiB, within 31..108 MiB
+//! (gcc 12's max RSS on 45 units; gcc 4.1 used less, unmeasured). Compilation CPU per unit: 0.71 s,
+//! this machine's gcc 12 building the 1,650 defconfig units in 9 min 43 s on two cores
+//! (bench/compressibility.md); the seed's Conroe and gcc 4.1 are not measured.
+//!
+//! Job slots take units round robin (make hands the next unit to the first free slot; with
+//! similar units the two orders agree). Linking `vmlinux` is not modelled.
+
+use std::collections::VecDeque;
+
+use super::access::Pattern;
+use super::{Op, SystemView, Workload};
+use crate::content::splitmix64;
+use crate::units::PAGE_SIZE;
+
+/// Distinct header bytes over a defconfig build: 9.8 MB (tmem.md 6.2).
+const HEADER_BYTES: f64 = 9.8e6;
+/// Distinct headers over the build.
+const HEADERS: f64 = 1_562.0;
+/// Headers nearly every unit includes: the p10 of headers per unit.
+const CORE_HEADERS: f64 = 219.0;
+/// Headers per unit: mean 314, p10 219, p90 414 (normal: sd = (414 - 219) / 2.563).
+const HEADERS_MEAN: f64 = 314.0;
+const HEADERS_SD: f64 = 76.0;
+/// Most headers of a unit (tmem.md 6.2's max).
+const HEADERS_MAX: f64 = 516.0;
+/// Subsystems the non-core headers are split among.
+const SUBSYSTEMS: u64 = 16;
+/// `.c` bytes per unit: lognormal with median 10.9 KB and mean 19.8 KB.
+const C_MEDIAN: f64 = 10_900.0;
+const C_MEAN: f64 = 19_800.0;
+/// Object bytes per source byte.
+const OBJECT_RATIO: f64 = 0.64;
+/// cc1's heap, MiB: lognormal with median 46 and mean 48, within the measured 31..108.
+const CC1_MEDIAN_MIB: f64 = 46.0;
+const CC1_MEAN_MIB: f64 = 48.0;
+const CC1_MIN_MIB: f64 = 31.0;
+const CC1_MAX_MIB: f64 = 108.0;
+
+/// The architecture a tree is built for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// `x86_64_defconfig`.
+    X86_64,
+    /// `i386_defconfig`.
+    I386,
+}
+
+impl Arch {
+    /// Names as written in scenario files.
+    pub const NAMES: &'static [&'static str] = &["x86_64", "i386"];
+
+    /// Parses a scenario name.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "x86_64" => Some(Self::X86_64),
+            "i386" => Some(Self::I386),
+            _ => None,
+        }
+    }
+
+    /// The scenario name.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// C units its defconfig compiles (tmem.md 6.2).
+    pub fn units(self) -> u32 {
+        match self {
+            Self::X86_64 => 1_651,
+            Self::I386 => 1_636,
+        }
+    }
+}
+
+/// The kernel-build workload as configured.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelBuild {
+    /// The tree's name: guests building trees of one name read the same bytes.
+    pub tree: String,
+    /// Target architecture.
+    pub arch: Arch,
+    /// `make -j`.
+    pub jobs: u32,
+    /// Builds in a row, each after a `make clean`.
+    pub builds: u32,
+    /// C units per build.
+    pub units: u32,
+    /// CPU time of one compilation.
+    pub compile_ns: u64,
+}
+
+/// What one unit needs, all fixed by the tree (the same in every guest and run).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Unit {
+    c_pages: u32,
+    o_pages: u32,
+    cc1_pages: u32,
+    core_pages: u32,
+    sub_first: u32,
+    sub_pages: u32,
+}
+
+/// A uniform draw in (0, 1) from a key.
+fn uniform(key: u64) -> f64 {
+    ((splitmix64(key) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+}
+
+/// A standard normal draw from a key (Box-Muller).
+fn normal(key: u64) -> f64 {
+    (-2.0 * uniform(key).ln()).sqrt() * (std::f64::consts::TAU * uniform(key ^ 0x5bd1_e995)).cos()
+}
+
+/// A lognormal draw with this median and mean.
+fn lognormal(key: u64, median: f64, mean: f64) -> f64 {
+    median * ((2.0 * (mean / median).ln()).sqrt() * normal(key)).exp()
+}
+
+fn pages(bytes: f64) -> u32 {
+    (bytes / PAGE_SIZE as f64).ceil().max(1.0) as u32
+}
+
+impl KernelBuild {
+    /// A name's digest, for file keys.
+    fn digest(s: &str) -> u64 {
+        s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    }
+
+    /// The include directory's key and size in pages.
+    fn include(&self) -> (u64, u32) {
+        (splitmix64(Self::digest(&self.tree) ^ 1), pages(HEADER_BYTES))
+    }
+
+    /// The key of unit `u`'s source file.
+    fn source_key(&self, u: u32) -> u64 {
+        splitmix64(Self::digest(&self.tree) ^ (2 + u as u64) << 8)
+    }
+
+    /// The key of unit `u`'s object file (it depends on the architecture too).
+    fn object_key(&self, u: u32) -> u64 {
+        splitmix64(Self::digest(&self.tree) ^ (3 + u as u64) << 8 ^ (self.arch as u64 + 1) << 40)
+    }
+
+    /// Unit `u`'s sizes. Units are numbered in the tree, not per architecture: the i386 build
+    /// compiles the first `units` of them as the x86_64 one does.
+    fn unit(&self, u: u32) -> Unit {
+        let k = splitmix64(Self::digest(&self.tree) ^ u as u64);
+        let c_bytes = lognormal(k ^ 1, C_MEDIAN, C_MEAN);
+        let cc1 = lognormal(k ^ 2, CC1_MEDIAN_MIB, CC1_MEAN_MIB).clamp(CC1_MIN_MIB, CC1_MAX_MIB);
+        let headers = (HEADERS_MEAN + HEADERS_SD * normal(k ^ 3)).clamp(CORE_HEADERS, HEADERS_MAX);
+        let header_page = HEADER_BYTES / HEADERS / PAGE_SIZE as f64;
+        let (_, include) = self.include();
+        let core_pages = (CORE_HEADERS * header_page).ceil() as u32;
+        let sub_pages = ((headers - CORE_HEADERS) * header_page).ceil() as u32;
+        let zone = (include - core_pages) as u64 / SUBSYSTEMS;
+        let sub_first = (core_pages + (splitmix64(k ^ 4) % SUBSYSTEMS * zone) as u32).min(include - sub_pages);
+        Unit {
+            c_pages: pages(c_bytes),
+            o_pages: pages(c_bytes * OBJECT_RATIO),
+            cc1_pages: pages(cc1 * (1 << 20) as f64),
+            core_pages,
+            sub_first,
+            sub_pages,
+        }
+    }
+
+    /// The process of job slot `job`.
+    pub fn process(&self, job: u32) -> KernelBuildJob {
+        KernelBuildJob { cfg: self.clone(), job, build: 0, next: job, ops: VecDeque::new(), handles: 0, regions: 0, done: false }
+    }
+}
+
+/// One of make's job slots: its compilations, one after another.
+#[derive(Clone, Debug)]
+pub struct KernelBuildJob {
+    cfg: KernelBuild,
+    job: u32,
+    build: u32,
+    /// Its next unit.
+    next: u32,
+    ops: VecDeque<Op>,
+    /// Files it has opened (the next handle).
+    handles: u32,
+    /// Regions it has mapped (the next region number).
+    regions: u32,
+    done: bool,
+}
+
+impl KernelBuildJob {
+    /// Queues the operations of the next compilation, `make clean`, or the end.
+    fn refill(&mut self) {
+        let cfg = &self.cfg;
+        if self.next >= cfg.units {
+            self.ops.push_back(Op::Mark { label: format!("build-{}-end", self.build + 1) });
+            self.build += 1;
+            self.next = self.job;
+            if self.build >= cfg.builds {
+                self.done = true;
+                self.ops.push_back(Op::Exit);
+                return;
+            }
+            // `make clean`: this slot's objects go.
+            for u in (self.job..cfg.units).step_by(cfg.jobs as usize) {
+                self.ops.push_back(Op::Unlink { key: cfg.object_key(u) });
+            }
+        }
+        let u = self.next;
+        self.next += cfg.jobs;
+        let unit = cfg.unit(u);
+        let (include, include_pages) = cfg.include();
+        if self.next - cfg.jobs == self.job {
+            self.ops.push_back(Op::Mark { label: format!("build-{}-start", self.build + 1) });
+        }
+        let region = self.regions;
+        self.regions += 1;
+        let mut open = |ops: &mut VecDeque<Op>, key, pages, create| {
+            ops.push_back(Op::Open { key, pages, create });
+            self.handles += 1;
+            self.handles - 1
+        };
+        let ops = &mut self.ops;
+        ops.push_back(Op::Map { pages: unit.cc1_pages });
+        let src = open(ops, cfg.source_key(u), unit.c_pages, false);
+        ops.push_back(Op::Read { file: src, first: 0, count: unit.c_pages });
+        let inc = open(ops, include, include_pages, false);
+        ops.push_back(Op::Read { file: inc, first: 0, count: unit.core_pages });
+        if unit.sub_pages > 0 {
+            ops.push_back(Op::Read { file: inc, first: unit.sub_first, count: unit.sub_pages });
+        }
+        // cc1 builds its trees in the heap, then works over them.
+        let sweep = |write| Pattern::Sweep { first: 0, count: unit.cc1_pages as u64, refs: 1, write };
+        ops.push_back(Op::Access { region, pattern: sweep(true) });
+        ops.push_back(Op::Compute { ns: cfg.compile_ns / 2 });
+        ops.push_back(Op::Access { region, pattern: sweep(false) });
+        ops.push_back(Op::Compute { ns: cfg.compile_ns - cfg.compile_ns / 2 });
+        let obj = open(ops, cfg.object_key(u), unit.o_pages, true);
+        ops.push_back(Op::Write { file: obj, first: 0, count: unit.o_pages });
+        ops.push_back(Op::Unmap { region });
+    }
+}
+
+impl Workload for KernelBuildJob {
+    fn next_op(&mut self, _sys: &SystemView) -> Op {
+        loop {
+            if let Some(op) = self.ops.pop_front() {
+                return op;
+            }
+            if self.done {
+                return Op::Exit;
+            }
+            self.refill();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(arch: Arch) -> KernelBuild {
+        KernelBuild { tree: "linux-2.6.32".into(), arch, jobs: 8, builds: 2, units: arch.units(), compile_ns: 710_000_000 }
+    }
+
+    #[test]
+    fn units_follow_the_measured_tree() {
+        let b = build(Arch::X86_64);
+        let n = b.units as f64;
+        let units: Vec<Unit> = (0..b.units).map(|u| b.unit(u)).collect();
+        let mean = |f: &dyn Fn(&Unit) -> u32| units.iter().map(|u| f(u) as f64).sum::<f64>() / n;
+        // Means of 1,651 draws: within 15 % of the measured means (the lognormal's sampling error
+        // of the mean is about 4 %; page rounding adds up to a page).
+        let c_kb = mean(&|u| u.c_pages) * 4.096;
+        assert!((c_kb - 19.8 - 2.0).abs() < 0.15 * 21.8, "{c_kb} KB of .c per unit");
+        let cc1 = mean(&|u| u.cc1_pages) / 256.0;
+        assert!((cc1 - 48.0).abs() < 0.15 * 48.0, "{cc1} MiB of cc1");
+        let hdr = mean(&|u| u.core_pages + u.sub_pages) * 4096.0 / (HEADER_BYTES / HEADERS);
+        assert!((hdr - HEADERS_MEAN).abs() < 0.15 * HEADERS_MEAN, "{hdr} headers per unit");
+        assert_eq!(b.unit(7), build(Arch::I386).unit(7), "one tree, whatever the target");
+        assert_ne!(b.object_key(7), build(Arch::I386).object_key(7), "objects differ by target");
+        assert_eq!(b.source_key(7), build(Arch::I386).source_key(7));
+    }
+
+    #[test]
+    fn each_job_builds_its_share_twice_and_cleans_between() {
+        let b = build(Arch::I386);
+        let sys = SystemView::default();
+        let (mut maps, mut unlinks, mut writes) = (0, 0, 0);
+        for j in 0..b.jobs {
+            let mut p = b.process(j);
+            loop {
+                match p.next_op(&sys) {
+                    Op::Map { .. } => maps += 1,
+                    Op::Unlink { .. } => unlinks += 1,
+                    Op::Write { .. } => writes += 1,
+                    Op::Exit => break,
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!((maps, writes, unlinks), (2 * 1_636, 2 * 1_636, 1_636));
+    }
+}
