@@ -51,8 +51,8 @@ pub fn private(vm: u64, owner: u64, i: u64) -> u64 {
 /// Page `i` (below 2^24) of guest image `name`: the same in every guest booted from it.
 pub fn image(name: &str, i: u64) -> u64 {
     debug_assert!(i < 1 << 24);
-    // The name's 16-bit digest keeps different images apart (FNV-1a, folded).
-    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    // The name's 16-bit digest keeps different images apart (folded).
+    let h = name_digest(name);
     common(((h ^ h >> 16 ^ h >> 32 ^ h >> 48) & 0xffff) << 24 | i)
 }
 
@@ -63,6 +63,11 @@ pub fn image(name: &str, i: u64) -> u64 {
 pub fn file_data(key: u64, i: u64) -> u64 {
     debug_assert!(i < 1 << 16);
     1 << 53 | (splitmix64(key) & ((1 << 37) - 1)) << 16 | i & 0xffff
+}
+
+/// A name's 64-bit FNV-1a digest, for identities derived from names (images, file trees).
+pub fn name_digest(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
 
 /// Vigna's SplitMix64 output function: a bijection of `u64` that scrambles every bit.

@@ -18,7 +18,7 @@
 use super::bio::{BioKind, Submission};
 use super::{Counter, Env, Guest};
 use crate::bitmap::Bitmap;
-use crate::host::{Content, PoolKind, Put};
+use crate::host::{PoolKind, Put};
 
 /// Bits of a slot that pick its frontswap object (`SWIZ_BITS`).
 const SWIZ_BITS: u32 = 4;
@@ -79,6 +79,10 @@ impl Guest {
 
     /// Makes the calls reclaim and slot frees left pending; returns their CPU time.
     pub(super) fn tmem_flush_pending(&mut self, env: &mut Env) -> u64 {
+        // Called before every guest event: nothing to do is the common case.
+        if self.tmem.to_invalidate.is_empty() && self.tmem.to_put.is_empty() {
+            return 0;
+        }
         let mut ns = 0;
         if let Some(pool) = self.tmem.frontswap {
             for slot in self.tmem.to_invalidate.drain(..) {
@@ -126,18 +130,19 @@ impl Guest {
             }
             BioKind::SwapWrite => {
                 let Some(pool) = self.tmem.frontswap else { return 0 };
-                for &(slot, p) in items.iter() {
+                items.retain(|&(slot, p)| {
                     let (oid, index) = swizzle(slot);
-                    let class = self.content_class(p);
+                    let class = crate::host::GuestMemory::content(self, p);
                     let (r, t) = env.host.tmem_put(self.id, pool, oid, index, self.pages.content[p as usize], class);
                     ns += t;
                     // A refused put to a slot frontswap held flushed the old copy.
-                    self.tmem.frontswap_map.assign(slot as usize, r == Put::Stored);
-                    if r == Put::Stored {
+                    let stored = r == Put::Stored;
+                    self.tmem.frontswap_map.assign(slot as usize, stored);
+                    if stored {
                         served.push((slot, p));
                     }
-                }
-                items.retain(|&(s, _)| !self.tmem.frontswap_map.get(s as usize));
+                    !stored
+                });
                 self.vmstat.add(Counter::FrontswapSuccStores, served.len() as u64);
                 self.vmstat.add(Counter::FrontswapFailedStores, items.len() as u64);
             }
@@ -187,11 +192,6 @@ impl Guest {
             return Err(format!("frontswap's pool holds {held} pages, the guest {expected}"));
         }
         Ok(())
-    }
-
-    /// What a page holds, as far as compression cares.
-    fn content_class(&self, p: u32) -> Content {
-        crate::host::GuestMemory::content(self, p)
     }
 
     /// Whether a request of this kind may be served by tmem.

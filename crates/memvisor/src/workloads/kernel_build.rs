@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 
 use super::access::Pattern;
 use super::{Op, SystemView, Workload};
-use crate::content::splitmix64;
+use crate::content::{name_digest, splitmix64};
 use crate::units::PAGE_SIZE;
 
 /// Distinct header bytes over a defconfig build: 9.8 MB (tmem.md 6.2).
@@ -133,30 +133,25 @@ fn pages(bytes: f64) -> u32 {
 }
 
 impl KernelBuild {
-    /// A name's digest, for file keys.
-    fn digest(s: &str) -> u64 {
-        s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
-    }
-
     /// The include directory's key and size in pages.
     fn include(&self) -> (u64, u32) {
-        (splitmix64(Self::digest(&self.tree) ^ 1), pages(HEADER_BYTES))
+        (splitmix64(name_digest(&self.tree) ^ 1), pages(HEADER_BYTES))
     }
 
     /// The key of unit `u`'s source file.
     fn source_key(&self, u: u32) -> u64 {
-        splitmix64(Self::digest(&self.tree) ^ (2 + u as u64) << 8)
+        splitmix64(name_digest(&self.tree) ^ (2 + u as u64) << 8)
     }
 
     /// The key of unit `u`'s object file (it depends on the architecture too).
     fn object_key(&self, u: u32) -> u64 {
-        splitmix64(Self::digest(&self.tree) ^ (3 + u as u64) << 8 ^ (self.arch as u64 + 1) << 40)
+        splitmix64(name_digest(&self.tree) ^ (3 + u as u64) << 8 ^ (self.arch as u64 + 1) << 40)
     }
 
     /// Unit `u`'s sizes. Units are numbered in the tree, not per architecture: the i386 build
     /// compiles the first `units` of them as the x86_64 one does.
     fn unit(&self, u: u32) -> Unit {
-        let k = splitmix64(Self::digest(&self.tree) ^ u as u64);
+        let k = splitmix64(name_digest(&self.tree) ^ u as u64);
         let c_bytes = lognormal(k ^ 1, C_MEDIAN, C_MEAN);
         let cc1 = lognormal(k ^ 2, CC1_MEDIAN_MIB, CC1_MEAN_MIB).clamp(CC1_MIN_MIB, CC1_MAX_MIB);
         let headers = (HEADERS_MEAN + HEADERS_SD * normal(k ^ 3)).clamp(CORE_HEADERS, HEADERS_MAX);
