@@ -309,7 +309,7 @@ impl Simulation {
         ts.set_item("time_s", PyList::new(py, &r.series.time_s)?)?;
         ts.set_item("vm", PyList::new(py, &r.series.vm)?)?;
         ts.set_item("state", PyList::new(py, &r.series.state)?)?;
-        for (name, col) in memvisor::metrics::columns().iter().zip(&r.series.values) {
+        for (name, col) in r.series.columns.iter().zip(&r.series.values) {
             ts.set_item(*name, PyList::new(py, col)?)?;
         }
         out.set_item("timeseries", ts)?;

@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::backend::SimulatedHost;
+use crate::backend::{DenaliHost, SimulatedHost};
 use crate::clock::{Event, EventQueue};
 use crate::controller::{Controller, DecisionRecord};
 use crate::devices::Datastore;
 use crate::guest::{Env, Guest, ProcState};
-use crate::host::{AdmissionVm, Compressibility, Host, VmResources, admit};
+use crate::host::{AdmissionVm, Compressibility, Host, HostProfile, VmResources, admit};
 use crate::metrics::{self, TimeSeries};
 use crate::policy;
 use crate::scenario::Scenario;
@@ -37,6 +37,8 @@ pub struct Simulation {
     series: TimeSeries,
     window: [Option<Vec<Vec<f64>>>; 2],
     finished: Option<String>,
+    /// A `denali`-profile host runs in its own world (`world` is then empty).
+    denali: Option<Box<DenaliHost>>,
     /// Tests: every event goes through the engine loop (no `guest::Horizon`).
     #[cfg(test)]
     engine_only: bool,
@@ -57,6 +59,26 @@ impl Simulation {
     /// Like `with_traces`, with the policy given rather than built from the scenario's name (a
     /// policy written outside the engine, such as a Python one; `None`: the scenario's).
     pub fn with_policy(s: &Scenario, traces: TraceSource, policy: Option<Box<dyn crate::policy::Policy>>) -> Result<Self, String> {
+        if s.host.profile == HostProfile::Denali {
+            if policy.is_some() || s.host.policy.name != "static" {
+                return Err(format!(
+                    "host.policy: the denali host's pager is its only reclaimer and takes no policy (have '{}'; use \"static\")",
+                    s.host.policy.name
+                ));
+            }
+            let world = SimulatedHost::new(Host::new(0), Vec::new(), Vec::new(), EventQueue::new(), s.seed, 0, 0);
+            return Ok(Self {
+                scenario: s.clone(),
+                world,
+                controller: Controller::new(policy::build(&s.host.policy).expect("static")),
+                series: TimeSeries::default(),
+                window: [None, None],
+                finished: None,
+                denali: Some(Box::new(DenaliHost::new(s)?)),
+                #[cfg(test)]
+                engine_only: false,
+            });
+        }
         let adm: Vec<AdmissionVm> =
             s.vms.iter().map(|v| AdmissionVm { name: v.guest.name.clone(), reservation: v.reservation, overhead: v.overhead }).collect();
         admit(s.host.memory, s.host.hypervisor, &adm)?;
@@ -126,6 +148,7 @@ impl Simulation {
             series: TimeSeries::default(),
             window: [None, None],
             finished: None,
+            denali: None,
             #[cfg(test)]
             engine_only: false,
         })
@@ -133,12 +156,17 @@ impl Simulation {
 
     /// Simulated time reached, ns.
     pub fn now(&self) -> u64 {
-        self.world.now
+        self.denali.as_ref().map_or(self.world.now, |d| d.now())
     }
 
     /// Whether the run has ended.
     pub fn is_finished(&self) -> bool {
-        self.finished.is_some()
+        self.denali.as_ref().map_or(self.finished.is_some(), |d| d.is_finished())
+    }
+
+    /// The Denali host, if the scenario's profile is `denali`.
+    pub fn denali(&self) -> Option<&DenaliHost> {
+        self.denali.as_deref()
     }
 
     /// The scenario's fixed length, if it has one.
@@ -153,6 +181,9 @@ impl Simulation {
 
     /// Runs until simulated time `until` (or the end). Returns whether the run has ended.
     pub fn run_until(&mut self, until: u64) -> Result<bool, String> {
+        if let Some(d) = &mut self.denali {
+            return d.run_until(until);
+        }
         let lookahead = self.scenario.host.lookahead_ns;
         let end = self.scenario.duration_ns.unwrap_or(u64::MAX);
         let horizon = Some((lookahead, end, until));
@@ -243,6 +274,9 @@ impl Simulation {
 
     /// Checks every guest's and the host's invariants.
     pub fn check_invariants(&mut self) -> Result<(), String> {
+        if let Some(d) = &self.denali {
+            return d.check();
+        }
         self.world.host.check()?;
         for i in 0..self.world.guests.len() {
             let (g, env) = self.world.split(i);
@@ -253,6 +287,14 @@ impl Simulation {
 
     /// The results of a finished run.
     pub fn results(&self) -> RunResult {
+        if let Some(d) = &self.denali {
+            return RunResult {
+                scenario_toml: self.scenario.to_toml(),
+                series: d.series().clone(),
+                summary: d.summary(),
+                decisions: Vec::new(),
+            };
+        }
         RunResult {
             scenario_toml: self.scenario.to_toml(),
             series: self.series.clone(),

@@ -3,8 +3,10 @@
 //! (cgroups, QEMU balloon, KSM) implements the same two calls. The [`crate::controller`] drives
 //! either.
 
+mod denali;
 mod simulated;
 
+pub use denali::{COLUMNS as DENALI_COLUMNS, DenaliHost, REPORT_COLUMNS as DENALI_REPORT_COLUMNS};
 pub use simulated::SimulatedHost;
 
 use crate::policy::{Decision, HostView};

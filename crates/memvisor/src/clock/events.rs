@@ -66,56 +66,62 @@ pub enum GuestEvent {
 }
 
 #[derive(Debug)]
-struct Entry {
+struct Entry<E> {
     time: u64,
     seq: u64,
-    event: Event,
+    event: E,
 }
 
-impl PartialEq for Entry {
+impl<E> PartialEq for Entry<E> {
     fn eq(&self, o: &Self) -> bool {
         self.time == o.time && self.seq == o.seq
     }
 }
-impl Eq for Entry {}
-impl PartialOrd for Entry {
+impl<E> Eq for Entry<E> {}
+impl<E> PartialOrd for Entry<E> {
     fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
         Some(self.cmp(o))
     }
 }
-impl Ord for Entry {
+impl<E> Ord for Entry<E> {
     fn cmp(&self, o: &Self) -> Ordering {
         // BinaryHeap is a max-heap: invert so the earliest (then first inserted) comes out first.
         (o.time, o.seq).cmp(&(self.time, self.seq))
     }
 }
 
-/// The queue of future events.
-#[derive(Debug, Default)]
-pub struct EventQueue {
-    heap: BinaryHeap<Entry>,
+/// The queue of future events (the VMM host's [`Event`]s unless another world's are named).
+#[derive(Debug)]
+pub struct EventQueue<E = Event> {
+    heap: BinaryHeap<Entry<E>>,
     seq: u64,
 }
 
-impl EventQueue {
+impl<E> Default for EventQueue<E> {
+    fn default() -> Self {
+        Self { heap: BinaryHeap::new(), seq: 0 }
+    }
+}
+
+impl<E> EventQueue<E> {
     /// An empty queue.
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Schedules an event.
-    pub fn push(&mut self, time: u64, event: Event) {
+    pub fn push(&mut self, time: u64, event: E) {
         self.seq += 1;
         self.heap.push(Entry { time, seq: self.seq, event });
     }
 
     /// Removes and returns the earliest event.
-    pub fn pop(&mut self) -> Option<(u64, Event)> {
+    pub fn pop(&mut self) -> Option<(u64, E)> {
         self.heap.pop().map(|e| (e.time, e.event))
     }
 
     /// Removes and returns the earliest event if `pred` accepts it.
-    pub fn pop_if(&mut self, pred: impl FnOnce(&Event) -> bool) -> Option<(u64, Event)> {
+    pub fn pop_if(&mut self, pred: impl FnOnce(&E) -> bool) -> Option<(u64, E)> {
         if pred(&self.heap.peek()?.event) { self.pop() } else { None }
     }
 

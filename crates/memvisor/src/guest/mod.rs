@@ -10,6 +10,7 @@ mod balloon;
 mod bio;
 mod check;
 mod filemap;
+pub mod ilwaco;
 mod kswapd;
 mod lru;
 mod memcontrol;

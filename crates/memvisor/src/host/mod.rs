@@ -12,6 +12,7 @@ mod compressibility;
 mod hostswap;
 pub mod ksm;
 mod p2m;
+mod pager;
 mod profile;
 mod pshare;
 mod sampler;
@@ -23,6 +24,7 @@ pub use compressibility::{Compressibility, Content};
 pub use hostswap::{HostIo, SwapFile};
 
 pub use p2m::{Entry, P2m, PageState, flags};
+pub use pager::{Pager, PagerStats, PagerVm};
 pub use profile::HostProfile;
 pub use pshare::{Pshare, PshareSettings, VmShare};
 pub use sampler::Sample;

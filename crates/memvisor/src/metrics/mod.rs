@@ -154,6 +154,8 @@ pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
 /// The sampled series, column-oriented.
 #[derive(Clone, Debug, Default)]
 pub struct TimeSeries {
+    /// Names of the value columns (`columns()` for a VMM host, the Denali host's own otherwise).
+    pub columns: Vec<&'static str>,
     /// Sample times, seconds.
     pub time_s: Vec<f64>,
     /// VM of each row.
@@ -169,7 +171,8 @@ impl TimeSeries {
     /// Appends one row per VM.
     pub fn sample(&mut self, now: u64, sim: &SimulatedHost) {
         if self.values.is_empty() {
-            self.values = vec![Vec::new(); columns().len()];
+            self.columns = columns();
+            self.values = vec![Vec::new(); self.columns.len()];
         }
         for (i, g) in sim.guests.iter().enumerate() {
             self.time_s.push(now as f64 / 1e9);

@@ -79,6 +79,7 @@ pub struct RawHost {
     pub tmem: Option<Spanned<bool>>,
     pub tmem_dedup: Option<Spanned<bool>>,
     pub tmem_compress: Option<Spanned<bool>>,
+    pub vm_metadata: Option<Spanned<Qty>>,
 }
 
 /// `[costs]`.
@@ -183,6 +184,16 @@ pub struct RawWorkload {
     pub jobs: Option<Spanned<i64>>,
     pub builds: Option<Spanned<i64>>,
     pub units: Option<Spanned<i64>>,
+    pub pool: Option<Spanned<String>>,
+    pub rate: Option<Spanned<f64>>,
+    pub clients: Option<Spanned<i64>>,
+    pub think: Option<Spanned<Qty>>,
+    pub zipf: Option<Spanned<f64>>,
+    pub document: Option<Spanned<Qty>>,
+    pub rtt: Option<Spanned<Qty>>,
+    pub path: Option<Spanned<Qty>>,
+    pub mbufs: Option<Spanned<i64>>,
+    pub clusters: Option<Spanned<i64>>,
 }
 
 /// `[report]`.

@@ -6,12 +6,14 @@ use toml::Spanned;
 use super::raw::{Qty, RawHost, RawScenario, RawVm, RawWorkload};
 use super::{ScenarioError, Source};
 use crate::devices::{DeviceKind, DeviceSpec};
+use crate::guest::ilwaco::mbuf::PoolKind;
 use crate::guest::{BalloonDriver, CgroupVersion, Costs, GuestConfig, Replacement, Sysctl, Thp, Watermarks};
 use crate::host::{Content, HostCosts, HostProfile, PshareSettings, TmemSettings};
 use crate::policy::{ESX_STATE_TABLES, POLICY_NAMES, PolicySpec};
 use crate::units::{self, PAGE_SIZE};
 use crate::workloads::{
-    Arch, Bonnie, DotnetHeap, FileIo, Idle, KernelBuild, Random, Stress, StressVm, TraceReplay, WorkloadEntry, WorkloadSpec,
+    Arch, Bonnie, DotnetHeap, FileIo, Idle, KernelBuild, Load, Random, Stress, StressVm, TraceReplay, WebServer, WorkloadEntry,
+    WorkloadSpec,
 };
 
 /// Host settings.
@@ -47,6 +49,9 @@ pub struct HostSpec {
     pub sharing: Option<PshareSettings>,
     /// Transcendent memory, if on.
     pub tmem: Option<TmemSettings>,
+    /// Kernel memory the host keeps per VM, paged out or not, bytes (the `denali` profile's
+    /// residual metadata).
+    pub vm_metadata: u64,
 }
 
 /// A datastore.
@@ -306,6 +311,12 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         lookahead_ns: c.opt_ns(&h.lookahead, "host.lookahead", DEFAULT_LOOKAHEAD_NS)?,
         sharing: resolve_sharing(&c, h)?,
         tmem: resolve_tmem(&c, h, &host_costs)?,
+        vm_metadata: match &h.vm_metadata {
+            Some(q) if profile != HostProfile::Denali => {
+                return c.err(q.span(), "host.vm_metadata", "is the denali profile's (set host.profile = \"denali\")");
+            }
+            _ => c.opt_bytes(&h.vm_metadata, "host.vm_metadata", profile.vm_metadata())?,
+        },
     };
     if host.memory < PAGE_SIZE {
         return c.err(h.memory.span(), "host.memory", "must be at least one page (4KiB)");
@@ -380,10 +391,11 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
     }
 
     let mut vms: Vec<VmSpec> = Vec::new();
+    let mut names = std::collections::HashSet::new();
     for v in &raw.vm {
         for mut spec in resolve_vm(&c, v.get_ref(), &datastores, &costs, host.profile, host.tmem.is_some())? {
             spec.guest.seed = crate::rng::derive(seed, &[vms.len() as u64]);
-            if vms.iter().any(|x| x.guest.name == spec.guest.name) {
+            if !names.insert(spec.guest.name.clone()) {
                 return c.err(v.get_ref().name.span(), "vm.name", format!("two VMs are named '{}'", spec.guest.name));
             }
             vms.push(spec);
@@ -438,7 +450,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         })
         .unwrap_or_default();
 
-    let report = resolve_report(&c, &raw)?;
+    let report = resolve_report(&c, &raw, host.profile == HostProfile::Denali)?;
     Ok(Scenario {
         name,
         variant: None,
@@ -454,9 +466,13 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
     })
 }
 
-fn resolve_report(c: &Ctx, raw: &RawScenario) -> Result<ReportSpec, ScenarioError> {
+fn resolve_report(c: &Ctx, raw: &RawScenario, denali: bool) -> Result<ReportSpec, ScenarioError> {
     let mut window_ns = (0, None);
-    let mut columns = vec!["runtime_s".to_string(), "pgmajfault/s".into(), "pswpin_pages/s".into(), "pswpout_pages/s".into()];
+    let mut columns: Vec<String> = if denali {
+        ["requests_per_s", "latency_p50_ms", "latency_p99_ms", "footprint_pages", "page_ins_per_s"].map(String::from).to_vec()
+    } else {
+        vec!["runtime_s".to_string(), "pgmajfault/s".into(), "pswpin_pages/s".into(), "pswpout_pages/s".into()]
+    };
     if let Some(r) = &raw.report {
         if let Some(w) = &r.window {
             let ws = w.get_ref();
@@ -472,7 +488,14 @@ fn resolve_report(c: &Ctx, raw: &RawScenario) -> Result<ReportSpec, ScenarioErro
         }
         if let Some(cols) = &r.columns {
             for col in cols.get_ref() {
-                if !report_column_known(col) {
+                if denali && !crate::backend::DENALI_REPORT_COLUMNS.contains(&col.as_str()) {
+                    return c.err(
+                        cols.span(),
+                        "report.columns",
+                        format!("unknown column '{col}' for a denali host: use {}", crate::backend::DENALI_REPORT_COLUMNS.join(", ")),
+                    );
+                }
+                if !denali && !report_column_known(col) {
                     return c.err(
                         cols.span(),
                         "report.columns",
@@ -577,7 +600,13 @@ fn resolve_vm(
             format!("starts memory in a Xen balloon: the guest needs balloon = \"xen\" (it has \"{}\")", balloon.name()),
         );
     }
-    let os = c.choice(&v.os, &f("os"), "linux", &["linux", "windows"])?.to_string();
+    let os = c
+        .choice(&v.os, &f("os"), if profile == HostProfile::Denali { "ilwaco" } else { "linux" }, &["linux", "windows", "ilwaco"])?
+        .to_string();
+    if (os == "ilwaco") != (profile == HostProfile::Denali) {
+        let span = v.os.as_ref().map_or(v.name.span(), |o| o.span());
+        return c.err(span, &f("os"), "Ilwaco guests run on the denali host, and the denali host runs only Ilwaco guests");
+    }
     let find = |name: &Spanned<String>, field: &str| {
         datastores.iter().position(|d| &d.name == name.get_ref()).ok_or_else(|| {
             let names: Vec<&str> = datastores.iter().map(|d| d.name.as_str()).collect();
@@ -604,7 +633,9 @@ fn resolve_vm(
         }
         replacement = Replacement::Windows;
     }
-    let reserved = c.opt_bytes(&v.kernel_reserved, &f("kernel_reserved"), GuestConfig::linux_reserved_bytes(memory))?;
+    // Ilwaco is a library OS in the VM's own pages (its layout is the web server's).
+    let default_reserved = if os == "ilwaco" { 0 } else { GuestConfig::linux_reserved_bytes(memory) };
+    let reserved = c.opt_bytes(&v.kernel_reserved, &f("kernel_reserved"), default_reserved)?;
     let reserved_pages = units::pages(reserved) as u32;
     if reserved_pages >= memory_pages {
         let span = v.kernel_reserved.as_ref().map_or(v.memory.span(), |q| q.span());
@@ -681,6 +712,9 @@ fn resolve_vm(
                     format!("memory cgroups are modelled in Linux guests only (this guest's replacement is '{}')", replacement.name()),
                 );
             }
+            if (os == "ilwaco") != matches!(entry.spec, WorkloadSpec::WebServer(_)) {
+                return c.err(w.span(), &f("workload"), "an Ilwaco guest runs a web-server workload, and only it does");
+            }
             if os == "windows" && entry.spec.uses_files() {
                 return c.err(
                     w.span(),
@@ -746,6 +780,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         "bonnie" => &["size"],
         "dotnet-heap" => &["live", "object", "cycles", "replace_percent", "visit"],
         "kernel-build" => &["tree", "arch", "jobs", "builds", "units", "compute"],
+        "web-server" => &["pool", "rate", "clients", "think", "zipf", "document", "compute", "rtt", "path", "mbufs", "clusters"],
         _ => {
             return c.err(
                 r.kind.span(),
@@ -754,7 +789,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
             );
         }
     };
-    let present: [(&str, Option<std::ops::Range<usize>>); 31] = [
+    let present: [(&str, Option<std::ops::Range<usize>>); 41] = [
         ("instances", r.instances.as_ref().map(|x| x.span())),
         ("pages", r.pages.as_ref().map(|x| x.span())),
         ("passes", r.passes.as_ref().map(|x| x.span())),
@@ -786,6 +821,16 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         ("jobs", r.jobs.as_ref().map(|x| x.span())),
         ("builds", r.builds.as_ref().map(|x| x.span())),
         ("units", r.units.as_ref().map(|x| x.span())),
+        ("pool", r.pool.as_ref().map(|x| x.span())),
+        ("rate", r.rate.as_ref().map(|x| x.span())),
+        ("clients", r.clients.as_ref().map(|x| x.span())),
+        ("think", r.think.as_ref().map(|x| x.span())),
+        ("zipf", r.zipf.as_ref().map(|x| x.span())),
+        ("document", r.document.as_ref().map(|x| x.span())),
+        ("rtt", r.rtt.as_ref().map(|x| x.span())),
+        ("path", r.path.as_ref().map(|x| x.span())),
+        ("mbufs", r.mbufs.as_ref().map(|x| x.span())),
+        ("clusters", r.clusters.as_ref().map(|x| x.span())),
     ];
     for (field, span) in present {
         if let Some(span) = span
@@ -818,6 +863,56 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         Ok(n as u32)
     };
     let spec = match kind {
+        "web-server" => {
+            let load = match (&r.rate, &r.clients) {
+                (Some(rate), None) => {
+                    let x = *rate.get_ref();
+                    if !(x.is_finite() && x > 0.0 && x <= 1e7) {
+                        return c.err(rate.span(), &f("rate"), "requests per second per VM: a number above 0, at most 1e7");
+                    }
+                    if let Some(span) = r.think.as_ref().map(|t| t.span()).or(r.zipf.as_ref().map(|z| z.span())) {
+                        return c.err(span, &f("rate"), "think and zipf go with closed-loop clients, not an open-loop rate");
+                    }
+                    Load::Open { rate: x }
+                }
+                (None, Some(_)) => {
+                    let zipf = r.zipf.as_ref().map_or(0.0, |z| *z.get_ref());
+                    if !(0.0..=10.0).contains(&zipf) {
+                        return c.err(r.zipf.as_ref().unwrap().span(), &f("zipf"), "a Zipf exponent from 0 (uniform) to 10");
+                    }
+                    Load::Closed {
+                        clients: c.int(&r.clients, &f("clients"), 1, 1, 1_000_000)? as u32,
+                        think_ns: c.opt_ns(&r.think, &f("think"), 0)?,
+                        zipf,
+                    }
+                }
+                _ => {
+                    return c.err(w.span(), &f("rate"), "give either rate (open loop, requests/s per VM) or clients (closed loop)");
+                }
+            };
+            let pool = PoolKind::parse(c.choice(&r.pool, &f("pool"), "list", PoolKind::NAMES)?).expect("checked");
+            // FreeBSD 3.x/4.x: NMBCLUSTERS = 512 + MAXUSERS * 16 with GENERIC's maxusers 32, and
+            // nmbufs = 4 * NMBCLUSTERS (sys/kern/uipc_mbuf.c, param.c).
+            let clusters = c.int(&r.clusters, &f("clusters"), 512 + 32 * 16, 1, 1 << 20)? as u32;
+            let mbufs = c.int(&r.mbufs, &f("mbufs"), 4 * clusters as u64, 1, 1 << 22)? as u32;
+            WorkloadSpec::WebServer(WebServer {
+                pool,
+                load,
+                // Denali's small object: 2,258 bytes, "approximately the median web object size"
+                // (OSDI 2002 section 4.3).
+                document: c.opt_bytes(&r.document, &f("document"), 2_258)?.max(1),
+                // [assumed] 200 us of CPU per request: a 2002 server on a 1.7 GHz Pentium 4 serving
+                // a small static file; the seed's throughput figures were not recoverable.
+                cpu_ns: c.opt_ns(&r.compute, &f("compute"), 200_000)?,
+                // [assumed] 200 us from an answer to its acknowledgement on gigabit Ethernet.
+                rtt_ns: c.opt_ns(&r.rtt, &f("rtt"), 200_000)?.max(1),
+                // [assumed] 192 KiB of the guest's code and data on a request's path: Ilwaco's
+                // TCP stack, threads, libc subset and the server; its size is not published.
+                path_pages: page_number(&r.path, "path", 48)?,
+                mbufs,
+                clusters,
+            })
+        }
         "kernel-build" => {
             let arch = Arch::parse(c.choice(&r.arch, &f("arch"), "x86_64", Arch::NAMES)?).expect("checked");
             let tree = r.tree.as_ref().map_or("linux-2.6.32".to_string(), |t| t.get_ref().clone());

@@ -5,7 +5,7 @@ use toml::{Table, Value};
 
 use super::resolve::Scenario;
 use crate::units::{PAGE_SIZE, fmt_bytes, fmt_duration, fmt_rate};
-use crate::workloads::WorkloadSpec;
+use crate::workloads::{Load, WorkloadSpec};
 
 fn s(x: impl Into<String>) -> Value {
     Value::String(x.into())
@@ -38,6 +38,9 @@ impl Scenario {
             sharing.push(("large_pages", Value::Boolean(p.large_pages)));
         }
         sharing.push(("tmem", Value::Boolean(self.host.tmem.is_some())));
+        if self.host.profile == crate::host::HostProfile::Denali {
+            sharing.push(("vm_metadata", s(fmt_bytes(self.host.vm_metadata))));
+        }
         if let Some(t) = &self.host.tmem {
             sharing.push(("tmem_dedup", Value::Boolean(t.dedup)));
             sharing.push(("tmem_compress", Value::Boolean(t.compress)));
@@ -171,6 +174,23 @@ impl Scenario {
                                 e.push(("cycles", i(d.cycles)));
                                 e.push(("replace_percent", i(d.replace_percent as u64)));
                                 e.push(("visit", s(fmt_duration(d.visit_ns))));
+                            }
+                            WorkloadSpec::WebServer(ws) => {
+                                e.push(("pool", s(ws.pool.name())));
+                                match ws.load {
+                                    Load::Open { rate } => e.push(("rate", Value::Float(rate))),
+                                    Load::Closed { clients, think_ns, zipf } => {
+                                        e.push(("clients", i(clients as u64)));
+                                        e.push(("think", s(fmt_duration(think_ns))));
+                                        e.push(("zipf", Value::Float(zipf)));
+                                    }
+                                }
+                                e.push(("document", s(fmt_bytes(ws.document))));
+                                e.push(("compute", s(fmt_duration(ws.cpu_ns))));
+                                e.push(("rtt", s(fmt_duration(ws.rtt_ns))));
+                                e.push(("path", i(ws.path_pages as u64)));
+                                e.push(("mbufs", i(ws.mbufs as u64)));
+                                e.push(("clusters", i(ws.clusters as u64)));
                             }
                             WorkloadSpec::Idle(id) => {
                                 e.push(("footprint", s(fmt_bytes(id.footprint_pages as u64 * PAGE_SIZE))));

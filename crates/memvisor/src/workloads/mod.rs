@@ -14,6 +14,7 @@ mod random;
 mod stress;
 mod stressvm;
 mod trace;
+mod web_server;
 
 pub use access::{Pattern, Ref, xorshift64star};
 pub use bonnie::Bonnie;
@@ -25,6 +26,7 @@ pub use random::Random;
 pub use stress::Stress;
 pub use stressvm::StressVm;
 pub use trace::{Replayer, TraceReplay};
+pub use web_server::{Load, MSS, WebServer, zipf_cdf, zipf_pick};
 
 use std::sync::Arc;
 
@@ -165,6 +167,8 @@ pub enum WorkloadSpec {
     DotnetHeap(DotnetHeap),
     /// Seed 002's `make -j8` of a Linux 2.6.32 tree, twice.
     KernelBuild(KernelBuild),
+    /// Seed 004's web server in an Ilwaco guest (host profile `denali`), with its clients.
+    WebServer(WebServer),
 }
 
 /// A configured workload with its place in time.
@@ -192,7 +196,7 @@ impl WorkloadEntry {
 impl WorkloadSpec {
     /// Kind names as written in scenario files.
     pub const KINDS: &'static [&'static str] =
-        &["stress", "file-io", "idle", "trace", "random", "stress-vm", "bonnie", "dotnet-heap", "kernel-build"];
+        &["stress", "file-io", "idle", "trace", "random", "stress-vm", "bonnie", "dotnet-heap", "kernel-build", "web-server"];
 
     /// The kind name.
     pub fn kind(&self) -> &'static str {
@@ -206,6 +210,7 @@ impl WorkloadSpec {
             Self::Bonnie(_) => "bonnie",
             Self::DotnetHeap(_) => "dotnet-heap",
             Self::KernelBuild(_) => "kernel-build",
+            Self::WebServer(_) => "web-server",
         }
     }
 
@@ -222,6 +227,8 @@ impl WorkloadSpec {
             Self::Bonnie(b) => vec![Box::new(b.clone())],
             Self::DotnetHeap(d) => vec![Box::new(d.process(seed))],
             Self::KernelBuild(k) => (0..k.jobs).map(|j| Box::new(k.process(j)) as Box<dyn Workload>).collect(),
+            // Requests, not an operation stream: the Denali host serves it (`backend::DenaliHost`).
+            Self::WebServer(_) => return Err("a web-server workload runs only in an ilwaco guest on a denali host".into()),
         })
     }
 
@@ -231,7 +238,13 @@ impl WorkloadSpec {
             Self::Stress(s) => s.instances as usize,
             Self::StressVm(s) => s.workers as usize,
             Self::KernelBuild(k) => k.jobs as usize,
-            Self::FileIo(_) | Self::Idle(_) | Self::Trace(_) | Self::Random(_) | Self::Bonnie(_) | Self::DotnetHeap(_) => 1,
+            Self::FileIo(_)
+            | Self::Idle(_)
+            | Self::Trace(_)
+            | Self::Random(_)
+            | Self::Bonnie(_)
+            | Self::DotnetHeap(_)
+            | Self::WebServer(_) => 1,
         }
     }
 
@@ -272,7 +285,7 @@ impl WorkloadSpec {
             Self::Stress(s) => s.passes.is_some(),
             Self::FileIo(_) | Self::Trace(_) | Self::Random(_) | Self::Bonnie(_) | Self::DotnetHeap(_) | Self::KernelBuild(_) => true,
             Self::StressVm(s) => s.rounds.is_some(),
-            Self::Idle(_) => false,
+            Self::Idle(_) | Self::WebServer(_) => false,
         }
     }
 }

@@ -1,0 +1,555 @@
+//! The simulated Denali host (the `denali` profile; seed 004): an isolation kernel on one CPU
+//! that pages whole VMs (`host::Pager`), Ilwaco guests running web servers (`guest::ilwaco`), and
+//! the clients that load them. Built for scale: a VM that has never been asked anything costs the
+//! simulator a few dozen bytes, and nothing that happens each tick walks every VM.
+//!
+//! The host's memory for guest pages is what is left after its per-VM kernel metadata, an input
+//! (Denali's 8,472 bytes per VM, seed 004 table 2), which the host holds pinned.
+
+use crate::clock::EventQueue;
+use crate::devices::Device;
+use crate::guest::ilwaco::{Layout, Vm, Wake, WebStats};
+use crate::host::Pager;
+use crate::metrics::TimeSeries;
+use crate::rng::{self, Rng};
+use crate::scenario::Scenario;
+use crate::summary::{DatastoreSummary, HostSummary, RunSummary, VmSummary};
+use crate::units::PAGE_SIZE;
+use crate::workloads::{Load, WebServer, WorkloadSpec, zipf_cdf, zipf_pick};
+use rand::Rng as _;
+
+/// Time-series columns of a Denali run, per row (a VM, or all VMs together).
+pub const COLUMNS: &[&str] = &[
+    "requests_served",
+    "requests_dropped",
+    "latency_mean_ms",
+    "footprint_pages",
+    "resident_KiB",
+    "page_ins",
+    "page_outs",
+    "paging_wait_ms",
+    "resident_vms",
+];
+
+/// Report columns a Denali scenario may ask for.
+pub const REPORT_COLUMNS: &[&str] = &[
+    "requests_per_s",
+    "requests_served",
+    "requests_dropped",
+    "latency_p50_ms",
+    "latency_p90_ms",
+    "latency_p99_ms",
+    "footprint_pages",
+    "page_ins_per_s",
+    "resident_vms",
+    "vms",
+    "metadata_MiB",
+    "sim_bytes_per_paged_out_vm",
+];
+
+/// VMs given their own rows in the time series and summary: the most popular ones [chosen: enough
+/// to see the head of a Zipf load, few enough that 10,000 VMs keep the run folder small].
+pub const ROW_VMS: usize = 8;
+
+#[derive(Clone, Copy, Debug)]
+enum Ev {
+    Run { vm: u32 },
+    Arrive { vm: u32 },
+    Send { client: u32 },
+    Ack { vm: u32, slot: u32 },
+    Sample,
+    Window,
+}
+
+/// The Denali machine and its run.
+pub struct DenaliHost {
+    pager: Pager,
+    vms: Vec<Vm>,
+    /// Each VM's server configuration, as an index into `servers` (`u16::MAX`: none, idle).
+    server_of: Vec<u16>,
+    servers: Vec<(WebServer, Layout)>,
+    /// VMs loaded by the closed-loop clients, in popularity order, and their Zipf CDF.
+    closed_vms: Vec<u32>,
+    zipf: Vec<f64>,
+    think_ns: u64,
+    events: EventQueue<Ev>,
+    rng: Rng,
+    cpu_free: u64,
+    now: u64,
+    end: u64,
+    window: (u64, Option<u64>),
+    /// Latencies of requests answered inside the report window, us.
+    latencies: Vec<u32>,
+    at_window: Option<(u64, u64)>,
+    at_window_end: Option<(u64, u64)>,
+    metadata_bytes: u64,
+    /// Every VM's counters added up as they change (no tick walks the VMs).
+    total: WebStats,
+    /// The counters of the VM a client's request went to, before it arrived.
+    last_sent: WebStats,
+    sample_interval_ns: u64,
+    series: TimeSeries,
+    finished: Option<String>,
+    scenario: Scenario,
+}
+
+fn drop_retry_ns() -> u64 {
+    // A refused connection is tried again after TCP's initial retransmission timeout, 3 s
+    // (RFC 1122 4.2.3.1; FreeBSD TCPTV_SRTTDFLT).
+    3_000_000_000
+}
+
+impl DenaliHost {
+    /// Builds the host of a `denali`-profile scenario.
+    pub fn new(s: &Scenario) -> Result<Self, String> {
+        let n = s.vms.len() as u64;
+        let metadata_bytes = s.host.vm_metadata;
+        let pinned = s.host.hypervisor + n * metadata_bytes;
+        if pinned >= s.host.memory {
+            return Err(format!(
+                "host.memory: {} VMs need {} MiB of kernel metadata ({} B each) and the kernel {} MiB, more than the host's {} MiB",
+                n,
+                (n * metadata_bytes) >> 20,
+                metadata_bytes,
+                s.host.hypervisor >> 20,
+                s.host.memory >> 20
+            ));
+        }
+        let frames = ((s.host.memory - pinned) / PAGE_SIZE) as u32;
+        let swap = s.datastores.first().ok_or("a denali host needs a datastore for its VMs' swap regions")?;
+        let mut pager = Pager::new(frames, Device::new(swap.device.clone()));
+        let mut servers: Vec<(WebServer, Layout)> = Vec::new();
+        let mut server_of = Vec::with_capacity(s.vms.len());
+        let mut closed_vms = Vec::new();
+        let mut closed: Option<(u32, u64, f64)> = None;
+        let mut events = EventQueue::new();
+        let mut rng = rng::stream(s.seed, &[u64::MAX - 4]);
+        for (i, v) in s.vms.iter().enumerate() {
+            pager.add_vm(v.guest.memory_pages);
+            let web = v.guest.workloads.iter().find_map(|w| match &w.spec {
+                WorkloadSpec::WebServer(ws) => Some((ws, w.start_ns)),
+                _ => None,
+            });
+            let Some((ws, start)) = web else {
+                server_of.push(u16::MAX);
+                continue;
+            };
+            let k = match servers.iter().position(|(x, _)| x == ws) {
+                Some(k) => k,
+                None => {
+                    let l = Layout::of(ws);
+                    if l.end > v.guest.memory_pages {
+                        return Err(format!(
+                            "vm.{}: its web server needs {} pages (code path, stack, document, mbuf and cluster pools), the VM has {}",
+                            v.guest.name, l.end, v.guest.memory_pages
+                        ));
+                    }
+                    servers.push((ws.clone(), l));
+                    servers.len() - 1
+                }
+            };
+            server_of.push(k as u16);
+            match ws.load {
+                Load::Open { rate } => events.push(start + exp_ns(&mut rng, 1e9 / rate), Ev::Arrive { vm: i as u32 }),
+                Load::Closed { clients, think_ns, zipf } => {
+                    if closed.is_some_and(|c| c != (clients, think_ns, zipf)) {
+                        return Err(format!(
+                            "vm.{}: every web server the closed-loop clients load must give the same clients, think and zipf",
+                            v.guest.name
+                        ));
+                    }
+                    closed = Some((clients, think_ns, zipf));
+                    closed_vms.push(i as u32);
+                }
+            }
+        }
+        if servers.len() >= u16::MAX as usize {
+            return Err("more than 65,534 distinct web-server configurations".into());
+        }
+        let (zipf, think_ns) = match closed {
+            Some((clients, think_ns, z)) => {
+                for c in 0..clients {
+                    // Clients start spread over one think time, not all at once.
+                    events.push(rng.random_range(0..think_ns.max(1)), Ev::Send { client: c });
+                }
+                (zipf_cdf(closed_vms.len(), z), think_ns)
+            }
+            None => (Vec::new(), 0),
+        };
+        events.push(0, Ev::Sample);
+        events.push(s.report.window_ns.0, Ev::Window);
+        if let Some(e) = s.report.window_ns.1 {
+            events.push(e, Ev::Window);
+        }
+        Ok(Self {
+            pager,
+            vms: vec![Vm::default(); s.vms.len()],
+            server_of,
+            servers,
+            closed_vms,
+            zipf,
+            think_ns,
+            events,
+            rng,
+            cpu_free: 0,
+            now: 0,
+            end: s.duration_ns.ok_or("a denali run needs a duration (its clients never finish)")?,
+            window: s.report.window_ns,
+            latencies: Vec::new(),
+            at_window: None,
+            at_window_end: None,
+            metadata_bytes,
+            total: WebStats::default(),
+            last_sent: WebStats::default(),
+            sample_interval_ns: s.host.sample_interval_ns,
+            series: TimeSeries { columns: COLUMNS.to_vec(), ..Default::default() },
+            finished: None,
+            scenario: s.clone(),
+        })
+    }
+
+    /// Simulated time reached.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Whether the run has ended.
+    pub fn is_finished(&self) -> bool {
+        self.finished.is_some()
+    }
+
+    /// The pager.
+    pub fn pager(&self) -> &Pager {
+        &self.pager
+    }
+
+    /// VM `i`.
+    pub fn vm(&self, i: usize) -> &Vm {
+        &self.vms[i]
+    }
+
+    /// Runs until `until` or the end; returns whether the run has ended.
+    pub fn run_until(&mut self, until: u64) -> Result<bool, String> {
+        while self.finished.is_none() {
+            let Some(t) = self.events.peek_time() else {
+                self.finish(self.now, "nothing left to simulate");
+                break;
+            };
+            if t >= self.end {
+                self.finish(self.end, "duration reached");
+                break;
+            }
+            if t > until {
+                break;
+            }
+            let (now, ev) = self.events.pop().expect("peeked");
+            self.now = now;
+            self.handle(now, ev);
+        }
+        Ok(self.finished.is_some())
+    }
+
+    fn server(&self, vm: u32) -> (WebServer, Layout) {
+        self.servers[self.server_of[vm as usize] as usize].clone()
+    }
+
+    fn handle(&mut self, now: u64, ev: Ev) {
+        let vm = match ev {
+            Ev::Run { vm } | Ev::Arrive { vm } | Ev::Ack { vm, .. } => Some(vm),
+            _ => None,
+        };
+        let before = vm.map(|v| self.vms[v as usize].stats.clone());
+        let sent = self.act(now, ev);
+        if let Some(v) = vm.or(sent) {
+            let (a, b) = (before.unwrap_or_else(|| self.last_sent.clone()), &self.vms[v as usize].stats);
+            let t = &mut self.total;
+            t.served += b.served - a.served;
+            t.dropped += b.dropped - a.dropped;
+            t.latency_ns += b.latency_ns - a.latency_ns;
+            t.footprint_pages += b.footprint_pages - a.footprint_pages;
+            t.footprint_windows += b.footprint_windows - a.footprint_windows;
+            t.paging_wait_ns += b.paging_wait_ns - a.paging_wait_ns;
+        }
+    }
+
+    /// Handles one event; a client's request returns the VM it went to.
+    fn act(&mut self, now: u64, ev: Ev) -> Option<u32> {
+        match ev {
+            Ev::Run { vm } => self.run_vm(now, vm),
+            Ev::Arrive { vm } => {
+                let (w, l) = self.server(vm);
+                if self.vms[vm as usize].arrive(now, None, &w, &l) == Some(true) {
+                    self.events.push(now, Ev::Run { vm });
+                }
+                if let Load::Open { rate } = w.load {
+                    let next = now + exp_ns(&mut self.rng, 1e9 / rate);
+                    self.events.push(next, Ev::Arrive { vm });
+                }
+            }
+            Ev::Send { client } => {
+                let vm = self.closed_vms[zipf_pick(&self.zipf, self.rng.random::<f64>())];
+                self.last_sent = self.vms[vm as usize].stats.clone();
+                let (w, l) = self.server(vm);
+                match self.vms[vm as usize].arrive(now, Some(client), &w, &l) {
+                    Some(true) => self.events.push(now, Ev::Run { vm }),
+                    Some(false) => {}
+                    None => self.events.push(now + drop_retry_ns(), Ev::Send { client }),
+                }
+                return Some(vm);
+            }
+            Ev::Ack { vm, slot } => {
+                if self.vms[vm as usize].ack(slot) {
+                    self.events.push(now, Ev::Run { vm });
+                }
+            }
+            Ev::Sample => {
+                self.sample(now);
+                self.events.push(now + self.sample_interval_ns, Ev::Sample);
+            }
+            Ev::Window => {
+                let mark = (self.served(), self.pager.stats.page_ins);
+                if self.at_window.is_none() { self.at_window = Some(mark) } else { self.at_window_end = Some(mark) }
+            }
+        }
+        None
+    }
+
+    fn run_vm(&mut self, now: u64, vm: u32) {
+        let server = self.server(vm);
+        let rtt = exp_ns(&mut self.rng, server.0.rtt_ns as f64);
+        let before = self.vms[vm as usize].stats.latency_ns;
+        match self.vms[vm as usize].run(now, vm, &server, &mut self.pager, &mut self.cpu_free, rtt) {
+            Wake::Run(t) => self.events.push(t, Ev::Run { vm }),
+            Wake::Idle => {}
+            Wake::Answered { ack_at, slot, client } => {
+                self.events.push(ack_at, Ev::Ack { vm, slot });
+                if let Some(c) = client {
+                    self.events.push(now + self.think_ns, Ev::Send { client: c });
+                }
+                if now >= self.window.0 && self.window.1.is_none_or(|e| now < e) {
+                    let lat = self.vms[vm as usize].stats.latency_ns - before;
+                    self.latencies.push((lat / 1000).min(u32::MAX as u64) as u32);
+                }
+                if self.vms[vm as usize].has_work() {
+                    self.events.push(now, Ev::Run { vm });
+                }
+            }
+        }
+    }
+
+    fn served(&self) -> u64 {
+        self.total.served
+    }
+
+    /// Rows: every VM together, then the `ROW_VMS` most popular.
+    fn row_vms(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.closed_vms.iter().copied().take(ROW_VMS).collect();
+        if v.is_empty() {
+            v = (0..self.vms.len().min(ROW_VMS) as u32).collect();
+        }
+        v
+    }
+
+    fn row(&self, vm: Option<u32>) -> Vec<f64> {
+        let kib = |pages: u64| (pages * PAGE_SIZE / 1024) as f64;
+        match vm {
+            Some(i) => {
+                let (s, p) = (&self.vms[i as usize].stats, self.pager.vm(i));
+                vec![
+                    s.served as f64,
+                    s.dropped as f64,
+                    if s.served > 0 { s.latency_ns as f64 / s.served as f64 / 1e6 } else { 0.0 },
+                    s.last_footprint as f64,
+                    kib(p.resident() as u64),
+                    p.page_ins as f64,
+                    p.page_outs as f64,
+                    s.paging_wait_ns as f64 / 1e6,
+                    (p.resident() > 0) as u8 as f64,
+                ]
+            }
+            None => {
+                let (st, t) = (&self.pager.stats, &self.total);
+                vec![
+                    t.served as f64,
+                    t.dropped as f64,
+                    if t.served > 0 { t.latency_ns as f64 / t.served as f64 / 1e6 } else { 0.0 },
+                    if t.footprint_windows > 0 { t.footprint_pages as f64 / t.footprint_windows as f64 } else { 0.0 },
+                    kib((self.pager.frames() - self.pager.free_frames()) as u64),
+                    st.page_ins as f64,
+                    st.page_outs as f64,
+                    t.paging_wait_ns as f64 / 1e6,
+                    self.pager.resident_vms() as f64,
+                ]
+            }
+        }
+    }
+
+    fn sample(&mut self, now: u64) {
+        let rows: Vec<(String, Vec<f64>)> = std::iter::once(("all".to_string(), self.row(None)))
+            .chain(self.row_vms().into_iter().map(|i| (self.scenario.vms[i as usize].guest.name.clone(), self.row(Some(i)))))
+            .collect();
+        if self.series.values.is_empty() {
+            self.series.values = vec![Vec::new(); COLUMNS.len()];
+        }
+        for (name, r) in rows {
+            self.series.time_s.push(now as f64 / 1e9);
+            self.series.vm.push(name);
+            self.series.state.push("");
+            for (c, x) in r.into_iter().enumerate() {
+                self.series.values[c].push(x);
+            }
+        }
+    }
+
+    fn finish(&mut self, t: u64, why: &str) {
+        self.now = t;
+        self.sample(t);
+        let mark = (self.served(), self.pager.stats.page_ins);
+        self.at_window.get_or_insert(mark);
+        self.at_window_end.get_or_insert(mark);
+        self.finished = Some(why.to_string());
+    }
+
+    /// Simulator bytes per VM that has never served (paged out since it was created): its guest
+    /// record, its pager record and its server index.
+    pub fn bytes_per_paged_out_vm(&self) -> f64 {
+        let idle: Vec<usize> =
+            (0..self.vms.len()).filter(|&i| !self.vms[i].is_serving() && self.pager.vm(i as u32).resident() == 0).collect();
+        if idle.is_empty() {
+            return 0.0;
+        }
+        let total: usize = idle.iter().map(|&i| self.vms[i].bytes() + self.pager.vm_bytes(i as u32) + 2).sum();
+        total as f64 / idle.len() as f64
+    }
+
+    /// Checks the pager's and every serving VM's invariants, and that the running totals are
+    /// the VMs' counters added up.
+    pub fn check(&self) -> Result<(), String> {
+        self.pager.check()?;
+        for (i, v) in self.vms.iter().enumerate() {
+            v.check().map_err(|e| format!("VM {i}: {e}"))?;
+        }
+        let served: u64 = self.vms.iter().map(|v| v.stats.served).sum();
+        let dropped: u64 = self.vms.iter().map(|v| v.stats.dropped).sum();
+        if (served, dropped) != (self.total.served, self.total.dropped) {
+            return Err(format!(
+                "denali: VMs served {served} and dropped {dropped} requests, the totals say {} and {}",
+                self.total.served, self.total.dropped
+            ));
+        }
+        let ins: u64 = (0..self.vms.len() as u32).map(|i| self.pager.vm(i).page_ins).sum();
+        if ins != self.pager.stats.page_ins {
+            return Err(format!("denali: VMs paged in {ins} pages, the pager counts {}", self.pager.stats.page_ins));
+        }
+        Ok(())
+    }
+
+    /// The time series.
+    pub fn series(&self) -> &TimeSeries {
+        &self.series
+    }
+
+    /// The run's summary.
+    pub fn summary(&self) -> RunSummary {
+        let s = &self.scenario;
+        let wstart = s.report.window_ns.0;
+        let wend = s.report.window_ns.1.unwrap_or(self.now).min(self.now);
+        let span = wend.saturating_sub(wstart) as f64 / 1e9;
+        let (a, b) = (self.at_window.unwrap_or_default(), self.at_window_end.unwrap_or_default());
+        let mut lat = self.latencies.clone();
+        lat.sort_unstable();
+        let pct = |q: f64| lat.get(((lat.len() as f64 * q) as usize).min(lat.len().saturating_sub(1))).map(|&us| us as f64 / 1e3);
+        let all = self.row(None);
+        let value = |c: &str| -> Option<f64> {
+            Some(match c {
+                "requests_per_s" if span > 0.0 => (b.0 - a.0) as f64 / span,
+                "page_ins_per_s" if span > 0.0 => (b.1 - a.1) as f64 / span,
+                "latency_p50_ms" => return pct(0.50),
+                "latency_p90_ms" => return pct(0.90),
+                "latency_p99_ms" => return pct(0.99),
+                "requests_served" => all[0],
+                "requests_dropped" => all[1],
+                "footprint_pages" => all[3],
+                "resident_vms" => all[8],
+                "vms" => self.vms.len() as f64,
+                "metadata_MiB" => (self.vms.len() as u64 * self.metadata_bytes) as f64 / 1048576.0,
+                "sim_bytes_per_paged_out_vm" => self.bytes_per_paged_out_vm(),
+                _ => return None,
+            })
+        };
+        let counters = |r: &[f64]| COLUMNS.iter().zip(r).map(|(c, v)| (c.to_string(), *v)).collect();
+        let mut vms = vec![VmSummary {
+            name: "all".into(),
+            report: s.report.columns.iter().map(|c| (c.clone(), value(c))).collect(),
+            runtime_s: None,
+            phases_s: Default::default(),
+            counters: counters(&all),
+            rates_per_s: Default::default(),
+            processes: Vec::new(),
+            log: Vec::new(),
+        }];
+        for i in self.row_vms() {
+            let r = self.row(Some(i));
+            let v = &self.vms[i as usize].stats;
+            let report = s
+                .report
+                .columns
+                .iter()
+                .map(|c| {
+                    let x = match c.as_str() {
+                        "requests_served" => Some(r[0]),
+                        "requests_dropped" => Some(r[1]),
+                        "footprint_pages" if v.footprint_windows > 0 => Some(v.footprint_pages as f64 / v.footprint_windows as f64),
+                        _ => None,
+                    };
+                    (c.clone(), x)
+                })
+                .collect();
+            vms.push(VmSummary {
+                name: s.vms[i as usize].guest.name.clone(),
+                report,
+                runtime_s: None,
+                phases_s: Default::default(),
+                counters: counters(&r),
+                rates_per_s: Default::default(),
+                processes: Vec::new(),
+                log: Vec::new(),
+            });
+        }
+        let st = self.pager.swap_device().stats();
+        RunSummary {
+            scenario: s.name.clone(),
+            variant: s.variant.clone(),
+            seed: s.seed,
+            sim_time_s: self.now as f64 / 1e9,
+            end_reason: self.finished.clone(),
+            report_window_s: [wstart as f64 / 1e9, wend as f64 / 1e9],
+            report_columns: s.report.columns.clone(),
+            host: HostSummary {
+                memory_mib: s.host.memory as f64 / 1048576.0,
+                free_mib: (self.pager.free_frames() as u64 * PAGE_SIZE) as f64 / 1048576.0,
+                policy: s.host.policy.name.clone(),
+            },
+            vms,
+            datastores: vec![DatastoreSummary {
+                name: s.datastores[0].name.clone(),
+                device: s.datastores[0].device.kind.name(),
+                reads: st.reads,
+                writes: st.writes,
+                read_mib: st.bytes_read as f64 / 1048576.0,
+                written_mib: st.bytes_written as f64 / 1048576.0,
+                busy_s: st.busy_ns as f64 / 1e9,
+                queue_wait_s: st.queue_wait_ns as f64 / 1e9,
+                server_disk_reads: st.server_disk_reads,
+                server_disk_wait_s: st.server_disk_wait_ns as f64 / 1e9,
+            }],
+            decisions: 0,
+        }
+    }
+}
+
+/// An exponential draw with mean `mean_ns`, at least 1 ns.
+fn exp_ns(r: &mut Rng, mean_ns: f64) -> u64 {
+    let u: f64 = r.random::<f64>();
+    ((-(1.0 - u).ln() * mean_ns) as u64).max(1)
+}
