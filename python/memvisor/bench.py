@@ -163,6 +163,59 @@ def run_tps_bench(quick: bool = False) -> TpsBenchResult:
 
 
 @dataclass
+class DenaliBenchResult:
+    vms: int
+    wall_s: float
+    events: int
+    rss_mib: float
+    rss_loaded_mib: float
+    accounted_bytes_per_vm: float
+    metadata_mib: float
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.wall_s
+
+    @property
+    def sim_mib(self) -> float:
+        """Peak memory of the run beyond the process with the scenario loaded."""
+        return self.rss_mib - self.rss_loaded_mib
+
+
+_DENALI_CHILD = """
+import json, resource, sys, time
+from memvisor import _core
+from memvisor.api import simulate
+(s,) = [x for x in _core.load(_core.case_text("denali-scale"), "denali-scale", []) if x.variant == sys.argv[1]]
+if sys.argv[2] == "load-only":
+    print(json.dumps({"rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+    sys.exit(0)
+t0 = time.perf_counter()
+r = simulate(s, step_s=1e9)
+wall = time.perf_counter() - t0
+row = r.summary["vms"][0]["report"]
+print(json.dumps({"wall": wall, "events": row["sim_events"], "bytes": row["sim_bytes_per_paged_out_vm"], "meta": row["metadata_MiB"],
+                  "rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
+
+
+def run_denali_bench() -> DenaliBenchResult:
+    """The 10,000-VM point of denali-scale (list pool): its wall time, simulated events per real
+    second, and its peak resident memory against a process that only loads the scenario, each in
+    a fresh process (one run: the point is deterministic and takes about a second)."""
+    import json
+    import subprocess
+    import sys
+
+    def child(*args: str) -> dict:
+        out = subprocess.run([sys.executable, "-c", _DENALI_CHILD, *args], check=True, capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    loaded, big = child("vms-10000-list", "load-only"), child("vms-10000-list", "run")
+    return DenaliBenchResult(10_000, big["wall"], int(big["events"]), big["rss_kib"] / 1024, loaded["rss_kib"] / 1024, big["bytes"], big["meta"])
+
+
+@dataclass
 class LiveRoundResult:
     vms: int
     rounds: int

@@ -200,7 +200,7 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
 def bench(quick: bool, live: int | None) -> None:
     """Measure simulated page touches per real second (one core) and the KSM and ESX page-sharing
     scanners' time per page; with --live N, the time of one policy round over N real guests instead."""
-    from memvisor.bench import run_bench, run_ksm_bench, run_live_rounds, run_tps_bench
+    from memvisor.bench import run_bench, run_denali_bench, run_ksm_bench, run_live_rounds, run_tps_bench
 
     if live is not None:
         from memvisor.live import launch
@@ -224,6 +224,10 @@ def bench(quick: bool, live: int | None) -> None:
     p = run_tps_bench(quick)
     t = Table("pages visited", "wall s, sharing on", "wall s, off", "ns per page visited", title="ESX page-sharing scanner (simulated, in a run; medians of 3)")
     t.add_row(f"{p.visited:,}", f"{p.wall_on_s:.3f}", f"{p.wall_off_s:.3f}", f"{p.ns_per_page:.1f}")
+    out.print(t)
+    d = run_denali_bench()
+    t = Table("VMs", "wall s", "events", "events/s", "peak RSS MiB", "of it, the run MiB", "accounted B per paged-out VM", "modelled metadata MiB", title="denali-scale, 10,000-VM point (list pool; a fresh process, against one that only loads it)")
+    t.add_row(f"{d.vms:,}", f"{d.wall_s:.2f}", f"{d.events:,}", f"{d.events_per_s:.3e}", f"{d.rss_mib:.0f}", f"{d.sim_mib:.0f}", f"{d.accounted_bytes_per_vm:.0f}", f"{d.metadata_mib:.1f}")
     out.print(t)
 
 

@@ -40,6 +40,9 @@ RATES = [
     ("swap-outs/s", "pswpout_pages"),
     ("major faults/s", "pgmajfault"),
     ("device queue wait of the VM's datastore (ms per s)", "datastore_queue_wait_ms"),
+    # Denali hosts (their rows are all VMs together and the most popular few).
+    ("requests served/s", "requests_served"),
+    ("host page-ins/s", "page_ins"),
 ]
 STATE_COLOURS = {"high": "rgba(0,160,0,0.08)", "soft": "rgba(230,180,0,0.15)", "hard": "rgba(240,110,0,0.18)", "low": "rgba(220,0,0,0.2)"}
 
@@ -116,8 +119,8 @@ def _state_bands(fig, df) -> None:
 def _shown(df) -> tuple[list, str]:
     """The VMs drawn one by one, and what the titles say about the others."""
     vms = list(df["vm"].unique())
-    if len(vms) <= MAX_VMS:
-        return vms, ""
+    if len(vms) <= MAX_VMS or "MCTLSZ_MiB" not in df:
+        return vms[:MAX_VMS], ""
     reclaimed = (df["MCTLSZ_MiB"].fillna(0) + df["SWCUR_MiB"].fillna(0)).groupby(df["vm"]).max()
     top = list(reclaimed.sort_values(ascending=False, kind="stable").index[:MAX_VMS])
     return top, f" ({MAX_VMS} of {len(vms)} VMs: those reclaimed from most)"
@@ -162,7 +165,7 @@ def _charts(runs: list[Run]) -> list[str]:
         df = r.timeseries
         for vm in few[r.label][0]:
             d, _ = _thin(df[df.vm == vm])
-            if d["MCTLTGT_MiB"].fillna(0).abs().sum() + d["MCTLSZ_MiB"].fillna(0).abs().sum() > 0:
+            if "MCTLTGT_MiB" in d and d["MCTLTGT_MiB"].fillna(0).abs().sum() + d["MCTLSZ_MiB"].fillna(0).abs().sum() > 0:
                 fig.add_trace(go.Scatter(x=d.time_s, y=d.MCTLTGT_MiB, name=f"{r.label}/{vm} target", mode="lines", line=dict(dash="dash")))
                 fig.add_trace(go.Scatter(x=d.time_s, y=d.MCTLSZ_MiB, name=f"{r.label}/{vm} size", mode="lines"))
     figs.append(fig)

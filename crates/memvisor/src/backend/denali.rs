@@ -45,6 +45,7 @@ pub const REPORT_COLUMNS: &[&str] = &[
     "vms",
     "metadata_MiB",
     "sim_bytes_per_paged_out_vm",
+    "sim_events",
 ];
 
 /// VMs given their own rows in the time series and summary: the most popular ones [chosen: enough
@@ -91,6 +92,8 @@ pub struct DenaliHost {
     series: TimeSeries,
     finished: Option<String>,
     scenario: Scenario,
+    /// Events handled (for the simulator's own speed).
+    handled: u64,
 }
 
 fn drop_retry_ns() -> u64 {
@@ -205,6 +208,7 @@ impl DenaliHost {
             series: TimeSeries { columns: COLUMNS.to_vec(), ..Default::default() },
             finished: None,
             scenario: s.clone(),
+            handled: 0,
         })
     }
 
@@ -244,6 +248,7 @@ impl DenaliHost {
             }
             let (now, ev) = self.events.pop().expect("peeked");
             self.now = now;
+            self.handled += 1;
             self.handle(now, ev);
         }
         Ok(self.finished.is_some())
@@ -474,6 +479,7 @@ impl DenaliHost {
                 "vms" => self.vms.len() as f64,
                 "metadata_MiB" => (self.vms.len() as u64 * self.metadata_bytes) as f64 / 1048576.0,
                 "sim_bytes_per_paged_out_vm" => self.bytes_per_paged_out_vm(),
+                "sim_events" => self.handled as f64,
                 _ => return None,
             })
         };

@@ -27,6 +27,11 @@ pub const CASES: &[(&str, &str, &str)] = &[
         "seed 002: four Xen guests build Linux twice on a 2 GB host; unchanged, self-ballooning, tmem, +dedup, +compression",
         include_str!("cases/tmem-kernel-build.toml"),
     ),
+    (
+        "denali-scale",
+        "seed 004: up to 10,000 Ilwaco web servers paged whole on a 2 GiB Denali host; mbuf footprint and throughput, list vs hash pool",
+        include_str!("cases/denali-scale.toml"),
+    ),
 ];
 
 /// The scenario text of a case, by name.

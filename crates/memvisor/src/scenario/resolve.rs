@@ -603,8 +603,9 @@ fn resolve_vm(
     let os = c
         .choice(&v.os, &f("os"), if profile == HostProfile::Denali { "ilwaco" } else { "linux" }, &["linux", "windows", "ilwaco"])?
         .to_string();
-    if (os == "ilwaco") != (profile == HostProfile::Denali) {
-        let span = v.os.as_ref().map_or(v.name.span(), |o| o.span());
+    let web = v.workload.iter().flatten().find(|w| w.get_ref().kind.get_ref() == "web-server");
+    if (os == "ilwaco") != (profile == HostProfile::Denali) || (web.is_some() && os != "ilwaco") {
+        let span = v.os.as_ref().map_or(web.map_or(v.name.span(), |w| w.span()), |o| o.span());
         return c.err(span, &f("os"), "Ilwaco guests run on the denali host, and the denali host runs only Ilwaco guests");
     }
     let find = |name: &Spanned<String>, field: &str| {

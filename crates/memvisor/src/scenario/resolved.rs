@@ -19,6 +19,41 @@ fn table(entries: Vec<(&str, Value)>) -> Value {
     Value::Table(entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
 }
 
+/// VM tables with runs of identical VMs named `base-1`, `base-2`, ... folded back into one table
+/// with a `count`, as a scenario writes them: 10,000 alike VMs stay one table.
+fn counted(vms: Vec<Value>) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    let mut run: Option<(String, Table, u64)> = None;
+    let flush = |run: Option<(String, Table, u64)>, out: &mut Vec<Value>| {
+        if let Some((base, mut t, n)) = run {
+            t.insert("name".into(), s(if n == 1 { format!("{base}-1") } else { base }));
+            if n > 1 {
+                t.insert("count".into(), i(n));
+            }
+            out.push(Value::Table(t));
+        }
+    };
+    for v in vms {
+        let Value::Table(mut t) = v else { unreachable!("VMs are tables") };
+        let name = t.remove("name").and_then(|n| n.as_str().map(String::from)).unwrap_or_default();
+        let numbered = name.rsplit_once('-').and_then(|(b, k)| Some((b.to_string(), k.parse::<u64>().ok()?)));
+        match (&mut run, numbered) {
+            (Some((base, body, n)), Some((b, k))) if *base == b && k == *n + 1 && *body == t => *n += 1,
+            (_, Some((b, 1))) => {
+                flush(run.take(), &mut out);
+                run = Some((b, t, 1));
+            }
+            _ => {
+                flush(run.take(), &mut out);
+                t.insert("name".into(), s(name));
+                out.push(Value::Table(t));
+            }
+        }
+    }
+    flush(run, &mut out);
+    out
+}
+
 impl Scenario {
     /// The resolved scenario as a TOML document.
     pub fn to_toml(&self) -> String {
@@ -242,7 +277,7 @@ impl Scenario {
                 table(fields)
             })
             .collect();
-        doc.insert("vm".into(), Value::Array(vms));
+        doc.insert("vm".into(), Value::Array(counted(vms)));
         let mut report = vec![("columns", Value::Array(self.report.columns.iter().map(s).collect()))];
         if let (a, Some(b)) = self.report.window_ns {
             report.push(("window", Value::Array(vec![s(fmt_duration(a)), s(fmt_duration(b))])));

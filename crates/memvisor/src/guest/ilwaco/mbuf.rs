@@ -53,8 +53,11 @@ pub struct Pool {
     base_page: u32,
     per_page: u32,
     objects: u32,
-    /// List: the free list, head last. Hash: unused.
+    /// List: the objects freed back onto the free list, head last; below them lie the objects
+    /// never taken, `0..fresh`, in carve order (held implicitly: a pool that has seen little use
+    /// costs the simulator little).
     stack: Vec<u32>,
+    fresh: u32,
     /// Hash: free objects of each bucket (page), one bit per object (at most 16 per page).
     buckets: Vec<u16>,
     /// Hash: buckets with a free object, one bit each.
@@ -69,11 +72,12 @@ impl Pool {
         let per_page = (PAGE_SIZE as u32 / size).max(1);
         assert!(per_page <= 16, "a bucket holds at most 16 objects");
         let pages = objects.div_ceil(per_page);
-        let mut p = Self { kind, base_page, per_page, objects, stack: Vec::new(), buckets: Vec::new(), nonempty: Vec::new(), in_use: 0 };
+        let mut p =
+            Self { kind, base_page, per_page, objects, stack: Vec::new(), fresh: 0, buckets: Vec::new(), nonempty: Vec::new(), in_use: 0 };
         match kind {
             // m_mballoc pushes each chunk on the head in ascending address order: the highest
             // address is taken first, then downwards through the array.
-            PoolKind::List => p.stack = (0..objects).collect(),
+            PoolKind::List => p.fresh = objects,
             PoolKind::Hash => {
                 p.buckets = (0..pages).map(|b| Self::full_mask(objects - b * per_page, per_page)).collect();
                 p.nonempty = vec![0; pages.div_ceil(64) as usize];
@@ -100,6 +104,11 @@ impl Pool {
         self.in_use
     }
 
+    /// Simulator bytes the pool's free-object record takes.
+    pub fn bytes(&self) -> usize {
+        self.stack.capacity() * 4 + self.buckets.capacity() * 2 + self.nonempty.capacity() * 8
+    }
+
     /// Objects in the pool.
     pub fn objects(&self) -> u32 {
         self.objects
@@ -113,7 +122,14 @@ impl Pool {
     /// Takes an object; `None` when every one is in use (BSD's M_DONTWAIT allocation fails).
     pub fn alloc(&mut self) -> Option<u32> {
         let o = match self.kind {
-            PoolKind::List => self.stack.pop()?,
+            PoolKind::List => match self.stack.pop() {
+                Some(o) => o,
+                None if self.fresh > 0 => {
+                    self.fresh -= 1;
+                    self.fresh
+                }
+                None => return None,
+            },
             PoolKind::Hash => {
                 let (w, word) = self.nonempty.iter().enumerate().find(|(_, w)| **w != 0)?;
                 let b = w * 64 + word.trailing_zeros() as usize;
@@ -151,11 +167,11 @@ impl Pool {
             PoolKind::List => {
                 let mut seen = vec![false; self.objects as usize];
                 for &o in &self.stack {
-                    if o >= self.objects || std::mem::replace(&mut seen[o as usize], true) {
-                        return Err(format!("mbuf free list holds object {o} twice or out of range"));
+                    if o >= self.objects || o < self.fresh || std::mem::replace(&mut seen[o as usize], true) {
+                        return Err(format!("mbuf free list holds object {o} twice, out of range or among those never taken"));
                     }
                 }
-                self.stack.len() as u32
+                self.fresh + self.stack.len() as u32
             }
             PoolKind::Hash => {
                 for (b, m) in self.buckets.iter().enumerate() {

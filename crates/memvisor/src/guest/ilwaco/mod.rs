@@ -143,9 +143,10 @@ impl Vm {
     /// Simulator bytes the VM holds.
     pub fn bytes(&self) -> usize {
         std::mem::size_of::<Self>()
-            + self.serving.as_ref().map_or(0, |s| {
-                std::mem::size_of::<Serving>() + (s.mbufs.objects() + s.clusters.objects()) as usize * 4 + s.touched.len() / 8
-            })
+            + self
+                .serving
+                .as_ref()
+                .map_or(0, |s| std::mem::size_of::<Serving>() + s.mbufs.bytes() + s.clusters.bytes() + s.touched.len() / 8)
     }
 
     fn serving(&mut self, w: &WebServer, l: &Layout) -> &mut Serving {

@@ -1,0 +1,105 @@
+//! The Denali host (seed 004): whole-VM paging of Ilwaco web servers.
+
+use memvisor::{Scenario, Simulation, scenario};
+
+fn scenario(vms: u32, memory: &str, pool: &str) -> Scenario {
+    let text = format!(
+        r#"
+name = "denali-test"
+seed = 3
+duration = "20s"
+[host]
+memory = "{memory}"
+profile = "denali"
+sample_interval = "1s"
+[[datastore]]
+name = "swap"
+device = "hdd"
+[[vm]]
+name = "web"
+count = {vms}
+memory = "16MiB"
+datastore = "swap"
+workload = {{ kind = "web-server", pool = "{pool}", clients = 64, zipf = 1.0 }}
+[report]
+window = ["5s", "20s"]
+columns = ["requests_per_s", "latency_p99_ms", "footprint_pages", "page_ins_per_s", "resident_vms", "sim_bytes_per_paged_out_vm"]
+"#
+    );
+    scenario::load(&text, "denali-test.toml", &[]).expect("valid").remove(0)
+}
+
+#[test]
+fn invariants_hold_after_every_step_with_hundreds_of_vms() {
+    // 300 VMs of about 56 pages each on 8 MiB: the clock must keep taking frames.
+    let s = scenario(300, "8MiB", "list");
+    let mut sim = Simulation::new(&s).unwrap();
+    let mut t = 0;
+    while !sim.run_until(t).unwrap() {
+        sim.check_invariants().unwrap();
+        t += 20_000_000;
+    }
+    sim.check_invariants().unwrap();
+    let d = sim.denali().unwrap();
+    assert!(d.pager().stats.evictions > 1000, "memory was short: {} evictions", d.pager().stats.evictions);
+    assert!(d.pager().stats.page_outs > 0, "dirty pages (stacks, mbufs) were written back");
+}
+
+#[test]
+fn a_paged_out_vm_holds_no_frame_and_its_first_request_pays_the_page_ins() {
+    let s = scenario(500, "2GiB", "hash");
+    let mut sim = Simulation::new(&s).unwrap();
+    sim.run().unwrap();
+    let d = sim.denali().unwrap();
+    let mut untouched = 0;
+    for i in 0..500u32 {
+        let (vm, pv) = (d.vm(i as usize), d.pager().vm(i));
+        if !vm.is_serving() {
+            untouched += 1;
+            assert_eq!(pv.resident(), 0, "VM {i} was never asked anything, yet holds frames");
+            assert_eq!(pv.page_ins, 0);
+        } else if vm.stats.served > 0 {
+            // Every page a request touches was read in once (memory is ample here): at least the
+            // code path, stack, document and one page of each pool.
+            assert!(pv.page_ins >= 48 + 2 + 1 + 2, "VM {i} served with only {} page-ins", pv.page_ins);
+            assert!(vm.stats.paging_wait_ns >= pv.page_ins.min(10) * 1_000_000, "VM {i}'s vCPU did not wait for its page-ins");
+        }
+    }
+    assert!(untouched > 0, "with Zipf popularity over 500 VMs some are never asked in 20 s");
+    assert!(d.bytes_per_paged_out_vm() <= 1024.0, "{} simulator bytes per paged-out VM", d.bytes_per_paged_out_vm());
+}
+
+#[test]
+fn same_scenario_and_seed_same_result() {
+    let run = || {
+        let mut sim = Simulation::new(&scenario(200, "64MiB", "list")).unwrap();
+        sim.run().unwrap();
+        let r = sim.results();
+        (r.summary.to_json(), r.series.values)
+    };
+    assert_eq!(run(), run());
+}
+
+#[test]
+fn denali_scenarios_are_checked() {
+    let bad = |edit: &dyn Fn(String) -> String| {
+        let text = edit(std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/scenario/cases/denali-scale.toml")).unwrap());
+        scenario::load(&text, "x.toml", &[]).map(|_| ()).unwrap_err().to_string()
+    };
+    let e = bad(&|t| t.replace("profile = \"denali\"", "profile = \"kvm\""));
+    assert!(e.contains("Ilwaco guests run on the denali host"), "{e}");
+    let e = bad(&|t| t.replace("rate = 1000 }", "rate = 1000, clients = 4 }"));
+    assert!(e.contains("either rate"), "{e}");
+    let e = bad(&|t| t.replace("pool = \"list\", rate", "pool = \"tree\", rate"));
+    assert!(e.contains("pool") && e.contains("list"), "{e}");
+    // The resolved scenario folds the 1,000 alike VMs back into one counted table, and reloads.
+    let all = scenario::load(memvisor::scenario::case_text("denali-scale").unwrap(), "c.toml", &[]).unwrap();
+    let s = all.into_iter().find(|s| s.variant.as_deref() == Some("vms-1000-list")).unwrap();
+    assert_eq!(s.vms.len(), 1000);
+    let toml = s.to_toml();
+    assert_eq!(toml.matches("[[vm]]").count(), 1, "{toml}");
+    let again = scenario::load(&toml, "again.toml", &[]).unwrap().remove(0);
+    assert_eq!(again.vms.len(), s.vms.len());
+    // Equal but for the header line naming the variant.
+    assert_eq!(again.to_toml().split_once('\n').unwrap().1, toml.split_once('\n').unwrap().1);
+}
