@@ -362,26 +362,7 @@ impl Simulation {
                 }
             })
             .collect();
-        let datastores = self
-            .world
-            .datastores
-            .iter()
-            .map(|d| {
-                let st = d.device.stats();
-                DatastoreSummary {
-                    name: d.name.clone(),
-                    device: d.device.spec().kind.name(),
-                    reads: st.reads,
-                    writes: st.writes,
-                    read_mib: st.bytes_read as f64 / 1048576.0,
-                    written_mib: st.bytes_written as f64 / 1048576.0,
-                    busy_s: st.busy_ns as f64 / 1e9,
-                    queue_wait_s: st.queue_wait_ns as f64 / 1e9,
-                    server_disk_reads: st.server_disk_reads,
-                    server_disk_wait_s: st.server_disk_wait_ns as f64 / 1e9,
-                }
-            })
-            .collect();
+        let datastores = self.world.datastores.iter().map(|d| DatastoreSummary::of(&d.name, &d.device)).collect();
         let mib = |frames: u64| frames as f64 * PAGE_SIZE as f64 / 1048576.0;
         RunSummary {
             scenario: s.name.clone(),

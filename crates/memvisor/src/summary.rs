@@ -129,6 +129,25 @@ pub struct DatastoreSummary {
     pub server_disk_wait_s: f64,
 }
 
+impl DatastoreSummary {
+    /// The datastore `name` on `device`, from the device's counters.
+    pub fn of(name: &str, device: &crate::devices::Device) -> Self {
+        let st = device.stats();
+        Self {
+            name: name.to_string(),
+            device: device.spec().kind.name(),
+            reads: st.reads,
+            writes: st.writes,
+            read_mib: st.bytes_read as f64 / 1048576.0,
+            written_mib: st.bytes_written as f64 / 1048576.0,
+            busy_s: st.busy_ns as f64 / 1e9,
+            queue_wait_s: st.queue_wait_ns as f64 / 1e9,
+            server_disk_reads: st.server_disk_reads,
+            server_disk_wait_s: st.server_disk_wait_ns as f64 / 1e9,
+        }
+    }
+}
+
 impl RunSummary {
     /// The summary as pretty JSON.
     pub fn to_json(&self) -> String {

@@ -86,8 +86,6 @@ pub struct DenaliHost {
     metadata_bytes: u64,
     /// Every VM's counters added up as they change (no tick walks the VMs).
     total: WebStats,
-    /// The counters of the VM a client's request went to, before it arrived.
-    last_sent: WebStats,
     sample_interval_ns: u64,
     series: TimeSeries,
     finished: Option<String>,
@@ -147,7 +145,7 @@ impl DenaliHost {
                             v.guest.name, l.end, v.guest.memory_pages
                         ));
                     }
-                    servers.push((ws.clone(), l));
+                    servers.push((*ws, l));
                     servers.len() - 1
                 }
             };
@@ -203,7 +201,6 @@ impl DenaliHost {
             at_window_end: None,
             metadata_bytes,
             total: WebStats::default(),
-            last_sent: WebStats::default(),
             sample_interval_ns: s.host.sample_interval_ns,
             series: TimeSeries { columns: COLUMNS.to_vec(), ..Default::default() },
             finished: None,
@@ -255,18 +252,20 @@ impl DenaliHost {
     }
 
     fn server(&self, vm: u32) -> (WebServer, Layout) {
-        self.servers[self.server_of[vm as usize] as usize].clone()
+        self.servers[self.server_of[vm as usize] as usize]
     }
 
     fn handle(&mut self, now: u64, ev: Ev) {
         let vm = match ev {
             Ev::Run { vm } | Ev::Arrive { vm } | Ev::Ack { vm, .. } => Some(vm),
-            _ => None,
+            // The client's request goes to a VM drawn by popularity.
+            Ev::Send { .. } => Some(self.closed_vms[zipf_pick(&self.zipf, self.rng.random::<f64>())]),
+            Ev::Sample | Ev::Window => None,
         };
         let before = vm.map(|v| self.vms[v as usize].stats.clone());
-        let sent = self.act(now, ev);
-        if let Some(v) = vm.or(sent) {
-            let (a, b) = (before.unwrap_or_else(|| self.last_sent.clone()), &self.vms[v as usize].stats);
+        self.act(now, ev, vm.unwrap_or_default());
+        if let (Some(v), Some(a)) = (vm, before) {
+            let b = &self.vms[v as usize].stats;
             let t = &mut self.total;
             t.served += b.served - a.served;
             t.dropped += b.dropped - a.dropped;
@@ -277,8 +276,8 @@ impl DenaliHost {
         }
     }
 
-    /// Handles one event; a client's request returns the VM it went to.
-    fn act(&mut self, now: u64, ev: Ev) -> Option<u32> {
+    /// Handles one event; `to` is the VM a client's request goes to.
+    fn act(&mut self, now: u64, ev: Ev, to: u32) {
         match ev {
             Ev::Run { vm } => self.run_vm(now, vm),
             Ev::Arrive { vm } => {
@@ -292,15 +291,13 @@ impl DenaliHost {
                 }
             }
             Ev::Send { client } => {
-                let vm = self.closed_vms[zipf_pick(&self.zipf, self.rng.random::<f64>())];
-                self.last_sent = self.vms[vm as usize].stats.clone();
+                let vm = to;
                 let (w, l) = self.server(vm);
                 match self.vms[vm as usize].arrive(now, Some(client), &w, &l) {
                     Some(true) => self.events.push(now, Ev::Run { vm }),
                     Some(false) => {}
                     None => self.events.push(now + drop_retry_ns(), Ev::Send { client }),
                 }
-                return Some(vm);
             }
             Ev::Ack { vm, slot } => {
                 if self.vms[vm as usize].ack(slot) {
@@ -316,7 +313,6 @@ impl DenaliHost {
                 if self.at_window.is_none() { self.at_window = Some(mark) } else { self.at_window_end = Some(mark) }
             }
         }
-        None
     }
 
     fn run_vm(&mut self, now: u64, vm: u32) {
@@ -483,17 +479,19 @@ impl DenaliHost {
                 _ => return None,
             })
         };
-        let counters = |r: &[f64]| COLUMNS.iter().zip(r).map(|(c, v)| (c.to_string(), *v)).collect();
-        let mut vms = vec![VmSummary {
-            name: "all".into(),
-            report: s.report.columns.iter().map(|c| (c.clone(), value(c))).collect(),
+        // A row: its report values and its counters; the VMM fields (runtimes, phases, processes)
+        // have no meaning here.
+        let row_summary = |name: String, report, r: &[f64]| VmSummary {
+            name,
+            report,
             runtime_s: None,
             phases_s: Default::default(),
-            counters: counters(&all),
+            counters: COLUMNS.iter().zip(r).map(|(c, v)| (c.to_string(), *v)).collect(),
             rates_per_s: Default::default(),
             processes: Vec::new(),
             log: Vec::new(),
-        }];
+        };
+        let mut vms = vec![row_summary("all".into(), s.report.columns.iter().map(|c| (c.clone(), value(c))).collect(), &all)];
         for i in self.row_vms() {
             let r = self.row(Some(i));
             let v = &self.vms[i as usize].stats;
@@ -511,18 +509,8 @@ impl DenaliHost {
                     (c.clone(), x)
                 })
                 .collect();
-            vms.push(VmSummary {
-                name: s.vms[i as usize].guest.name.clone(),
-                report,
-                runtime_s: None,
-                phases_s: Default::default(),
-                counters: counters(&r),
-                rates_per_s: Default::default(),
-                processes: Vec::new(),
-                log: Vec::new(),
-            });
+            vms.push(row_summary(s.vms[i as usize].guest.name.clone(), report, &r));
         }
-        let st = self.pager.swap_device().stats();
         RunSummary {
             scenario: s.name.clone(),
             variant: s.variant.clone(),
@@ -537,18 +525,7 @@ impl DenaliHost {
                 policy: s.host.policy.name.clone(),
             },
             vms,
-            datastores: vec![DatastoreSummary {
-                name: s.datastores[0].name.clone(),
-                device: s.datastores[0].device.kind.name(),
-                reads: st.reads,
-                writes: st.writes,
-                read_mib: st.bytes_read as f64 / 1048576.0,
-                written_mib: st.bytes_written as f64 / 1048576.0,
-                busy_s: st.busy_ns as f64 / 1e9,
-                queue_wait_s: st.queue_wait_ns as f64 / 1e9,
-                server_disk_reads: st.server_disk_reads,
-                server_disk_wait_s: st.server_disk_wait_ns as f64 / 1e9,
-            }],
+            datastores: vec![DatastoreSummary::of(&s.datastores[0].name, self.pager.swap_device())],
             decisions: 0,
         }
     }

@@ -34,7 +34,7 @@ pub enum Load {
 }
 
 /// The `web-server` workload as a scenario configures it.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct WebServer {
     /// The guest's mbuf allocator.
     pub pool: PoolKind,
