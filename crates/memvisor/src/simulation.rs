@@ -291,7 +291,7 @@ impl Simulation {
             return RunResult {
                 scenario_toml: self.scenario.to_toml(),
                 series: d.series().clone(),
-                summary: d.summary(),
+                summary: d.summary(&self.scenario),
                 decisions: Vec::new(),
             };
         }

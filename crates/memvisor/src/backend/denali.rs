@@ -89,7 +89,8 @@ pub struct DenaliHost {
     sample_interval_ns: u64,
     series: TimeSeries,
     finished: Option<String>,
-    scenario: Scenario,
+    /// Names of the VMs with rows of their own (`row_vms`).
+    row_names: Vec<String>,
     /// Events handled (for the simulator's own speed).
     handled: u64,
 }
@@ -182,7 +183,7 @@ impl DenaliHost {
         if let Some(e) = s.report.window_ns.1 {
             events.push(e, Ev::Window);
         }
-        Ok(Self {
+        let mut host = Self {
             pager,
             vms: vec![Vm::default(); s.vms.len()],
             server_of,
@@ -204,9 +205,11 @@ impl DenaliHost {
             sample_interval_ns: s.host.sample_interval_ns,
             series: TimeSeries { columns: COLUMNS.to_vec(), ..Default::default() },
             finished: None,
-            scenario: s.clone(),
+            row_names: Vec::new(),
             handled: 0,
-        })
+        };
+        host.row_names = host.row_vms().into_iter().map(|i| s.vms[i as usize].guest.name.clone()).collect();
+        Ok(host)
     }
 
     /// Simulated time reached.
@@ -387,7 +390,7 @@ impl DenaliHost {
 
     fn sample(&mut self, now: u64) {
         let rows: Vec<(String, Vec<f64>)> = std::iter::once(("all".to_string(), self.row(None)))
-            .chain(self.row_vms().into_iter().map(|i| (self.scenario.vms[i as usize].guest.name.clone(), self.row(Some(i)))))
+            .chain(self.row_vms().into_iter().zip(&self.row_names).map(|(i, n)| (n.clone(), self.row(Some(i)))))
             .collect();
         if self.series.values.is_empty() {
             self.series.values = vec![Vec::new(); COLUMNS.len()];
@@ -450,9 +453,8 @@ impl DenaliHost {
         &self.series
     }
 
-    /// The run's summary.
-    pub fn summary(&self) -> RunSummary {
-        let s = &self.scenario;
+    /// The run's summary; `s` is the scenario it was built from.
+    pub fn summary(&self, s: &Scenario) -> RunSummary {
         let wstart = s.report.window_ns.0;
         let wend = s.report.window_ns.1.unwrap_or(self.now).min(self.now);
         let span = wend.saturating_sub(wstart) as f64 / 1e9;

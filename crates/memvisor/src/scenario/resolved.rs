@@ -21,7 +21,7 @@ fn table(entries: Vec<(&str, Value)>) -> Value {
 
 /// VM tables with runs of identical VMs named `base-1`, `base-2`, ... folded back into one table
 /// with a `count`, as a scenario writes them: 10,000 alike VMs stay one table.
-fn counted(vms: Vec<Value>) -> Vec<Value> {
+fn counted(vms: impl Iterator<Item = Value>) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
     let mut run: Option<(String, Table, u64)> = None;
     let flush = |run: Option<(String, Table, u64)>, out: &mut Vec<Value>| {
@@ -140,143 +140,139 @@ impl Scenario {
             })
             .collect();
         doc.insert("datastore".into(), Value::Array(ds));
-        let vms = self
-            .vms
-            .iter()
-            .map(|v| {
-                let g = &v.guest;
-                let sysctl: Table = g.sysctl.entries().into_iter().map(|(k, x)| (k.to_string(), i(x))).collect();
-                let workloads = g
-                    .workloads
-                    .iter()
-                    .map(|w| {
-                        let mut e = vec![("kind", s(w.spec.kind())), ("name", s(&w.name)), ("start", s(fmt_duration(w.start_ns)))];
-                        if let Some(c) = w.content {
-                            e.push(("content", s(c.key())));
-                        }
-                        if let Some(l) = w.memory_limit {
-                            e.push(("memory_limit", s(fmt_bytes(l * PAGE_SIZE))));
-                        }
-                        match &w.spec {
-                            WorkloadSpec::Stress(st) => {
-                                e.push(("instances", i(st.instances as u64)));
-                                e.push(("pages", i(st.pages as u64)));
-                                if let Some(p) = st.passes {
-                                    e.push(("passes", i(p)));
-                                }
-                            }
-                            WorkloadSpec::FileIo(f) => {
-                                e.push(("size", s(fmt_bytes(f.pages as u64 * PAGE_SIZE))));
-                                e.push(("block", s(fmt_bytes(f.block_pages as u64 * PAGE_SIZE))));
-                                e.push(("fsync", Value::Boolean(f.fsync)));
-                                e.push(("read", Value::Boolean(f.read)));
-                            }
-                            WorkloadSpec::Random(rd) => {
-                                e.push(("pages", i(rd.pages as u64)));
-                                e.push(("touches", i(rd.touches)));
-                                if let Some(seed) = rd.seed {
-                                    e.push(("seed", i(seed)));
-                                }
-                                e.push(("write", Value::Boolean(rd.write)));
-                                e.push(("compute", s(fmt_duration(rd.compute_ns))));
-                                e.push(("distribution", s(if rd.zipf { "zipf" } else { "uniform" })));
-                            }
-                            WorkloadSpec::Trace(t) => {
-                                e.push(("file", s(&t.file)));
-                                e.push(("loops", i(t.loops)));
-                                e.push(("compute", s(fmt_duration(t.compute_ns))));
-                            }
-                            WorkloadSpec::StressVm(sv) => {
-                                e.push(("workers", i(sv.workers as u64)));
-                                e.push(("bytes", s(fmt_bytes(sv.pages as u64 * PAGE_SIZE))));
-                                e.push(("keep", Value::Boolean(sv.keep)));
-                                if let Some(n) = sv.rounds {
-                                    e.push(("rounds", i(n)));
-                                }
-                            }
-                            WorkloadSpec::Bonnie(b) => e.push(("size", s(fmt_bytes(b.pages as u64 * PAGE_SIZE)))),
-                            WorkloadSpec::KernelBuild(k) => {
-                                e.push(("tree", s(&k.tree)));
-                                e.push(("arch", s(k.arch.name())));
-                                e.push(("jobs", i(k.jobs as u64)));
-                                e.push(("builds", i(k.builds as u64)));
-                                e.push(("units", i(k.units as u64)));
-                                e.push(("compute", s(fmt_duration(k.compile_ns))));
-                            }
-                            WorkloadSpec::DotnetHeap(d) => {
-                                e.push(("live", s(fmt_bytes(d.live))));
-                                e.push(("object", s(fmt_bytes(d.object))));
-                                e.push(("cycles", i(d.cycles)));
-                                e.push(("replace_percent", i(d.replace_percent as u64)));
-                                e.push(("visit", s(fmt_duration(d.visit_ns))));
-                            }
-                            WorkloadSpec::WebServer(ws) => {
-                                e.push(("pool", s(ws.pool.name())));
-                                match ws.load {
-                                    Load::Open { rate } => e.push(("rate", Value::Float(rate))),
-                                    Load::Closed { clients, think_ns, zipf } => {
-                                        e.push(("clients", i(clients as u64)));
-                                        e.push(("think", s(fmt_duration(think_ns))));
-                                        e.push(("zipf", Value::Float(zipf)));
-                                    }
-                                }
-                                e.push(("document", s(fmt_bytes(ws.document))));
-                                e.push(("compute", s(fmt_duration(ws.cpu_ns))));
-                                e.push(("rtt", s(fmt_duration(ws.rtt_ns))));
-                                e.push(("path", i(ws.path_pages as u64)));
-                                e.push(("mbufs", i(ws.mbufs as u64)));
-                                e.push(("clusters", i(ws.clusters as u64)));
-                            }
-                            WorkloadSpec::Idle(id) => {
-                                e.push(("footprint", s(fmt_bytes(id.footprint_pages as u64 * PAGE_SIZE))));
-                                e.push(("active", s(fmt_bytes(id.active_pages as u64 * PAGE_SIZE))));
-                                e.push(("period", s(fmt_duration(id.period_ns))));
+        let vms = self.vms.iter().map(|v| {
+            let g = &v.guest;
+            let sysctl: Table = g.sysctl.entries().into_iter().map(|(k, x)| (k.to_string(), i(x))).collect();
+            let workloads = g
+                .workloads
+                .iter()
+                .map(|w| {
+                    let mut e = vec![("kind", s(w.spec.kind())), ("name", s(&w.name)), ("start", s(fmt_duration(w.start_ns)))];
+                    if let Some(c) = w.content {
+                        e.push(("content", s(c.key())));
+                    }
+                    if let Some(l) = w.memory_limit {
+                        e.push(("memory_limit", s(fmt_bytes(l * PAGE_SIZE))));
+                    }
+                    match &w.spec {
+                        WorkloadSpec::Stress(st) => {
+                            e.push(("instances", i(st.instances as u64)));
+                            e.push(("pages", i(st.pages as u64)));
+                            if let Some(p) = st.passes {
+                                e.push(("passes", i(p)));
                             }
                         }
-                        table(e)
-                    })
-                    .collect();
-                let mut fields = vec![
-                    ("name", s(&g.name)),
-                    ("memory", s(fmt_bytes((g.memory_pages - g.boot_balloon_pages) as u64 * PAGE_SIZE))),
-                    ("vcpus", i(g.vcpus as u64)),
-                    ("reservation", s(fmt_bytes(v.reservation))),
-                    ("limit", s(fmt_bytes(v.limit))),
-                    ("shares", i(v.shares)),
-                    ("overhead", s(fmt_bytes(v.overhead))),
-                    ("os", s(&v.os)),
-                    ("balloon", s(g.balloon.name())),
-                    ("host_swap_datastore", s(&self.datastores[v.swap_datastore].name)),
-                    ("datastore", s(&self.datastores[v.datastore].name)),
-                    ("swap", s(fmt_bytes(g.swap_pages as u64 * PAGE_SIZE))),
-                    ("replacement", s(g.replacement.name())),
-                    ("kernel_reserved", s(fmt_bytes(g.reserved_pages as u64 * PAGE_SIZE))),
-                    ("transparent_hugepage", s(g.transparent_hugepage.name())),
-                    ("cgroup", s(g.cgroup.name())),
-                    ("sysctl", Value::Table(sysctl)),
-                    ("workload", Value::Array(workloads)),
-                ];
-                if let Some(img) = &g.image {
-                    fields.push(("image", s(&img.name)));
-                    fields.push(("image_common", s(fmt_bytes(img.common_pages as u64 * PAGE_SIZE))));
-                }
-                if g.boot_balloon_pages > 0 {
-                    fields.push(("maxmem", s(fmt_bytes(g.memory_pages as u64 * PAGE_SIZE))));
-                }
-                if let Some(t) = g.zero_memory_at_ns {
-                    fields.push(("zero_memory_at", s(fmt_duration(t))));
-                }
-                if self.host.tmem.is_some() {
-                    fields.push(("cleancache", Value::Boolean(g.cleancache)));
-                    fields.push(("frontswap", Value::Boolean(g.frontswap)));
-                }
-                // A Windows guest's replacement comes with its `os`.
-                if g.replacement == crate::guest::Replacement::Windows {
-                    fields.retain(|(k, _)| *k != "replacement");
-                }
-                table(fields)
-            })
-            .collect();
+                        WorkloadSpec::FileIo(f) => {
+                            e.push(("size", s(fmt_bytes(f.pages as u64 * PAGE_SIZE))));
+                            e.push(("block", s(fmt_bytes(f.block_pages as u64 * PAGE_SIZE))));
+                            e.push(("fsync", Value::Boolean(f.fsync)));
+                            e.push(("read", Value::Boolean(f.read)));
+                        }
+                        WorkloadSpec::Random(rd) => {
+                            e.push(("pages", i(rd.pages as u64)));
+                            e.push(("touches", i(rd.touches)));
+                            if let Some(seed) = rd.seed {
+                                e.push(("seed", i(seed)));
+                            }
+                            e.push(("write", Value::Boolean(rd.write)));
+                            e.push(("compute", s(fmt_duration(rd.compute_ns))));
+                            e.push(("distribution", s(if rd.zipf { "zipf" } else { "uniform" })));
+                        }
+                        WorkloadSpec::Trace(t) => {
+                            e.push(("file", s(&t.file)));
+                            e.push(("loops", i(t.loops)));
+                            e.push(("compute", s(fmt_duration(t.compute_ns))));
+                        }
+                        WorkloadSpec::StressVm(sv) => {
+                            e.push(("workers", i(sv.workers as u64)));
+                            e.push(("bytes", s(fmt_bytes(sv.pages as u64 * PAGE_SIZE))));
+                            e.push(("keep", Value::Boolean(sv.keep)));
+                            if let Some(n) = sv.rounds {
+                                e.push(("rounds", i(n)));
+                            }
+                        }
+                        WorkloadSpec::Bonnie(b) => e.push(("size", s(fmt_bytes(b.pages as u64 * PAGE_SIZE)))),
+                        WorkloadSpec::KernelBuild(k) => {
+                            e.push(("tree", s(&k.tree)));
+                            e.push(("arch", s(k.arch.name())));
+                            e.push(("jobs", i(k.jobs as u64)));
+                            e.push(("builds", i(k.builds as u64)));
+                            e.push(("units", i(k.units as u64)));
+                            e.push(("compute", s(fmt_duration(k.compile_ns))));
+                        }
+                        WorkloadSpec::DotnetHeap(d) => {
+                            e.push(("live", s(fmt_bytes(d.live))));
+                            e.push(("object", s(fmt_bytes(d.object))));
+                            e.push(("cycles", i(d.cycles)));
+                            e.push(("replace_percent", i(d.replace_percent as u64)));
+                            e.push(("visit", s(fmt_duration(d.visit_ns))));
+                        }
+                        WorkloadSpec::WebServer(ws) => {
+                            e.push(("pool", s(ws.pool.name())));
+                            match ws.load {
+                                Load::Open { rate } => e.push(("rate", Value::Float(rate))),
+                                Load::Closed { clients, think_ns, zipf } => {
+                                    e.push(("clients", i(clients as u64)));
+                                    e.push(("think", s(fmt_duration(think_ns))));
+                                    e.push(("zipf", Value::Float(zipf)));
+                                }
+                            }
+                            e.push(("document", s(fmt_bytes(ws.document))));
+                            e.push(("compute", s(fmt_duration(ws.cpu_ns))));
+                            e.push(("rtt", s(fmt_duration(ws.rtt_ns))));
+                            e.push(("path", i(ws.path_pages as u64)));
+                            e.push(("mbufs", i(ws.mbufs as u64)));
+                            e.push(("clusters", i(ws.clusters as u64)));
+                        }
+                        WorkloadSpec::Idle(id) => {
+                            e.push(("footprint", s(fmt_bytes(id.footprint_pages as u64 * PAGE_SIZE))));
+                            e.push(("active", s(fmt_bytes(id.active_pages as u64 * PAGE_SIZE))));
+                            e.push(("period", s(fmt_duration(id.period_ns))));
+                        }
+                    }
+                    table(e)
+                })
+                .collect();
+            let mut fields = vec![
+                ("name", s(&g.name)),
+                ("memory", s(fmt_bytes((g.memory_pages - g.boot_balloon_pages) as u64 * PAGE_SIZE))),
+                ("vcpus", i(g.vcpus as u64)),
+                ("reservation", s(fmt_bytes(v.reservation))),
+                ("limit", s(fmt_bytes(v.limit))),
+                ("shares", i(v.shares)),
+                ("overhead", s(fmt_bytes(v.overhead))),
+                ("os", s(&v.os)),
+                ("balloon", s(g.balloon.name())),
+                ("host_swap_datastore", s(&self.datastores[v.swap_datastore].name)),
+                ("datastore", s(&self.datastores[v.datastore].name)),
+                ("swap", s(fmt_bytes(g.swap_pages as u64 * PAGE_SIZE))),
+                ("replacement", s(g.replacement.name())),
+                ("kernel_reserved", s(fmt_bytes(g.reserved_pages as u64 * PAGE_SIZE))),
+                ("transparent_hugepage", s(g.transparent_hugepage.name())),
+                ("cgroup", s(g.cgroup.name())),
+                ("sysctl", Value::Table(sysctl)),
+                ("workload", Value::Array(workloads)),
+            ];
+            if let Some(img) = &g.image {
+                fields.push(("image", s(&img.name)));
+                fields.push(("image_common", s(fmt_bytes(img.common_pages as u64 * PAGE_SIZE))));
+            }
+            if g.boot_balloon_pages > 0 {
+                fields.push(("maxmem", s(fmt_bytes(g.memory_pages as u64 * PAGE_SIZE))));
+            }
+            if let Some(t) = g.zero_memory_at_ns {
+                fields.push(("zero_memory_at", s(fmt_duration(t))));
+            }
+            if self.host.tmem.is_some() {
+                fields.push(("cleancache", Value::Boolean(g.cleancache)));
+                fields.push(("frontswap", Value::Boolean(g.frontswap)));
+            }
+            // A Windows guest's replacement comes with its `os`.
+            if g.replacement == crate::guest::Replacement::Windows {
+                fields.retain(|(k, _)| *k != "replacement");
+            }
+            table(fields)
+        });
         doc.insert("vm".into(), Value::Array(counted(vms)));
         let mut report = vec![("columns", Value::Array(self.report.columns.iter().map(s).collect()))];
         if let (a, Some(b)) = self.report.window_ns {
