@@ -108,6 +108,16 @@ struct Serving {
     starved: bool,
 }
 
+/// Returns a buffer of an answer (a cluster if bit 31 is set) to its pool.
+fn release(mbufs: &mut Pool, clusters: &mut Pool, o: u32) {
+    if o & CLUSTER != 0 { clusters.free(o & !CLUSTER) } else { mbufs.free(o) }
+}
+
+/// The guest page a buffer of an answer lies in.
+fn buffer_page(mbufs: &Pool, clusters: &Pool, o: u32) -> u32 {
+    if o & CLUSTER != 0 { clusters.page_of(o & !CLUSTER) } else { mbufs.page_of(o) }
+}
+
 /// What the VM asks its host to do next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wake {
@@ -190,7 +200,7 @@ impl Vm {
     pub fn ack(&mut self, slot: u32) -> bool {
         let s = self.serving.as_mut().expect("an acknowledged VM has served");
         for o in std::mem::take(&mut s.unacked[slot as usize]) {
-            if o & CLUSTER != 0 { s.clusters.free(o & !CLUSTER) } else { s.mbufs.free(o) }
+            release(&mut s.mbufs, &mut s.clusters, o);
         }
         s.free_slots.push(slot);
         let start = s.starved && !s.busy;
@@ -240,7 +250,7 @@ impl Vm {
                     if got.len() < answer_n as usize {
                         // sosend sleeps for buffers (M_WAIT) until an acknowledgement frees some.
                         for o in got {
-                            if o & CLUSTER != 0 { s.clusters.free(o & !CLUSTER) } else { s.mbufs.free(o) }
+                            release(&mut s.mbufs, &mut s.clusters, o);
                         }
                         s.busy = false;
                         s.starved = true;
@@ -250,9 +260,7 @@ impl Vm {
                 }
                 None
             } else if step < path_end + 1 + answer_n {
-                let o = r.answer[(step - path_end - 1) as usize];
-                let page = if o & CLUSTER != 0 { s.clusters.page_of(o & !CLUSTER) } else { s.mbufs.page_of(o) };
-                Some((page, true))
+                Some((buffer_page(&s.mbufs, &s.clusters, r.answer[(step - path_end - 1) as usize]), true))
             } else if step == path_end + 1 + answer_n {
                 // The CPU work of the request, queued on the host's one CPU.
                 r.step += 1;
