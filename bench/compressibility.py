@@ -11,9 +11,11 @@ This script measures it:
              /proc/PID/maps, /proc/PID/pagemap (present bit, PFN) and /proc/PID/mem, and compress
              each 4 KiB page independently with LZO1X-1, zlib level 1 and LZ4; or, with --file,
              read regular files in 4 KiB pages (the page-cache contents of files a workload wrote).
-             Writes one workload's histograms as TOML (stdout or -o).
+             Writes one workload's histograms as TOML (stdout or -o); with --pages, also the
+             pages themselves (all, or a uniform sample with --sample) and their sizes, as a
+             page set: the engine's contents (crates/memvisor/src/content/data/pages/).
   merge      combine snapshot outputs into the data file the engine embeds
-             (crates/memvisor/src/host/data/compressibility.toml).
+             (crates/memvisor/src/content/data/compressibility.toml).
   workload   the two workloads this script carries itself: `seed003` writes and compiles seed
              003's stress program (section 4.3.1 of its paper), `pyheap` builds a Python heap of
              mixed objects and then sleeps.
@@ -35,9 +37,11 @@ import glob
 import importlib.metadata
 import os
 import platform
+import random
 import re
 import select
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
@@ -50,6 +54,8 @@ HALF_PAGE = PAGE // 2
 # Inclusive upper edges of the bins; see the module docstring.
 EDGES = [0] + list(range(BIN_WIDTH, PAGE - BIN_WIDTH + 1, BIN_WIDTH)) + [PAGE - 1, PAGE]
 ZERO = bytes(PAGE)
+# The reservoir sampler's seed (any fixed value: the sample must be the same every run).
+SAMPLE_SEED = 2026
 CGROUP_ROOT = "/sys/fs/cgroup/memory"
 
 # pagemap entry bits (Documentation/admin-guide/mm/pagemap.rst)
@@ -118,21 +124,53 @@ def bin_index(size: int, zero: bool) -> int:
 
 
 class Tally:
-    """Compressed sizes per compressor of the distinct pages seen."""
+    """Compressed sizes per compressor of the distinct pages seen; with `keep`, the pages too:
+    all of them in the order read (`keep=0`), or a uniform sample of `keep` (reservoir sampling,
+    Vitter's algorithm R, with a fixed seed: the same snapshot gives the same sample)."""
 
-    def __init__(self):
+    def __init__(self, keep: int | None = None):
         self.comps = compressors()
         self.sizes = {k: [] for k, _, _ in self.comps}
         self.zero = []
         self.pages = 0
+        self.keep = keep
+        self.kept: list[int] = []  # indices of the kept pages
+        self.kept_bytes: list[bytes] = []
+        self._rng = random.Random(SAMPLE_SEED)
 
     def add(self, page: bytes):
         assert len(page) == PAGE
+        i = self.pages
         self.pages += 1
         z = page == ZERO
         self.zero.append(z)
         for k, _, f in self.comps:
             self.sizes[k].append(f(page))
+        if self.keep == 0 or (self.keep and len(self.kept) < self.keep):
+            self.kept.append(i)
+            self.kept_bytes.append(page)
+        elif self.keep:
+            j = self._rng.randrange(i + 1)
+            if j < self.keep:
+                self.kept[j] = i
+                self.kept_bytes[j] = page
+
+    def write_pages(self, path: str):
+        """Writes the kept pages and their compressed sizes as a page set (`.mvpages`, read by
+        crates/memvisor/src/content/pageset.rs): a zstd frame of the magic `MVPAGES1`, u32 page
+        count, u32 compressor count, per compressor a u8 key length and its key, per compressor
+        a u16 size per page, then the pages. Sampled pages keep the order they were read in."""
+        order = sorted(range(len(self.kept)), key=lambda j: self.kept[j])
+        idx = [self.kept[j] for j in order]
+        out = bytearray(b"MVPAGES1")
+        out += struct.pack("<II", len(idx), len(self.comps))
+        for k, _, _ in self.comps:
+            out += struct.pack("<B", len(k)) + k.encode()
+        for k, _, _ in self.comps:
+            out += struct.pack(f"<{len(idx)}H", *(self.sizes[k][i] for i in idx))
+        for j in order:
+            out += self.kept_bytes[j]
+        subprocess.run(["zstd", "-19", "-q", "-f", "-o", path], input=bytes(out), check=True)
 
     def add_run(self, data: bytes):
         for off in range(0, len(data), PAGE):
@@ -484,7 +522,7 @@ def cmd_snapshot(a):
     if os.geteuid() != 0:
         sys.exit("compressibility: run as root (pagemap PFNs, /proc/PID/mem, memory cgroups)")
     started = _dt.datetime.now(_dt.timezone.utc)
-    tally = Tally()
+    tally = Tally(keep=a.sample if a.pages else None)
     stats: dict = {"skipped_mapping_pages": {}}
     cg = None
     child = None
@@ -537,7 +575,7 @@ def cmd_snapshot(a):
             if stats["cgroup"].get("oom_kill"):
                 raise SystemExit(f"compressibility: the OOM killer ran in the cgroup ({stats['cgroup']}); raise --mem-limit")
         if a.file:
-            paths = sorted({p for g in a.file for p in glob.glob(g)})
+            paths = sorted({p for g in a.file for p in glob.glob(g, recursive=True) if os.path.isfile(p)})
             if not paths:
                 raise SystemExit(f"compressibility: no file matches {a.file}")
             log(f"reading {len(paths)} file(s): {paths}")
@@ -584,6 +622,10 @@ def cmd_snapshot(a):
         "stats": stats,
         **summary,
     }
+    if a.pages:
+        tally.write_pages(a.pages)
+        doc["page_set"] = {"file": os.path.basename(a.pages), "pages": len(tally.kept),
+                           "how": f"uniform sample of {a.sample} (reservoir, seed {SAMPLE_SEED})" if a.sample else "every page, in the order read"}
     text = to_toml_workload(doc)
     if a.output:
         with open(a.output, "w") as f:
@@ -697,6 +739,8 @@ def to_toml_workload(doc: dict) -> str:
         procs = [{k: p[k] for k in ("pid", "comm", "pages", "zero_page_mappings", "shared_with_other_process", "swapped", "thp_pages")}
                  for p in st["processes"]]
         out.append("processes = [" + ", ".join(tv(p) for p in procs) + "]")
+    if doc.get("page_set"):
+        out.append(f"page_set = {tv(doc['page_set'])}  # the pages themselves, for the engine (data/pages/)")
     for ck in COMPRESSOR_KEYS:
         c = doc[ck]
         out.append("")
@@ -714,11 +758,13 @@ def to_toml_workload(doc: dict) -> str:
 DATA_HEADER = """\
 # Compressed sizes of real 4 KiB workload pages, measured with real compressors.
 # Made by bench/compressibility.py (how, and how to redo it: bench/compressibility.md);
-# read by crates/memvisor/src/host/compressibility.rs.
+# read by crates/memvisor/src/content/compressibility.rs.
 #
-# One table per workload; [<workload>.lzo] is LZO1X-1 (what the engine draws from),
-# [<workload>.zlib] (zlib level 1, raw deflate) and [<workload>.lz4] (LZ4 default) are for
-# comparison. In each, `counts[i]` pages compressed to a size s with edges[i-1] < s <= edges[i]:
+# One table per workload, the whole snapshot's histograms: [<workload>.lzo] is LZO1X-1,
+# [<workload>.zlib] zlib level 1 (raw deflate), [<workload>.lz4] LZ4 default. The engine reads
+# each table's `pages` and `zero_pages`, and its page_set (data/pages/<workload>.mvpages: a
+# uniform sample of real pages with their sizes under all three); its tests check the sample
+# against these histograms. In each histogram, `counts[i]` pages compressed to a size s with edges[i-1] < s <= edges[i]:
 #   edge 0      zero pages (every byte zero; counted apart: hosts keep them as a flag);
 #   edges 256, 512, ..., 3840   bins of 256 bytes (256 = 1..256 bytes, 512 = 257..512, ...);
 #   edge 4095   3841..4095 bytes;
@@ -911,6 +957,9 @@ def main(argv=None):
     s.add_argument("--mem-limit", type=parse_bytes, default=1 << 30, help="memory.limit_in_bytes of --cgroup (default 1G)")
     s.add_argument("--cwd", help="working directory of the workload")
     s.add_argument("-o", "--output", help="write the TOML here instead of stdout")
+    s.add_argument("--pages", help="also write the pages and their compressed sizes here (.mvpages): the engine's "
+                   "page set of this content, or a captured process image a workload can use")
+    s.add_argument("--sample", type=int, default=0, help="with --pages: keep a uniform sample of this many pages (0: all, in address order)")
     s.add_argument("command", nargs=argparse.REMAINDER, help="-- the workload's command line")
     s.set_defaults(func=cmd_snapshot)
 

@@ -9,7 +9,7 @@ use crate::clock::{Event, EventQueue};
 use crate::controller::{Controller, DecisionRecord};
 use crate::devices::Datastore;
 use crate::guest::{Env, Guest, ProcState};
-use crate::host::{AdmissionVm, Compressibility, Host, HostProfile, VmResources, admit};
+use crate::host::{AdmissionVm, Host, HostProfile, VmResources, admit};
 use crate::metrics::{self, TimeSeries};
 use crate::policy;
 use crate::scenario::Scenario;
@@ -84,6 +84,7 @@ impl Simulation {
         admit(s.host.memory, s.host.hypervisor, &adm)?;
         let frames = s.host.memory / PAGE_SIZE;
         let mut host = Host::new(frames);
+        host.compressor = s.host.compressor;
         host.swap_enabled = s.host.swap;
         host.costs = s.host.costs.clone();
         host.reserve_hypervisor(units::pages(s.host.hypervisor));
@@ -109,7 +110,6 @@ impl Simulation {
                 swapfile.base,
                 memory * s.host.zip_max_percent as u64 / 100,
                 v.guest.memory_pages as u64 * s.host.balloon_max_percent as u64 / 100,
-                Compressibility::measured(),
             );
             let disk = datastores[v.datastore].add_disk(v.datastore as u32);
             let mut env = Env { events: &mut events, datastores: &mut datastores, host: &mut host, horizon: None };

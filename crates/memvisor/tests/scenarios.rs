@@ -197,3 +197,22 @@ fn a_run_stepped_at_odd_instants_equals_one_run() {
     assert!(sim.world().guests()[0].counters().get(memvisor::guest::Counter::PswpIn) > 1_000, "the run must page");
     assert_eq!((whole.summary.to_json(), whole.series.values), (stepped.summary.to_json(), stepped.series.values));
 }
+
+#[test]
+fn content_mix_shares_are_checked_and_round_trip() {
+    let with = |extra: &str| base("").replace("passes = 1 }", &format!("passes = 1, {extra} }}"));
+    let e = load_err(&with("zero_pages = 1.5"));
+    assert!(e.contains("vm.g.workload.stress.zero_pages") && e.contains("from 0 to 1"), "{e}");
+    let e = load_err(&with("common_pages = 0.7, duplicate_pages = 0.4"));
+    assert!(e.contains("add up to") && e.contains("more than every page"), "{e}");
+    let e = load_err(&with("content = \"gzip\""));
+    assert!(e.contains("content") && e.contains("generic-heap"), "{e}");
+    let s = scenario::load(&with("content = \"generic-heap\", zero_pages = 0.25, common_pages = 0.5, program = \"app\""), "ok.toml", &[])
+        .unwrap();
+    let text = s[0].to_toml();
+    for k in ["zero_pages = 0.25", "common_pages = 0.5", "program = \"app\"", "content = \"generic-heap\""] {
+        assert!(text.contains(k), "{k} missing from the resolved scenario:\n{text}");
+    }
+    let again = scenario::load(&text, "resolved.toml", &[]).unwrap();
+    assert_eq!(again[0].vms[0].guest.workloads, s[0].vms[0].guest.workloads);
+}

@@ -97,11 +97,13 @@ impl Guest {
         r
     }
 
-    /// What process `pid` writes at virtual page `vpn`: data of its own, found nowhere else. A
-    /// page swapped out and read back holds it too (a page swapped out before its first write, still
+    /// What process `pid` writes at virtual page `vpn`: what its workload's content mix puts there
+    /// (data of its own, found nowhere else, unless declared zero, common or repeated). A page
+    /// swapped out and read back holds it too (a page swapped out before its first write, still
     /// zero, is taken to have been written: workloads here write before they read).
     pub(super) fn written(&self, pid: u32, vpn: u32) -> u64 {
-        crate::content::private(self.id as u64, pid as u64, vpn as u64)
+        let w = &self.cfg.workloads[self.procs[pid as usize].workload_index];
+        w.mix.written(w.content(false), self.id as u64, pid as u64, vpn as u64)
     }
 
     /// Recomputes a mapped page's fast bits from its state. Exact-LRU mode has no fast path: every

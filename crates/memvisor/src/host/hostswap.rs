@@ -8,7 +8,7 @@
 //! The reclaim daemon works toward each VM's swap target at the host CPU's pace: each step spends
 //! `STEP_NS` of host CPU at the per-page costs, then sleeps until its next step.
 
-use super::{Entry, GuestMemory, Host, HostVm, P2m, PageState, flags};
+use super::{Compressibility, Entry, GuestMemory, Host, HostVm, P2m, PageState, flags};
 use crate::clock::{Event, EventQueue};
 use crate::devices::Datastore;
 use crate::rng::Rng;
@@ -157,7 +157,7 @@ impl Host {
                     progress = true;
                     continue;
                 }
-                spent += self.reclaim_page(vm as u32, p, now + spent, rng, guests, ds, events);
+                spent += self.reclaim_page(vm as u32, p, now + spent, guests, ds, events);
                 progress = true;
                 any = true;
             }
@@ -180,7 +180,6 @@ impl Host {
         vm: u32,
         p: u32,
         now: u64,
-        rng: &mut Rng,
         guests: &mut [&mut dyn GuestMemory],
         ds: &mut [Datastore],
         events: &mut EventQueue,
@@ -198,7 +197,7 @@ impl Host {
             }
         }
         let g = &mut *guests[vm as usize];
-        let content = g.content(p);
+        let (content, id) = (g.content(p), g.content_id(p));
         g.invalidate(p);
         let v = &mut self.vms[vm as usize];
         if !v.above_reservation() {
@@ -206,7 +205,7 @@ impl Host {
         }
         if !v.zip.is_disabled() {
             spent += self.costs.compress_ns;
-            let size = v.zip_sizes.draw(content, rng);
+            let size = Compressibility::measured().size_of(self.compressor, content, id);
             if size <= super::ZIP_SLOT_BYTES {
                 // Measured before any eviction: an eviction frees a slot but no frame leaves the
                 // host, so only the cache's net growth is taken from the free frames.

@@ -8,7 +8,6 @@
 
 mod admission;
 mod balloon_backend;
-mod compressibility;
 mod hostswap;
 pub mod ksm;
 mod p2m;
@@ -19,8 +18,8 @@ mod sampler;
 mod tmem;
 mod zip;
 
+pub use crate::content::{Compressibility, Compressor, Content};
 pub use admission::{AdmissionVm, admit};
-pub use compressibility::{Compressibility, Content};
 pub use hostswap::{HostIo, SwapFile};
 
 pub use p2m::{Entry, P2m, PageState, flags};
@@ -132,8 +131,6 @@ pub struct HostVm {
     reading: Reads,
     /// Pages being written out: in-flight swap-outs that still hold their frame.
     swapping_out: u64,
-    /// Distribution of compressed sizes of the VM's pages, by content.
-    zip_sizes: Compressibility,
 }
 
 impl HostVm {
@@ -271,6 +268,8 @@ pub struct Host {
     pub populate_on_release: bool,
     /// Frames the host counts as tmem's.
     tmem_frames: u64,
+    /// The compressor of its compression cache and of tmem (scenario `host.compressor`).
+    pub compressor: Compressor,
 }
 
 impl Host {
@@ -293,6 +292,7 @@ impl Host {
             tmem: None,
             tmem_frames: 0,
             populate_on_release: false,
+            compressor: Compressor::Lzo1x1,
         }
     }
 
@@ -324,7 +324,6 @@ impl Host {
         swap_base: u64,
         zip_max_bytes: u64,
         balloon_max: u64,
-        zip_sizes: Compressibility,
     ) -> u32 {
         let id = self.vms.len() as u32;
         self.sharing_add_vm(memory_pages);
@@ -350,7 +349,6 @@ impl Host {
             sample: Sample::default(),
             reading: Reads::default(),
             swapping_out: 0,
-            zip_sizes,
             res,
         });
         id

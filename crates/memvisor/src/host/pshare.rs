@@ -374,7 +374,7 @@ impl Host {
 mod tests {
     use super::*;
     use crate::clock::EventQueue;
-    use crate::host::{Access, Compressibility, Content, VmResources};
+    use crate::host::{Access, Content, VmResources};
 
     /// A guest whose pages hold the given identities.
     struct Pages(Vec<u64>);
@@ -398,7 +398,7 @@ mod tests {
         h.enable_sharing(PshareSettings { force_salting: 0, ..Default::default() });
         for i in 0..3 {
             let res = VmResources { reservation: 0, limit: u64::MAX, shares: 1000, overhead: 0 };
-            h.add_vm(format!("v{i}"), 4, res, 0, 0, 0, 0, Compressibility::measured());
+            h.add_vm(format!("v{i}"), 4, res, 0, 0, 0, 0);
             h.back_range(i, 0, 4);
         }
         h

@@ -23,7 +23,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::{Content, Host};
+use super::{Compressibility, Content, Host};
 use crate::index::{NONE, Recycled};
 use crate::units::PAGE_SIZE;
 
@@ -664,7 +664,7 @@ impl Host {
     /// `TMEM_PUT_PAGE` from guest `vm`: page `index` of object `oid` of `pool`, holding `content`
     /// (of compression class `class`). Returns the outcome and the CPU it took.
     pub fn tmem_put(&mut self, vm: u32, pool: u32, oid: u64, index: u32, content: u64, class: Content) -> (Put, u64) {
-        let size = self.vms[vm as usize].zip_sizes.size_of(class, content);
+        let size = Compressibility::measured().size_of(self.compressor, class, content);
         let Some(t) = &mut self.tmem else { return (Put::Refused, 0) };
         t.pools[pool as usize].stats.puts += 1;
         let dup = t.handles.get(&(pool, oid, index)).copied();
@@ -768,7 +768,7 @@ mod tests {
         h.swap_enabled = false;
         for name in ["a", "b"] {
             let res = VmResources { reservation: 0, limit: u64::MAX, shares: 1000, overhead: 0 };
-            h.add_vm(name.into(), vm_pages, res, 0, 0, 0, 0, Compressibility::measured());
+            h.add_vm(name.into(), vm_pages, res, 0, 0, 0, 0);
         }
         h.enable_tmem(settings);
         h
@@ -879,7 +879,7 @@ mod tests {
         let before = t.data_bytes();
         h.tmem_put(0, p, 1, 0, 10_000, Content::Generic);
         let t = h.tmem().unwrap();
-        let size = h.vms[0].zip_sizes.size_of(Content::Generic, 10_000);
+        let size = Compressibility::measured().size_of(h.compressor, Content::Generic, 10_000);
         let expected = if size > 0 && size < SUBPAGE_MAX_BYTES { size } else { PAGE_SIZE };
         assert_eq!(t.data_bytes() - before, expected);
         h.check().unwrap();

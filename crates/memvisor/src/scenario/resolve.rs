@@ -31,6 +31,8 @@ pub struct HostSpec {
     pub swap: bool,
     /// Compression cache per VM, percent of its memory (0: none).
     pub zip_max_percent: u32,
+    /// The compressor of the compression cache and of tmem.
+    pub compressor: crate::content::Compressor,
     /// Largest balloon, percent of a VM's memory.
     pub balloon_max_percent: u32,
     /// Active-memory sampling period.
@@ -280,6 +282,12 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         hypervisor: c.opt_bytes(&h.hypervisor, "host.hypervisor", profile.hypervisor_memory(memory))?,
         swap: h.swap.as_ref().map_or(profile.host_swap(), |b| *b.get_ref()),
         zip_max_percent: c.int(&h.zip_max_percent, "host.zip_max_percent", profile.zip_max_percent() as u64, 0, 100)? as u32,
+        // Xen tmem compresses with LZO1X-1 (docs/sources/tmem.md); ESX's compressor is not published, and
+        // LZO1X-1 stands in for it.
+        compressor: {
+            let names: Vec<&str> = crate::content::Compressor::ALL.iter().map(|z| z.name()).collect();
+            crate::content::Compressor::parse(c.choice(&h.compressor, "host.compressor", "lzo1x-1", &names)?).expect("checked")
+        },
         balloon_max_percent: c.int(&h.balloon_max_percent, "host.balloon_max_percent", profile.balloon_max_percent() as u64, 0, 100)?
             as u32,
         // ESX `Mem.SamplePeriod`, 60 s (ESX 4.0+; 30 s in ESX 2.x and the paper).
@@ -841,7 +849,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
                 span,
                 &f(field),
                 format!(
-                    "a '{kind}' workload has no field '{field}' (its fields: name, start, content, memory_limit, {})",
+                    "a '{kind}' workload has no field '{field}' (its fields: name, start, content, zero_pages, common_pages, duplicate_pages, program, memory_limit, {})",
                     allowed.join(", ")
                 ),
             );
@@ -1062,6 +1070,28 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         .as_ref()
         .map(|_| c.choice(&r.content, &f("content"), "", &names).map(|n| Content::parse(n).expect("checked")))
         .transpose()?;
+    let mut mix = crate::content::ContentMix::new(kind, content, r.program.as_ref().map(|p| p.get_ref().clone()));
+    let mut declared = 0.0;
+    for (q, field) in [(&r.zero_pages, "zero_pages"), (&r.common_pages, "common_pages"), (&r.duplicate_pages, "duplicate_pages")] {
+        let Some(q) = q else { continue };
+        let x = *q.get_ref();
+        if !(0.0..=1.0).contains(&x) {
+            return c.err(q.span(), &f(field), format!("{x} is not a share of pages from 0 to 1"));
+        }
+        declared += x;
+        if declared > 1.0 + 1e-9 {
+            return c.err(
+                q.span(),
+                &f(field),
+                format!("zero_pages, common_pages and duplicate_pages add up to {declared}, more than every page"),
+            );
+        }
+        match field {
+            "zero_pages" => mix.zero = Some(x),
+            "common_pages" => mix.common = x,
+            _ => mix.duplicate = x,
+        }
+    }
     let memory_limit = match &r.memory_limit {
         Some(q) => {
             let b = c.bytes(q, &f("memory_limit"))?;
@@ -1077,7 +1107,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         name: r.name.as_ref().map_or_else(|| kind.to_string(), |n| n.get_ref().clone()),
         start_ns: c.opt_ns(&r.start, &f("start"), 0)?,
         spec,
-        content,
+        mix,
         memory_limit,
     })
 }

@@ -94,6 +94,7 @@ impl Scenario {
                     ("hypervisor", s(fmt_bytes(self.host.hypervisor))),
                     ("swap", Value::Boolean(self.host.swap)),
                     ("zip_max_percent", i(self.host.zip_max_percent as u64)),
+                    ("compressor", s(self.host.compressor.name())),
                     ("balloon_max_percent", i(self.host.balloon_max_percent as u64)),
                     ("sample_period", s(fmt_duration(self.host.sample_period_ns))),
                     ("sample_pages", i(self.host.sample_pages as u64)),
@@ -148,8 +149,20 @@ impl Scenario {
                 .iter()
                 .map(|w| {
                     let mut e = vec![("kind", s(w.spec.kind())), ("name", s(&w.name)), ("start", s(fmt_duration(w.start_ns)))];
-                    if let Some(c) = w.content {
+                    if let Some(c) = w.mix.class {
                         e.push(("content", s(c.key())));
+                    }
+                    if let Some(z) = w.mix.zero {
+                        e.push(("zero_pages", Value::Float(z)));
+                    }
+                    if w.mix.common > 0.0 {
+                        e.push(("common_pages", Value::Float(w.mix.common)));
+                    }
+                    if w.mix.duplicate > 0.0 {
+                        e.push(("duplicate_pages", Value::Float(w.mix.duplicate)));
+                    }
+                    if let Some(p) = &w.mix.program {
+                        e.push(("program", s(p)));
                     }
                     if let Some(l) = w.memory_limit {
                         e.push(("memory_limit", s(fmt_bytes(l * PAGE_SIZE))));

@@ -180,8 +180,9 @@ pub struct WorkloadEntry {
     pub start_ns: u64,
     /// What it does.
     pub spec: WorkloadSpec,
-    /// What its pages hold, if the scenario says (else the kind's default, `WorkloadSpec::content`).
-    pub content: Option<crate::host::Content>,
+    /// What its processes write: its kind of data if the scenario says (else the workload kind's
+    /// default, `WorkloadSpec::content`), and the declared shares of zero, common and repeated pages.
+    pub mix: crate::content::ContentMix,
     /// Its processes run in a memory cgroup with this limit in pages (Linux guests).
     pub memory_limit: Option<u64>,
 }
@@ -189,7 +190,7 @@ pub struct WorkloadEntry {
 impl WorkloadEntry {
     /// What its pages hold: anonymous memory, or (`file`) the data of files it writes.
     pub fn content(&self, file: bool) -> crate::host::Content {
-        self.content.unwrap_or_else(|| self.spec.content(file))
+        self.mix.class.unwrap_or_else(|| self.spec.content(file))
     }
 }
 

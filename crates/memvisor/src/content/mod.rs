@@ -10,6 +10,14 @@
 //! nowhere else; `image(name, i)` is page i of what every guest booted from image `name` holds.
 //! Every identity is below 2^55, so `page_bytes`'s `id << 9` keeps them apart.
 
+mod compressibility;
+mod mix;
+pub mod pageset;
+
+pub use compressibility::{Compressibility, Content};
+pub use mix::ContentMix;
+pub use pageset::{Compressor, PageSet};
+
 /// The identity of a zero-filled page.
 pub const ZERO: u64 = 0;
 
@@ -63,6 +71,13 @@ pub fn image(name: &str, i: u64) -> u64 {
 pub fn file_data(key: u64, i: u64) -> u64 {
     debug_assert!(i < 1 << 16);
     1 << 53 | (splitmix64(key) & ((1 << 37) - 1)) << 16 | i & 0xffff
+}
+
+/// Page `vpn` (below 2^24) of what every process of the program whose name digests to `program`
+/// holds alike (its code, the data it loads): a 28-bit digest keeps programs apart.
+pub fn program_data(program: u64, vpn: u64) -> u64 {
+    debug_assert!(vpn < 1 << 24);
+    1 << 52 | (splitmix64(program) & ((1 << 28) - 1)) << 24 | vpn & ((1 << 24) - 1)
 }
 
 /// A name's 64-bit FNV-1a digest, for identities derived from names (images, file trees).
