@@ -81,7 +81,7 @@ const SETS: [Option<&[u8]>; 7] = [
 
 /// The whole snapshots' record (page and zero-page counts; the histograms the tests compare the
 /// samples against).
-pub(crate) const SNAPSHOTS: &str = include_str!("data/compressibility.toml");
+const SNAPSHOTS: &str = include_str!("data/compressibility.toml");
 
 impl Compressibility {
     /// The measured contents (embedded; parsed once per process).

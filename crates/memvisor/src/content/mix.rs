@@ -24,6 +24,8 @@ pub struct ContentMix {
     pub program: Option<String>,
     /// The program's name digest (`content::name_digest`).
     digest: u64,
+    /// The share of zero pages its kind's snapshot held (looked up once, not per write).
+    measured_zero: f64,
 }
 
 /// The index of the process's repeated content among its own data (beyond any page number:
@@ -31,17 +33,17 @@ pub struct ContentMix {
 const REPEATED: u64 = (1 << 27) - 1;
 
 impl ContentMix {
-    /// The mix of a workload of kind `kind` that declares nothing but (optionally) its kind of
-    /// data and its program.
-    pub fn new(kind: &str, class: Option<Content>, program: Option<String>) -> Self {
+    /// The mix of a workload of kind `kind`, whose processes' data is of kind `anon` unless the
+    /// scenario names a `class`, declaring nothing else but (optionally) its program.
+    pub fn new(kind: &str, class: Option<Content>, anon: Content, program: Option<String>) -> Self {
         let digest = super::name_digest(program.as_deref().unwrap_or(kind));
-        ContentMix { class, zero: None, common: 0.0, duplicate: 0.0, program, digest }
+        let measured_zero = Compressibility::measured().zero_fraction(class.unwrap_or(anon));
+        ContentMix { class, zero: None, common: 0.0, duplicate: 0.0, program, digest, measured_zero }
     }
 
-    /// What the process `owner` of guest `vm` writes at virtual page `vpn`, its data being of kind
-    /// `class`.
-    pub fn written(&self, class: Content, vm: u64, owner: u64, vpn: u64) -> u64 {
-        let zero = self.zero.unwrap_or_else(|| Compressibility::measured().zero_fraction(class));
+    /// What the process `owner` of guest `vm` writes at virtual page `vpn`.
+    pub fn written(&self, vm: u64, owner: u64, vpn: u64) -> u64 {
+        let zero = self.zero.unwrap_or(self.measured_zero);
         if zero == 0.0 && self.common == 0.0 && self.duplicate == 0.0 {
             return private(vm, owner, vpn);
         }
@@ -65,12 +67,12 @@ mod tests {
 
     #[test]
     fn shares_follow_the_declaration_and_common_pages_are_common() {
-        let m = ContentMix { zero: Some(0.1), common: 0.3, duplicate: 0.2, ..ContentMix::new("app", None, None) };
+        let m = ContentMix { zero: Some(0.1), common: 0.3, duplicate: 0.2, ..ContentMix::new("app", None, Content::Generic, None) };
         let n = 100_000u64;
         let (mut z, mut c, mut d) = (0, 0, 0);
         for vpn in 0..n {
-            let a = m.written(Content::Generic, 0, 1, vpn);
-            let b = m.written(Content::Generic, 7, 3, vpn);
+            let a = m.written(0, 1, vpn);
+            let b = m.written(7, 3, vpn);
             match a {
                 ZERO => z += 1,
                 x if x == private(0, 1, REPEATED) => d += 1,
@@ -83,9 +85,14 @@ mod tests {
             assert!((got as f64 / n as f64 - want).abs() < 0.008, "{got} of {n}, declared {want}");
         }
         // Another program's common pages are other contents.
-        let other = ContentMix { zero: Some(0.1), common: 0.3, duplicate: 0.2, ..ContentMix::new("app", None, Some("other".into())) };
+        let other = ContentMix {
+            zero: Some(0.1),
+            common: 0.3,
+            duplicate: 0.2,
+            ..ContentMix::new("app", None, Content::Generic, Some("other".into()))
+        };
         let commons = |m: &ContentMix| -> std::collections::HashSet<u64> {
-            (0..1000).map(|v| m.written(Content::Generic, 0, 1, v)).filter(|&x| x != ZERO && x >> 52 == 1).collect()
+            (0..1000).map(|v| m.written(0, 1, v)).filter(|&x| x != ZERO && x >> 52 == 1).collect()
         };
         let (a, b) = (commons(&m), commons(&other));
         assert!(!a.is_empty() && !b.is_empty() && a.is_disjoint(&b));
@@ -93,7 +100,7 @@ mod tests {
 
     #[test]
     fn an_undeclared_mix_is_the_kinds_own_data() {
-        let m = ContentMix::new("stress-vm", None, None);
-        assert_eq!(m.written(Content::StressVm, 2, 3, 4), private(2, 3, 4), "stress-vm's snapshot held no zero page");
+        let m = ContentMix::new("stress-vm", None, Content::StressVm, None);
+        assert_eq!(m.written(2, 3, 4), private(2, 3, 4), "stress-vm's snapshot held no zero page");
     }
 }

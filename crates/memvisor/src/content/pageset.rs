@@ -97,13 +97,12 @@ impl PageSet {
         if n == 0 {
             return Err(bad("holds no page"));
         }
-        let sizes = Compressor::ALL.map(|c| {
+        let [a, b, c] = Compressor::ALL.map(|c| {
             keys.iter()
                 .position(|k| k == c.key())
                 .map(|i| std::mem::take(&mut by_key[i]))
                 .ok_or_else(|| bad(&format!("has no {} sizes", c.key())))
         });
-        let [a, b, c] = sizes;
         let zero = bytes.chunks_exact(PAGE).map(|p| p.iter().all(|&x| x == 0)).collect();
         Ok(PageSet { bytes, sizes: [a?, b?, c?], zero })
     }
@@ -135,5 +134,39 @@ impl PageSet {
             return 0;
         }
         self.sizes[c as usize][i] as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(body: &[u8]) -> Vec<u8> {
+        zstd::encode_all(body, 3).unwrap()
+    }
+
+    #[test]
+    fn a_page_set_reads_back_and_bad_files_are_named() {
+        let mut body = b"MVPAGES1".to_vec();
+        body.extend(2u32.to_le_bytes());
+        body.extend(3u32.to_le_bytes());
+        for k in ["lzo", "lz4", "zlib"] {
+            body.push(k.len() as u8);
+            body.extend(k.as_bytes());
+        }
+        for s in [[24u16, 60], [20, 61], [10, 40]] {
+            body.extend(s.iter().flat_map(|x| x.to_le_bytes()));
+        }
+        body.extend([0u8; PAGE]);
+        body.extend([7u8; PAGE]);
+        let set = PageSet::parse(&file(&body), "t.mvpages").unwrap();
+        assert_eq!(set.len(), 2);
+        assert_eq!((set.size(Compressor::Lzo1x1, 0), set.size(Compressor::Lz4, 1), set.size(Compressor::Deflate1, 1)), (0, 61, 40));
+        assert!(set.is_zero(0) && set.page(1).iter().all(|&b| b == 7));
+        for (bad, what) in [(&body[..body.len() - 1], "truncated"), (&b"MVPAGES2"[..], "MVPAGES1")] {
+            let e = PageSet::parse(&file(bad), "t.mvpages").unwrap_err();
+            assert!(e.starts_with("t.mvpages: ") && e.contains(what), "{e}");
+        }
+        assert!(PageSet::parse(b"not zstd", "t.mvpages").unwrap_err().contains("not a zstd-compressed page set"));
     }
 }

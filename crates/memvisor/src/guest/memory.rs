@@ -103,7 +103,7 @@ impl Guest {
     /// zero, is taken to have been written: workloads here write before they read).
     pub(super) fn written(&self, pid: u32, vpn: u32) -> u64 {
         let w = &self.cfg.workloads[self.procs[pid as usize].workload_index];
-        w.mix.written(w.content(false), self.id as u64, pid as u64, vpn as u64)
+        w.mix.written(self.id as u64, pid as u64, vpn as u64)
     }
 
     /// Recomputes a mapped page's fast bits from its state. Exact-LRU mode has no fast path: every

@@ -174,7 +174,6 @@ impl Host {
     /// share a page before paging it out", Waldspurger 2002, 4.2; KB 1021095 for broken large
     /// pages), else compresses it into the cache if it fits, else starts its swap-out. Returns the
     /// host CPU spent.
-    #[allow(clippy::too_many_arguments)]
     fn reclaim_page(
         &mut self,
         vm: u32,

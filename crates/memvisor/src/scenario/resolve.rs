@@ -1070,7 +1070,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         .as_ref()
         .map(|_| c.choice(&r.content, &f("content"), "", &names).map(|n| Content::parse(n).expect("checked")))
         .transpose()?;
-    let mut mix = crate::content::ContentMix::new(kind, content, r.program.as_ref().map(|p| p.get_ref().clone()));
+    let mut mix = crate::content::ContentMix::new(kind, content, spec.content(false), r.program.as_ref().map(|p| p.get_ref().clone()));
     let mut declared = 0.0;
     for (q, field) in [(&r.zero_pages, "zero_pages"), (&r.common_pages, "common_pages"), (&r.duplicate_pages, "duplicate_pages")] {
         let Some(q) = q else { continue };
