@@ -135,7 +135,9 @@ impl Simulation {
             events.push(0, Event::HostSample);
         }
         if let Some(p) = &s.host.sharing {
-            events.push(p.period_ns, Event::HostShareScan);
+            // ksmd's first batch comes after its sleep, ESX's scanner after its period.
+            let first = p.ksm.map_or(p.period_ns, |k| k.settings.sleep_millisecs as u64 * 1_000_000);
+            events.push(first.max(1_000), Event::HostShareScan);
         }
         events.push(s.report.window_ns.0, Event::Window);
         if let Some(end) = s.report.window_ns.1 {

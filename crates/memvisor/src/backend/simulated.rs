@@ -30,8 +30,8 @@ pub struct SimulatedHost {
     sample_period_ns: u64,
     /// The memory state the policy last declared (for the time series).
     pub(crate) memory_state: &'static str,
-    /// KSM tuning as a policy last set it (`Action::SetSharing`); what is merged comes from the
-    /// host's own page sharing (`host.page_sharing`), if on.
+    /// KSM tuning as a policy last set it (`Action::SetSharing`), for a host without KSM; a KVM
+    /// host with `host.page_sharing` runs ksmd as told.
     sharing: SharingView,
     /// VMs whose vCPUs the policy stopped (since when), their vCPU events held meanwhile, and
     /// each VM's time blocked in earlier stops.
@@ -219,7 +219,17 @@ impl Backend for SimulatedHost {
             host_free: self.host.free_frames() * PAGE_SIZE,
             host_available: self.host.free_frames() * PAGE_SIZE,
             sharing: match self.host.sharing() {
-                // What the host's own sharing has merged, in KSM's terms.
+                Some(s) if let Some(c) = s.ksm_counters() => {
+                    let k = s.settings.ksm.expect("a KSM host has KSM settings");
+                    SharingView {
+                        run: k.run,
+                        pages_to_scan: k.settings.pages_to_scan as u64,
+                        sleep_ms: k.settings.sleep_millisecs as u64,
+                        pages_shared: c.pages_shared,
+                        pages_sharing: c.pages_sharing,
+                    }
+                }
+                // What ESX's sharing has merged, in KSM's terms.
                 Some(s) => {
                     let shared: u64 = (0..self.guests.len() as u32).map(|i| s.vm(i).shared).sum();
                     SharingView { pages_shared: s.frames_in_use(), pages_sharing: shared - s.frames_in_use(), ..self.sharing }
@@ -239,7 +249,11 @@ impl Backend for SimulatedHost {
             }
             Action::SetSharing { run, pages_to_scan, sleep_ms } => {
                 self.sharing = SharingView { run, pages_to_scan, sleep_ms, ..self.sharing };
-                return Ok(APPLIED.into());
+                let clamp = |x: u64| x.min(u32::MAX as u64) as u32;
+                if self.host.set_ksm(run, clamp(pages_to_scan), clamp(sleep_ms)) {
+                    return Ok(APPLIED.into());
+                }
+                return Ok("recorded: this host does not share with KSM".into());
             }
             _ => {}
         }

@@ -37,7 +37,7 @@ impl Host {
                 self.free += frames - v.zip.frames();
             }
             PageState::Unbacked => {}
-            PageState::Shared(f) => self.unshare(vm, f),
+            PageState::Shared(f) => self.unshare(vm, ppn, f),
             PageState::Ballooned => unreachable!("ballooning a page in state {:?}", e.state()),
         }
         let v = &mut self.vms[vm as usize];

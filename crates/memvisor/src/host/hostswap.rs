@@ -184,7 +184,7 @@ impl Host {
         events: &mut EventQueue,
     ) -> u64 {
         let mut spent = 0;
-        if self.pshare.is_some() {
+        if self.pshare.as_ref().is_some_and(|s| s.shares_before_swap()) {
             self.break_large_pages(vm);
             spent += self.pshare.as_ref().map_or(0, |s| s.settings.hash_ns);
             let id = guests[vm as usize].content_id(p);

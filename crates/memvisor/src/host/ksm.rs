@@ -23,7 +23,7 @@
 //! - Counts: `pages_shared` is KSM pages in use, `pages_sharing` the further mappings of them,
 //!   `pages_volatile` the rmap items in neither tree nor merged (`ksm_rmap_items` minus the rest).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use crate::content::ZERO;
 
@@ -121,47 +121,79 @@ impl KsmCounters {
     }
 }
 
-/// Where a page's rmap item is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Tree {
-    /// In neither tree.
-    None,
-    /// In the unstable tree of the scan with this sequence number; later scans' trees do not
-    /// hold it.
-    Unstable(u64),
-    /// Mapped to KSM page `node`.
-    Stable(u32),
+/// Where ksmd finds the pages it scans and makes its merges take effect: a list of contents
+/// ([`Ksm`], as `validate ksm` runs it) or guest memory on the simulated host.
+pub trait KsmPages {
+    /// What page `i` holds now, or `None` when no anonymous page is there for ksmd (not present,
+    /// or one the host is moving), which the scan passes over and whose rmap item it frees.
+    fn content(&mut self, i: u32) -> Option<u64>;
+    /// Page `i`, holding `content`, now maps KSM page `n`. With `first` its own frame becomes
+    /// that KSM page (the page being scanned in `try_to_merge_two_pages`); otherwise its frame is
+    /// freed.
+    fn merge(&mut self, i: u32, n: u32, content: u64, first: bool);
+    /// Page `i` now maps the kernel's zero page and its frame is freed.
+    fn map_zero(&mut self, i: u32);
 }
 
-/// A mergeable page and its rmap item.
+/// No KSM page: an item in neither tree.
+const NO_NODE: u32 = u32::MAX;
+/// Marks an item in an unstable tree (the scan number is kept beside it).
+const UNSTABLE: u32 = u32::MAX - 1;
+
+/// An item's flags.
+const HAS_CHECKSUM: u8 = 1;
+const ZERO_MAPPED: u8 = 2;
+const HAS_RMAP: u8 = 4;
+/// The page still maps its KSM page (no write has broken it since it merged).
+const MAPPED: u8 = 8;
+
+/// A mergeable page and its rmap item, 24 bytes (the kernel's rmap item is 64).
 #[derive(Clone, Copy, Debug)]
 struct Item {
-    /// What the page holds now.
-    content: u64,
-    /// The checksum of the last visit (`oldchecksum`), if any.
-    checksum: Option<u64>,
-    tree: Tree,
+    /// The checksum of the last visit (`oldchecksum`), valid with `HAS_CHECKSUM`; it is also the
+    /// content under which the page sits in the unstable tree.
+    checksum: u64,
+    /// KSM page the rmap item hangs on, `UNSTABLE`, or `NO_NODE`.
+    tree: u32,
+    /// With `UNSTABLE`: the scan whose tree holds it; later scans' trees do not.
+    seq: u32,
     /// Visits without merging, for smart scan (`rmap_item->age`, saturating at 255).
     age: u8,
     /// Visits smart scan may still skip (`remaining_skips`).
     remaining_skips: u8,
-    /// Mapped to the zero page by KSM (`use_zero_pages`).
-    zero_mapped: bool,
-    /// Whether it has an rmap item (a zero-mapped page loses it at the next pass).
-    has_rmap: bool,
+    flags: u8,
+}
+
+impl Item {
+    const NEW: Item = Item { checksum: 0, tree: NO_NODE, seq: 0, age: 0, remaining_skips: 0, flags: HAS_RMAP };
+
+    fn has(&self, f: u8) -> bool {
+        self.flags & f != 0
+    }
+
+    fn set(&mut self, f: u8, on: bool) {
+        if on {
+            self.flags |= f;
+        } else {
+            self.flags &= !f;
+        }
+    }
 }
 
 /// A KSM page.
 #[derive(Clone, Copy, Debug)]
 struct StableNode {
     content: u64,
-    /// Mappings (`rmap_hlist_len`).
+    /// Rmap items hanging on it (`rmap_hlist_len`), what the counters count.
     sharers: u32,
+    /// Pages mapping it now: fewer than `sharers` once writes broke some, which the counters see
+    /// only when ksmd next visits them. Its frame is freed when this reaches 0.
+    mapped: u32,
 }
 
-/// The scanner and the merged state of the pages it knows.
+/// ksmd: the rmap items of the mergeable pages, the stable and unstable trees, the counters.
 #[derive(Clone, Debug)]
-pub struct Ksm {
+pub struct Ksmd {
     settings: KsmSettings,
     /// Mergeable pages in scan order.
     items: Vec<Item>,
@@ -169,63 +201,107 @@ pub struct Ksm {
     cursor: usize,
     nodes: crate::index::Recycled<StableNode>,
     /// KSM pages of each content (more than one: a chain of dups).
-    stable: HashMap<u64, Vec<u32>>,
+    stable: FxHashMap<u64, Vec<u32>>,
     /// Unstable tree of the current scan: content -> item.
-    unstable: HashMap<u64, u32>,
+    unstable: FxHashMap<u64, u32>,
     rmap_items: u64,
+    /// KSM pages some page maps.
+    in_use: u64,
     c: KsmCounters,
 }
 
-impl Ksm {
-    /// A scanner with nothing to scan yet.
-    pub fn new(settings: KsmSettings) -> Self {
+impl Ksmd {
+    /// ksmd over `pages` mergeable pages, none visited yet.
+    pub fn new(settings: KsmSettings, pages: usize) -> Self {
         Self {
             settings,
-            items: Vec::new(),
+            items: vec![Item::NEW; pages],
             cursor: 0,
             nodes: crate::index::Recycled::new(),
-            stable: HashMap::new(),
-            unstable: HashMap::new(),
-            rmap_items: 0,
+            stable: FxHashMap::default(),
+            unstable: FxHashMap::default(),
+            rmap_items: pages as u64,
+            in_use: 0,
             c: KsmCounters::default(),
         }
     }
 
-    /// Adds a mergeable page holding `content` at the end of the scan order (`madvise
-    /// MADV_MERGEABLE`); returns its number.
-    pub fn add_page(&mut self, content: u64) -> u32 {
-        self.items.push(Item { content, checksum: None, tree: Tree::None, age: 0, remaining_skips: 0, zero_mapped: false, has_rmap: true });
-        self.rmap_items += 1;
-        (self.items.len() - 1) as u32
+    /// The tunables.
+    pub fn settings(&self) -> KsmSettings {
+        self.settings
     }
 
-    /// Page `i` is written and now holds `content`. A merged page gets a private copy at once
-    /// (the write fault breaks copy-on-write) but stays counted with its KSM page until the
-    /// scanner next visits it, as in the kernel; a zero-mapped page gets a new anonymous page and
-    /// an rmap item again.
-    pub fn write(&mut self, i: u32, content: u64) {
-        let it = &mut self.items[i as usize];
-        it.content = content;
-        if it.zero_mapped {
-            it.zero_mapped = false;
-            self.c.ksm_zero_pages -= 1;
-            if !it.has_rmap {
-                it.has_rmap = true;
-                it.checksum = None;
-                it.age = 0;
-                it.remaining_skips = 0;
-                self.rmap_items += 1;
-            }
-        }
+    /// Changes the tunables (a write to /sys/kernel/mm/ksm); the pages keep their state.
+    pub fn set_settings(&mut self, settings: KsmSettings) {
+        self.settings = settings;
     }
 
-    /// The frame page `i` uses: `Some(node)` if it is mapped to KSM page `node` (shared with the
-    /// other mappings of that node), `None` for a private page or the zero page.
+    /// Mergeable pages.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether there is nothing to scan.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// KSM pages mapped by at least one page: the frames merging holds.
+    pub fn frames_in_use(&self) -> u64 {
+        self.in_use
+    }
+
+    /// Pages mapping KSM page `n` now.
+    pub fn mapped(&self, n: u32) -> u32 {
+        self.nodes[n].mapped
+    }
+
+    /// Appends `n` mergeable pages (`madvise MADV_MERGEABLE`); returns the first one's number.
+    pub fn add_pages(&mut self, n: u32) -> u32 {
+        let first = self.items.len() as u32;
+        self.items.resize(self.items.len() + n as usize, Item::NEW);
+        self.rmap_items += n as u64;
+        first
+    }
+
+    /// What KSM page `n` holds.
+    pub fn content_of(&self, n: u32) -> u64 {
+        self.nodes[n].content
+    }
+
+    /// The KSM page page `i` maps, if it maps one (not a private page, not the zero page).
     pub fn ksm_page(&self, i: u32) -> Option<u32> {
-        match self.items[i as usize].tree {
-            Tree::Stable(n) if self.nodes[n].content == self.items[i as usize].content => Some(n),
-            _ => None,
+        let it = &self.items[i as usize];
+        (it.tree < UNSTABLE && it.has(MAPPED)).then_some(it.tree)
+    }
+
+    /// Whether page `i` maps the kernel's zero page through KSM.
+    pub fn zero_mapped(&self, i: u32) -> bool {
+        self.items[i as usize].has(ZERO_MAPPED)
+    }
+
+    /// Page `i` stops mapping its KSM page or the zero page: a write broke copy-on-write and gave
+    /// it a private page, or it was unmapped. The counters change when ksmd next visits it, as in
+    /// the kernel, except `ksm_zero_pages`, which the unmapping itself lowers. Returns whether
+    /// the KSM page lost its last mapping (its frame is freed).
+    pub fn unmap(&mut self, i: u32) -> bool {
+        let it = &mut self.items[i as usize];
+        if it.has(ZERO_MAPPED) {
+            it.set(ZERO_MAPPED, false);
+            self.c.ksm_zero_pages -= 1;
+            return false;
         }
+        if it.tree >= UNSTABLE || !it.has(MAPPED) {
+            return false;
+        }
+        it.set(MAPPED, false);
+        let node = &mut self.nodes[it.tree];
+        node.mapped -= 1;
+        if node.mapped == 0 {
+            self.in_use -= 1;
+            return true;
+        }
+        false
     }
 
     /// Counters now.
@@ -234,16 +310,10 @@ impl Ksm {
         KsmCounters { pages_volatile: self.rmap_items - c.pages_shared - c.pages_sharing - c.pages_unshared, ..c }
     }
 
-    /// One wake-up of ksmd: processes up to `pages_to_scan` pages (`ksm_do_scan`); returns how
-    /// many it processed.
-    pub fn wake(&mut self) -> u32 {
-        self.scan(self.settings.pages_to_scan)
-    }
-
     /// Processes up to `budget` pages, passing over what needs no processing; returns how many
     /// were processed. A batch ends early at the end of a full scan, as `scan_get_next_rmap_item`
     /// returns no page there (`full_scans` is the scan sequence number, `ksm_scan.seqnr`).
-    pub fn scan(&mut self, budget: u32) -> u32 {
+    pub fn scan(&mut self, budget: u32, pages: &mut impl KsmPages) -> u32 {
         let mut done = 0;
         while done < budget && !self.items.is_empty() {
             if self.cursor == 0 {
@@ -257,37 +327,43 @@ impl Ksm {
             }
             let i = self.cursor as u32;
             self.cursor += 1;
-            done += self.visit(i) as u32;
+            done += self.visit(i, pages) as u32;
         }
         done
     }
 
-    /// Runs until `n` more full scans have completed.
-    pub fn run_full_scans(&mut self, n: u64) {
-        let target = self.c.full_scans + n;
-        while self.c.full_scans < target && !self.items.is_empty() {
-            self.scan(u32::MAX);
-        }
-    }
-
     /// The scanner reaches page `i`; returns whether it was processed (counted and budgeted).
-    fn visit(&mut self, i: u32) -> bool {
+    fn visit(&mut self, i: u32, pages: &mut impl KsmPages) -> bool {
         let it = self.items[i as usize];
-        if !it.has_rmap {
+        if it.has(ZERO_MAPPED) {
+            // No anonymous page at this address any more: the rmap item goes.
+            self.drop_rmap(i);
             return false;
         }
-        if it.zero_mapped {
-            // No anonymous page at this address any more: the rmap item goes.
-            self.items[i as usize].has_rmap = false;
-            self.rmap_items -= 1;
+        let Some(content) = pages.content(i) else {
+            self.remove_from_tree(i);
+            self.drop_rmap(i);
             return false;
+        };
+        if !it.has(HAS_RMAP) {
+            // A page is back where an rmap item was freed: a new item, as on a first visit.
+            self.items[i as usize] = Item::NEW;
+            self.rmap_items += 1;
         }
         if self.should_skip(i) {
             return false;
         }
         self.c.pages_scanned += 1;
-        self.cmp_and_merge_page(i);
+        self.cmp_and_merge_page(i, content, pages);
         true
+    }
+
+    fn drop_rmap(&mut self, i: u32) {
+        let it = &mut self.items[i as usize];
+        if it.has(HAS_RMAP) {
+            it.set(HAS_RMAP, false);
+            self.rmap_items -= 1;
+        }
     }
 
     /// Smart scan's decision (`should_skip_rmap_item`): KSM pages are never skipped; a page
@@ -315,53 +391,62 @@ impl Ksm {
     /// `cmp_and_merge_page`, in 6.11+'s order (commit d58a361b0350, "don't waste time searching
     /// stable tree for fast changing page"): a page must keep its checksum over two visits before
     /// it is even compared with KSM pages, so a page equal to one merges on its second visit too.
-    fn cmp_and_merge_page(&mut self, i: u32) {
+    fn cmp_and_merge_page(&mut self, i: u32, content: u64, pages: &mut impl KsmPages) {
         if self.ksm_page(i).is_some() {
             return;
         }
         self.remove_from_tree(i);
         let it = &mut self.items[i as usize];
-        let content = it.content;
-        if it.checksum != Some(content) {
-            it.checksum = Some(content);
+        if !it.has(HAS_CHECKSUM) || it.checksum != content {
+            it.checksum = content;
+            it.set(HAS_CHECKSUM, true);
             return;
         }
         if self.settings.use_zero_pages && content == ZERO {
-            self.items[i as usize].zero_mapped = true;
+            it.set(ZERO_MAPPED, true);
             self.c.ksm_zero_pages += 1;
+            pages.map_zero(i);
             return;
         }
         if let Some(n) = self.stable_candidate(content) {
             self.append(i, n);
+            pages.merge(i, n, content, false);
             return;
         }
-        match self.unstable.get(&content) {
-            Some(&j) if j != i => {
+        // The tree page is compared as it is now (`memcmp_pages`): one written since it went in
+        // no longer matches.
+        match self.unstable.get(&content).copied() {
+            Some(j) if j != i && pages.content(j) == Some(content) => {
                 self.remove_from_tree(j);
                 let n = self.insert_node(content);
-                self.append(j, n);
                 self.append(i, n);
+                pages.merge(i, n, content, true);
+                self.append(j, n);
+                pages.merge(j, n, content, false);
             }
             _ => {
                 self.unstable.insert(content, i);
-                self.items[i as usize].tree = Tree::Unstable(self.c.full_scans);
+                let seq = self.c.full_scans as u32;
+                let it = &mut self.items[i as usize];
+                (it.tree, it.seq) = (UNSTABLE, seq);
                 self.c.pages_unshared += 1;
             }
         }
     }
 
     /// A KSM page of `content` with room for another mapping (`stable_tree_search` through
-    /// `chain_prune`: the first dup below `max_page_sharing`).
+    /// `chain_prune`: the first dup below `max_page_sharing`). A KSM page no page maps any more
+    /// has been freed (`get_ksm_page` finds it stale) and takes no new mapping.
     fn stable_candidate(&self, content: u64) -> Option<u32> {
         let dups = self.stable.get(&content)?;
-        dups.iter().copied().find(|&n| self.nodes[n].sharers < self.settings.max_page_sharing)
+        dups.iter().copied().find(|&n| self.nodes[n].mapped > 0 && self.nodes[n].sharers < self.settings.max_page_sharing)
     }
 
     /// A new KSM page of `content` (`stable_tree_insert`): a second one of the same content makes
     /// a chain, later ones add dups to it.
     fn insert_node(&mut self, content: u64) -> u32 {
-        let node = StableNode { content, sharers: 0 };
-        let n = self.nodes.insert(node);
+        let n = self.nodes.insert(StableNode { content, sharers: 0, mapped: 0 });
+        self.in_use += 1;
         let dups = self.stable.entry(content).or_default();
         dups.push(n);
         match dups.len() {
@@ -385,28 +470,31 @@ impl Ksm {
             self.c.pages_sharing += 1;
         }
         node.sharers += 1;
+        node.mapped += 1;
         let it = &mut self.items[i as usize];
-        it.tree = Tree::Stable(n);
+        it.tree = n;
+        it.set(MAPPED, true);
         it.age = 0;
         it.remaining_skips = 0;
     }
 
     /// Takes page `i` out of whichever tree holds it (`remove_rmap_item_from_tree`); a KSM page
-    /// left with no mapping is freed.
+    /// left with no rmap item is freed.
     fn remove_from_tree(&mut self, i: u32) {
-        match self.items[i as usize].tree {
-            Tree::None => return,
-            Tree::Unstable(seq) => {
+        let it = self.items[i as usize];
+        match it.tree {
+            NO_NODE => return,
+            UNSTABLE => {
                 // Only the current scan's tree still holds it; older trees were dropped whole.
-                if seq == self.c.full_scans {
-                    let content = self.items[i as usize].content;
-                    if self.unstable.get(&content) == Some(&i) {
-                        self.unstable.remove(&content);
-                    }
+                if it.seq == self.c.full_scans as u32 && self.unstable.get(&it.checksum) == Some(&i) {
+                    self.unstable.remove(&it.checksum);
                 }
                 self.c.pages_unshared -= 1;
             }
-            Tree::Stable(n) => {
+            n => {
+                // Only a page that no longer maps its KSM page leaves the tree (a KSM page is
+                // neither skipped nor re-merged, and a present page's content is always known).
+                debug_assert!(!it.has(MAPPED), "page {i} leaves KSM page {n} while mapping it");
                 let node = &mut self.nodes[n];
                 node.sharers -= 1;
                 if node.sharers > 0 {
@@ -417,10 +505,13 @@ impl Ksm {
                 }
             }
         }
-        self.items[i as usize].tree = Tree::None;
+        let it = &mut self.items[i as usize];
+        it.tree = NO_NODE;
+        it.set(MAPPED, false);
     }
 
-    /// Frees an empty KSM page; a chain left with one KSM page is one plain KSM page again.
+    /// Frees a KSM page with no rmap item left; a chain left with one KSM page is one plain KSM
+    /// page again.
     fn free_node(&mut self, n: u32) {
         let content = self.nodes[n].content;
         let dups = self.stable.get_mut(&content).expect("a KSM page is in the stable tree");
@@ -444,32 +535,116 @@ impl Ksm {
         let mut sharing = 0;
         let mut unshared = 0;
         let mut zero = 0;
-        let mut per_node: HashMap<u32, u32> = HashMap::new();
+        let mut in_use = 0;
+        let mut per_node: FxHashMap<u32, (u32, u32)> = FxHashMap::default();
         for it in &self.items {
-            zero += it.zero_mapped as u64;
+            zero += it.has(ZERO_MAPPED) as u64;
             match it.tree {
-                Tree::Stable(n) => *per_node.entry(n).or_default() += 1,
-                Tree::Unstable(_) => unshared += 1,
-                Tree::None => {}
+                NO_NODE => {}
+                UNSTABLE => unshared += 1,
+                n => {
+                    let e = per_node.entry(n).or_default();
+                    e.0 += 1;
+                    e.1 += it.has(MAPPED) as u32;
+                }
             }
         }
-        for (&n, &k) in &per_node {
-            if self.nodes[n].sharers != k {
-                return Err(format!("KSM page {n} has {} mappings recorded and {k} pages", self.nodes[n].sharers));
+        for (&n, &(k, m)) in &per_node {
+            let node = &self.nodes[n];
+            if (node.sharers, node.mapped) != (k, m) {
+                return Err(format!(
+                    "KSM page {n} records {} rmap items and {} mappings; the pages say {k} and {m}",
+                    node.sharers, node.mapped
+                ));
             }
             if k > self.settings.max_page_sharing {
                 return Err(format!("KSM page {n} has {k} mappings, more than max_page_sharing"));
             }
             shared += 1;
             sharing += k as u64 - 1;
+            in_use += (m > 0) as u64;
         }
         let c = self.counters();
-        let recount = (shared, sharing, unshared, zero);
-        let kept = (c.pages_shared, c.pages_sharing, c.pages_unshared, c.ksm_zero_pages);
+        let recount = (shared, sharing, unshared, zero, in_use);
+        let kept = (c.pages_shared, c.pages_sharing, c.pages_unshared, c.ksm_zero_pages, self.in_use);
         if recount != kept {
-            return Err(format!("KSM counters (shared, sharing, unshared, zero) {kept:?} but the pages say {recount:?}"));
+            return Err(format!("KSM counters (shared, sharing, unshared, zero, frames) {kept:?} but the pages say {recount:?}"));
         }
         Ok(())
+    }
+}
+
+/// ksmd over a list of contents, as `validate ksm` runs it against the kernel's.
+#[derive(Clone, Debug)]
+pub struct Ksm {
+    ksmd: Ksmd,
+    contents: Contents,
+}
+
+/// The contents of a [`Ksm`]'s pages.
+#[derive(Clone, Debug, Default)]
+struct Contents(Vec<u64>);
+
+impl KsmPages for Contents {
+    fn content(&mut self, i: u32) -> Option<u64> {
+        Some(self.0[i as usize])
+    }
+    fn merge(&mut self, _: u32, _: u32, _: u64, _: bool) {}
+    fn map_zero(&mut self, _: u32) {}
+}
+
+impl Ksm {
+    /// A scanner with nothing to scan yet.
+    pub fn new(settings: KsmSettings) -> Self {
+        Self { ksmd: Ksmd::new(settings, 0), contents: Contents::default() }
+    }
+
+    /// Adds a mergeable page holding `content` at the end of the scan order (`madvise
+    /// MADV_MERGEABLE`); returns its number.
+    pub fn add_page(&mut self, content: u64) -> u32 {
+        self.contents.0.push(content);
+        self.ksmd.add_pages(1)
+    }
+
+    /// Page `i` is written and now holds `content`: a merged page gets a private copy at once
+    /// (the write fault breaks copy-on-write), counted as such when ksmd next visits it.
+    pub fn write(&mut self, i: u32, content: u64) {
+        self.contents.0[i as usize] = content;
+        self.ksmd.unmap(i);
+    }
+
+    /// The KSM page page `i` maps, if any.
+    pub fn ksm_page(&self, i: u32) -> Option<u32> {
+        self.ksmd.ksm_page(i)
+    }
+
+    /// Counters now.
+    pub fn counters(&self) -> KsmCounters {
+        self.ksmd.counters()
+    }
+
+    /// One wake-up of ksmd: processes up to `pages_to_scan` pages (`ksm_do_scan`); returns how
+    /// many it processed.
+    pub fn wake(&mut self) -> u32 {
+        self.scan(self.ksmd.settings.pages_to_scan)
+    }
+
+    /// Processes up to `budget` pages (see [`Ksmd::scan`]).
+    pub fn scan(&mut self, budget: u32) -> u32 {
+        self.ksmd.scan(budget, &mut self.contents)
+    }
+
+    /// Runs until `n` more full scans have completed.
+    pub fn run_full_scans(&mut self, n: u64) {
+        let target = self.ksmd.c.full_scans + n;
+        while self.ksmd.c.full_scans < target && !self.ksmd.items.is_empty() {
+            self.scan(u32::MAX);
+        }
+    }
+
+    /// Checks the counters against a recount of the state.
+    pub fn check(&self) -> Result<(), String> {
+        self.ksmd.check()
     }
 }
 

@@ -25,7 +25,7 @@ pub use hostswap::{HostIo, SwapFile};
 pub use p2m::{Entry, P2m, PageState, flags};
 pub use pager::{Pager, PagerStats, PagerVm};
 pub use profile::HostProfile;
-pub use pshare::{Pshare, PshareSettings, VmShare};
+pub use pshare::{HostKsm, Pshare, PshareSettings, VmShare, ZERO_PAGE};
 pub use sampler::Sample;
 pub use tmem::{ClientStats, GlobalStats, Pool, PoolKind, PoolStats, Put, SUBPAGE_MAX_BYTES, Tmem, TmemSettings};
 pub use zip::{ZIP_SLOT_BYTES, ZipCache};
@@ -542,7 +542,7 @@ impl Host {
             PageState::Shared(f) => {
                 // Copy-on-write: the writer gets a private frame holding the shared contents.
                 let Some(t) = self.take_frame(vm, ppn, now, ds, events) else { return Access::Refused };
-                Access::Wait(t.max(now) + self.cow_break(vm, f))
+                Access::Wait(t.max(now) + self.cow_break(vm, ppn, f))
             }
         }
     }

@@ -13,15 +13,34 @@
 //! keeps VMs' pages apart: the table key is (salt, content). With large-page backing (hardware MMU)
 //! pages are hashed, so hints are kept, but not shared until the VM's large pages are broken, which
 //! host reclamation does before it swaps or compresses a VM's memory (KB 1021095, KB 1021896).
+//!
+//! A KVM host shares with KSM instead (`ksm.rs`): QEMU marks all guest RAM mergeable (its
+//! `mem-merge` default), so ksmd walks every guest page, VM after VM, `pages_to_scan` per
+//! `sleep_millisecs`, by its own rules. A KSM page is a shared frame like ESX's, numbered by
+//! ksmd; with `use_zero_pages` a zero page maps the kernel's zero page ([`ZERO_PAGE`]), which
+//! takes no frame. Host reclaim does not try sharing first: Linux swaps what it reclaims.
 
 use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
 use super::hostswap::takeable;
-use super::{Entry, GuestMemory, Host, PageState, flags};
+use super::ksm::{KsmCounters, KsmPages, KsmSettings, Ksmd};
+use super::{Entry, GuestMemory, Host, HostVm, PageState, flags};
 use crate::content::ZERO;
-use crate::index::Recycled;
+use crate::index::{NONE, Recycled};
+
+/// The frame a page maps when KSM mapped it to the kernel's zero page (`use_zero_pages`).
+pub const ZERO_PAGE: u32 = NONE;
+
+/// ksmd on a KVM host: its tunables and whether it runs (/sys/kernel/mm/ksm/run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostKsm {
+    /// The tunables (kernel defaults unless the scenario sets them).
+    pub settings: KsmSettings,
+    /// Whether ksmd runs; a policy may switch it (MOM's 03-ksm.policy).
+    pub run: bool,
+}
 
 /// Page sharing's settings (ESX advanced options).
 #[derive(Clone, Debug, PartialEq)]
@@ -43,6 +62,9 @@ pub struct PshareSettings {
     pub share_ns: u64,
     /// Host CPU to break a share on write: `cow_break` 25.1 us (same table); the vCPU waits.
     pub cow_break_ns: u64,
+    /// ksmd instead of ESX's scanner (a KVM host): the ESX settings above other than the costs
+    /// do not apply.
+    pub ksm: Option<HostKsm>,
 }
 
 impl Default for PshareSettings {
@@ -55,6 +77,7 @@ impl Default for PshareSettings {
             hash_ns: 500,
             share_ns: 6_200,
             cow_break_ns: 25_100,
+            ksm: None,
         }
     }
 }
@@ -101,17 +124,42 @@ pub struct Pshare {
     hints: FxHashMap<(u64, u64), (u32, u32)>,
     vms: Vec<VmShare>,
     in_use: u64,
+    /// ksmd over all guest pages (a KVM host), and where each VM's pages start in its order.
+    ksm: Option<(Ksmd, Vec<u32>)>,
 }
 
 impl Pshare {
     /// Sharing with `settings` and no VMs yet.
     pub fn new(settings: PshareSettings) -> Self {
-        Self { settings, frames: Recycled::new(), table: FxHashMap::default(), hints: FxHashMap::default(), vms: Vec::new(), in_use: 0 }
+        let ksm = settings.ksm.map(|k| (Ksmd::new(k.settings, 0), Vec::new()));
+        Self {
+            settings,
+            frames: Recycled::new(),
+            table: FxHashMap::default(),
+            hints: FxHashMap::default(),
+            vms: Vec::new(),
+            in_use: 0,
+            ksm,
+        }
     }
 
-    /// Shared frames in use (PSHARE common).
+    /// Shared frames in use (PSHARE common; KSM's pages_shared less KSM pages whose every
+    /// mapping was broken since ksmd last looked).
     pub fn frames_in_use(&self) -> u64 {
-        self.in_use
+        match &self.ksm {
+            Some((k, _)) => k.frames_in_use(),
+            None => self.in_use,
+        }
+    }
+
+    /// KSM's counters, on a host that shares with KSM.
+    pub fn ksm_counters(&self) -> Option<KsmCounters> {
+        self.ksm.as_ref().map(|(k, _)| k.counters())
+    }
+
+    /// Whether host reclaim offers a page for sharing before it swaps it (ESX, not KSM).
+    pub fn shares_before_swap(&self) -> bool {
+        self.ksm.is_none()
     }
 
     /// A VM's state.
@@ -119,9 +167,22 @@ impl Pshare {
         &self.vms[vm as usize]
     }
 
-    /// Sharers of frame `f`.
+    /// Pages mapping shared frame `f` (for KSM's zero page, which takes no frame: `u32::MAX`).
     pub fn refs(&self, f: u32) -> u32 {
-        self.frames[f].refs
+        match &self.ksm {
+            _ if f == ZERO_PAGE => u32::MAX,
+            Some((k, _)) => k.mapped(f),
+            None => self.frames[f].refs,
+        }
+    }
+
+    /// Whether shared frame `f` holds zeros.
+    fn is_zero(&self, f: u32) -> bool {
+        match &self.ksm {
+            _ if f == ZERO_PAGE => true,
+            Some((k, _)) => k.content_of(f) == ZERO,
+            None => self.frames[f].key.1 == ZERO,
+        }
     }
 
     fn salt(&self, vm: u32) -> u64 {
@@ -129,6 +190,9 @@ impl Pshare {
     }
 
     fn add_vm(&mut self, pages: u32) {
+        if let Some((k, base)) = &mut self.ksm {
+            base.push(k.add_pages(pages));
+        }
         let n = pages.max(1) as u64;
         // A large odd step coprime with n (Knuth's multiplicative constant, adjusted).
         let mut stride = 2_654_435_761 % n;
@@ -205,6 +269,9 @@ impl Host {
     /// next wakes, or `None` with sharing off.
     pub fn share_scan(&mut self, now: u64, guests: &mut [&mut dyn GuestMemory]) -> Option<u64> {
         let s = self.pshare.as_mut()?;
+        if s.ksm.is_some() {
+            return Some(self.ksmd_wake(now, guests));
+        }
         let (period, scan_time) = (s.settings.period_ns, s.settings.scan_time_ns);
         for vm in 0..self.vms.len() {
             let n = self.vms[vm].p2m.len() as u64;
@@ -221,6 +288,36 @@ impl Host {
             }
         }
         Some(now + period)
+    }
+
+    /// One wake-up of ksmd (`ksm_do_scan` when it runs); returns when it next wakes: after its
+    /// sleep and the CPU the batch took, as ksmd sleeps after each batch.
+    fn ksmd_wake(&mut self, now: u64, guests: &mut [&mut dyn GuestMemory]) -> u64 {
+        let Host { pshare, vms, free, invalidations, .. } = self;
+        let s = pshare.as_mut().expect("on");
+        let run = s.settings.ksm.is_some_and(|k| k.run);
+        let (ksmd, base) = s.ksm.as_mut().expect("KSM");
+        let sleep = ksmd.settings().sleep_millisecs as u64 * 1_000_000;
+        if !run {
+            // Stopped: looks again after a sleep, so a policy that starts it is heard.
+            return now + sleep.max(1_000_000);
+        }
+        let mut pages = HostPages { vms, stats: &mut s.vms, base, guests, free, invalidations, settings: &s.settings, cpu_ns: 0 };
+        ksmd.scan(ksmd.settings().pages_to_scan, &mut pages);
+        // At least a microsecond apart, so sleep_millisecs = 0 cannot stop simulated time.
+        now + (sleep + pages.cpu_ns).max(1_000)
+    }
+
+    /// A policy starts or stops ksmd or retunes it (/sys/kernel/mm/ksm/run, pages_to_scan,
+    /// sleep_millisecs); returns false on a host that does not share with KSM.
+    pub fn set_ksm(&mut self, run: bool, pages_to_scan: u32, sleep_millisecs: u32) -> bool {
+        let Some(s) = &mut self.pshare else { return false };
+        let (Some(k), Some((ksmd, _))) = (&mut s.settings.ksm, &mut s.ksm) else { return false };
+        k.run = run;
+        k.settings.pages_to_scan = pages_to_scan.max(1);
+        k.settings.sleep_millisecs = sleep_millisecs;
+        ksmd.set_settings(k.settings);
+        true
     }
 
     /// The scanner visits page `ppn` of `vm`: a private page with nothing in flight is hashed and
@@ -282,38 +379,32 @@ impl Host {
     /// Maps private page `ppn` of `vm` to shared frame `f` (its reference already counted): its
     /// private frame leaves the VM, and the guest's next write must come to the host.
     fn map_shared(&mut self, vm: u32, ppn: u32, f: u32, content: u64) {
-        let v = &mut self.vms[vm as usize];
-        let e = v.p2m.get(ppn);
-        if e.flags() & flags::SAMPLED != 0 {
-            v.sample.lost += 1;
-        }
-        v.p2m.set(ppn, Entry::new(PageState::Shared(f)));
-        v.granted -= 1;
         let s = self.pshare.as_mut().expect("on");
-        let st = &mut s.vms[vm as usize];
-        st.shared += 1;
-        st.zero += (content == ZERO) as u64;
-        st.cpu_ns += s.settings.share_ns;
+        map_page(&mut self.vms[vm as usize], &mut s.vms[vm as usize], ppn, f, content == ZERO, s.settings.share_ns);
         self.invalidations.push((vm, ppn));
     }
 
     /// Page `ppn` of `vm` stops mapping shared frame `f` (a write's private copy, the balloon):
     /// the frame goes when its last sharer does.
-    pub(super) fn unshare(&mut self, vm: u32, f: u32) {
+    pub(super) fn unshare(&mut self, vm: u32, ppn: u32, f: u32) {
         let s = self.pshare.as_mut().expect("a shared page means sharing is on");
-        let zero = s.frames[f].key.1 == ZERO;
+        let zero = s.is_zero(f);
         let st = &mut s.vms[vm as usize];
         st.shared -= 1;
         st.zero -= zero as u64;
-        if s.unref(f) {
+        let freed = match &mut s.ksm {
+            Some((k, base)) => k.unmap(base[vm as usize] + ppn),
+            None => s.unref(f),
+        };
+        if freed {
             self.free += 1;
         }
     }
 
     /// A write to page `ppn` of `vm`, which maps shared frame `f`, gave it a private frame: the
     /// share is dropped. Returns the host CPU the break costs (the vCPU waits for it).
-    pub(super) fn cow_break(&mut self, vm: u32, f: u32) -> u64 {
-        self.unshare(vm, f);
+    pub(super) fn cow_break(&mut self, vm: u32, ppn: u32, f: u32) -> u64 {
+        self.unshare(vm, ppn, f);
         let s = self.pshare.as_mut().expect("a shared page means sharing is on");
         s.vms[vm as usize].cow_breaks += 1;
         s.vms[vm as usize].cpu_ns += s.settings.cow_break_ns;
@@ -328,6 +419,7 @@ impl Host {
             .p2m
             .iter()
             .filter_map(|(_, e)| match e.state() {
+                PageState::Shared(ZERO_PAGE) => Some(1.0),
                 PageState::Shared(f) => Some(1.0 - 1.0 / s.refs(f) as f64),
                 _ => None,
             })
@@ -337,36 +429,126 @@ impl Host {
     }
 
     /// Checks the sharing table against the maps: every shared frame's count is the number of
-    /// pages mapping it, every VM's counters match its map.
+    /// pages mapping it, every VM's counters match its map; with KSM, every mapping is ksmd's.
     pub(super) fn check_sharing(&self) -> Result<(), String> {
         let Some(s) = &self.pshare else { return Ok(()) };
         let mut refs: HashMap<u32, u32> = HashMap::new();
+        let mut zero_mapped = 0;
         for (i, v) in self.vms.iter().enumerate() {
             let (mut shared, mut zero) = (0, 0);
             for (ppn, e) in v.p2m.iter() {
-                if let PageState::Shared(f) = e.state() {
-                    if s.frames.get(f).is_none_or(|fr| fr.refs == 0) {
-                        return Err(format!("VM '{}': page {ppn} maps shared frame {f}, which is not in use", v.name));
-                    }
-                    *refs.entry(f).or_default() += 1;
-                    shared += 1;
-                    zero += (s.frames[f].key.1 == ZERO) as u64;
+                let PageState::Shared(f) = e.state() else { continue };
+                let known = match &s.ksm {
+                    Some((k, base)) if f == ZERO_PAGE => k.zero_mapped(base[i] + ppn),
+                    Some((k, base)) => k.ksm_page(base[i] + ppn) == Some(f),
+                    None => s.frames.get(f).is_some_and(|fr| fr.refs > 0),
+                };
+                if !known {
+                    return Err(format!("VM '{}': page {ppn} maps shared frame {f}, which does not hold it", v.name));
                 }
+                if f == ZERO_PAGE {
+                    zero_mapped += 1;
+                } else {
+                    *refs.entry(f).or_default() += 1;
+                }
+                shared += 1;
+                zero += s.is_zero(f) as u64;
             }
             let st = &s.vms[i];
             if (shared, zero) != (st.shared, st.zero) {
                 return Err(format!("VM '{}': {shared} shared pages ({zero} zero) mapped but {} ({}) counted", v.name, st.shared, st.zero));
             }
         }
-        if refs.len() as u64 != s.in_use || s.table.len() as u64 != s.in_use {
-            return Err(format!("{} shared frames mapped, {} in the table, {} counted", refs.len(), s.table.len(), s.in_use));
+        let listed = match &s.ksm {
+            Some((k, _)) => {
+                k.check()?;
+                if k.counters().ksm_zero_pages != zero_mapped {
+                    return Err(format!("{zero_mapped} pages map the zero page but ksm_zero_pages is {}", k.counters().ksm_zero_pages));
+                }
+                k.frames_in_use()
+            }
+            None => s.table.len() as u64,
+        };
+        if refs.len() as u64 != s.frames_in_use() || listed != s.frames_in_use() {
+            return Err(format!("{} shared frames mapped, {listed} listed, {} counted", refs.len(), s.frames_in_use()));
         }
         for (f, n) in refs {
-            if s.frames[f].refs != n {
-                return Err(format!("shared frame {f} counts {} sharers but {n} pages map it", s.frames[f].refs));
+            if s.refs(f) != n {
+                return Err(format!("shared frame {f} counts {} sharers but {n} pages map it", s.refs(f)));
             }
         }
         Ok(())
+    }
+}
+
+/// Guest memory as ksmd sees it: item `i` is page `i - base[vm]` of the VM whose pages start at
+/// the greatest base not above `i`.
+struct HostPages<'a, 'g> {
+    vms: &'a mut [HostVm],
+    stats: &'a mut [VmShare],
+    base: &'a [u32],
+    guests: &'a mut [&'g mut dyn GuestMemory],
+    free: &'a mut u64,
+    invalidations: &'a mut Vec<(u32, u32)>,
+    settings: &'a PshareSettings,
+    /// CPU the batch spent, ns.
+    cpu_ns: u64,
+}
+
+impl HostPages<'_, '_> {
+    fn locate(&self, i: u32) -> (usize, u32) {
+        let vm = self.base.partition_point(|&b| b <= i) - 1;
+        (vm, i - self.base[vm])
+    }
+
+    /// Page `ppn` of `vm` now maps shared frame `f` instead of its private frame.
+    fn map(&mut self, vm: usize, ppn: u32, f: u32, zero: bool) {
+        map_page(&mut self.vms[vm], &mut self.stats[vm], ppn, f, zero, self.settings.share_ns);
+        self.cpu_ns += self.settings.share_ns;
+        self.invalidations.push((vm as u32, ppn));
+    }
+}
+
+/// Private page `ppn` of VM `v` maps shared frame `f` (its reference counted already): its private
+/// frame leaves the VM, and the guest must be told (its next write must come to the host).
+fn map_page(v: &mut HostVm, st: &mut VmShare, ppn: u32, f: u32, zero: bool, share_ns: u64) {
+    if v.p2m.get(ppn).flags() & flags::SAMPLED != 0 {
+        v.sample.lost += 1;
+    }
+    v.p2m.set(ppn, Entry::new(PageState::Shared(f)));
+    v.granted -= 1;
+    st.shared += 1;
+    st.zero += zero as u64;
+    st.cpu_ns += share_ns;
+}
+
+impl KsmPages for HostPages<'_, '_> {
+    /// A private page with nothing in flight, or one mapping a KSM page, is read (checksummed or
+    /// compared: `hash_ns` of CPU); other pages are not there for ksmd.
+    fn content(&mut self, i: u32) -> Option<u64> {
+        let (vm, ppn) = self.locate(i);
+        let e = self.vms[vm].p2m.get(ppn);
+        if !takeable(e) && !matches!(e.state(), PageState::Shared(f) if f != ZERO_PAGE) {
+            return None;
+        }
+        let st = &mut self.stats[vm];
+        st.scanned += 1;
+        st.cpu_ns += self.settings.hash_ns;
+        self.cpu_ns += self.settings.hash_ns;
+        Some(self.guests[vm].content_id(ppn))
+    }
+
+    fn merge(&mut self, i: u32, n: u32, content: u64, first: bool) {
+        let (vm, ppn) = self.locate(i);
+        self.map(vm, ppn, n, content == ZERO);
+        // The first page's frame becomes the KSM page; the others' frames are freed.
+        *self.free += !first as u64;
+    }
+
+    fn map_zero(&mut self, i: u32) {
+        let (vm, ppn) = self.locate(i);
+        self.map(vm, ppn, ZERO_PAGE, true);
+        *self.free += 1;
     }
 }
 

@@ -77,6 +77,8 @@ pub struct RawHost {
     pub share_scan_time: Option<Spanned<Qty>>,
     pub share_force_salting: Option<Spanned<i64>>,
     pub large_pages: Option<Spanned<bool>>,
+    /// ksmd's tunables by their /sys/kernel/mm/ksm names, and `run`.
+    pub ksm: Option<Spanned<BTreeMap<String, Spanned<i64>>>>,
     pub tmem: Option<Spanned<bool>>,
     pub tmem_dedup: Option<Spanned<bool>>,
     pub tmem_compress: Option<Spanned<bool>>,

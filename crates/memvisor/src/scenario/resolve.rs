@@ -8,7 +8,8 @@ use super::{ScenarioError, Source};
 use crate::devices::{DeviceKind, DeviceSpec};
 use crate::guest::ilwaco::mbuf::PoolKind;
 use crate::guest::{BalloonDriver, CgroupVersion, Costs, GuestConfig, Replacement, Sysctl, Thp, Watermarks};
-use crate::host::{Content, HostCosts, HostProfile, PshareSettings, TmemSettings};
+use crate::host::ksm::KsmSettings;
+use crate::host::{Content, HostCosts, HostKsm, HostProfile, PshareSettings, TmemSettings};
 use crate::policy::{ESX_STATE_TABLES, POLICY_NAMES, PolicySpec};
 use crate::units::{self, PAGE_SIZE};
 use crate::workloads::{
@@ -135,20 +136,46 @@ impl Scenario {
 }
 
 /// `[host]`'s page-sharing settings: off unless `page_sharing = true`; the rest apply only then.
-fn resolve_sharing(c: &Ctx, h: &RawHost) -> Result<Option<PshareSettings>, ScenarioError> {
+/// A KVM host shares with KSM (`[host.ksm]`, running with the kernel's defaults unless told
+/// otherwise), the others as ESX does (`share_scan_time`, `share_force_salting`, `large_pages`).
+fn resolve_sharing(c: &Ctx, h: &RawHost, profile: HostProfile) -> Result<Option<PshareSettings>, ScenarioError> {
     let on = h.page_sharing.as_ref().is_some_and(|b| *b.get_ref());
+    let esx_keys = [
+        (h.share_scan_time.as_ref().map(|q| q.span()), "host.share_scan_time"),
+        (h.share_force_salting.as_ref().map(|q| q.span()), "host.share_force_salting"),
+        (h.large_pages.as_ref().map(|q| q.span()), "host.large_pages"),
+    ];
+    let given = |keys: &[(Option<std::ops::Range<usize>>, &'static str)]| keys.iter().find_map(|(s, n)| s.clone().map(|s| (s, *n)));
     if !on {
-        let given = [(h.share_scan_time.as_ref().map(|q| q.span()), "host.share_scan_time")]
-            .into_iter()
-            .chain([(h.share_force_salting.as_ref().map(|q| q.span()), "host.share_force_salting")])
-            .chain([(h.large_pages.as_ref().map(|q| q.span()), "host.large_pages")])
-            .find_map(|(s, n)| s.map(|s| (s, n)));
-        if let Some((span, field)) = given {
+        if let Some((span, field)) = given(&esx_keys).or_else(|| given(&[(h.ksm.as_ref().map(|t| t.span()), "host.ksm")])) {
             return c.err(span, field, "is a page-sharing setting: set host.page_sharing = true too");
         }
         return Ok(None);
     }
     let d = PshareSettings::default();
+    if profile == HostProfile::Kvm {
+        if let Some((span, field)) = given(&esx_keys) {
+            return c.err(span, field, "is ESX page sharing's; a kvm host shares with KSM (set [host.ksm])");
+        }
+        // QEMU's guests are mergeable and the host runs ksmd (run = 1) unless told otherwise.
+        let mut k = HostKsm { settings: KsmSettings::default(), run: true };
+        for (name, v) in h.ksm.iter().flat_map(|t| t.get_ref()) {
+            let field = format!("host.ksm.{name}");
+            let n = u64::try_from(*v.get_ref()).or_else(|_| c.err(v.span(), &field, "must not be negative"))?;
+            if name == "run" {
+                k.run = match n {
+                    0 | 1 => n == 1,
+                    _ => return c.err(v.span(), &field, "must be 0 (stopped) or 1 (running)"),
+                };
+            } else {
+                k.settings.set(name, n).or_else(|m| c.err(v.span(), &field, format!("{m}; or run (0 or 1)")))?;
+            }
+        }
+        return Ok(Some(PshareSettings { ksm: Some(k), ..d }));
+    }
+    if let Some(t) = &h.ksm {
+        return c.err(t.span(), "host.ksm", "is a kvm host's (set host.profile = \"kvm\"); ESX shares with share_scan_time and friends");
+    }
     let scan_time_ns = c.opt_ns(&h.share_scan_time, "host.share_scan_time", d.scan_time_ns)?;
     if scan_time_ns == 0 {
         return c.err(h.share_scan_time.as_ref().expect("zero was given").span(), "host.share_scan_time", "must be longer than zero");
@@ -317,7 +344,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         },
         sample_interval_ns: c.opt_ns(&h.sample_interval, "host.sample_interval", DEFAULT_SAMPLE_NS)?,
         lookahead_ns: c.opt_ns(&h.lookahead, "host.lookahead", DEFAULT_LOOKAHEAD_NS)?,
-        sharing: resolve_sharing(&c, h)?,
+        sharing: resolve_sharing(&c, h, profile)?,
         tmem: resolve_tmem(&c, h, &host_costs)?,
         vm_metadata: match &h.vm_metadata {
             Some(q) if profile != HostProfile::Denali => {
