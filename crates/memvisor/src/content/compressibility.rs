@@ -120,9 +120,12 @@ impl Compressibility {
         Some((set, k.nonzero[(splitmix64(id) % k.nonzero.len() as u64) as usize] as usize))
     }
 
-    /// The compressed size of content identity `id` of kind `c` under compressor `z`: 0 for a zero
-    /// page (hosts keep those as a flag), a whole page for incompressible data.
+    /// The compressed size of content identity `id` of kind `c` (a captured page: its own, whatever
+    /// the kind) under compressor `z`: 0 for a zero page (hosts keep those as a flag), a whole page for incompressible data.
     pub fn size_of(&self, z: Compressor, c: Content, id: u64) -> u64 {
+        if let Some((set, i)) = captured_page(id) {
+            return set.size(z, i);
+        }
         match self.page_of(c, id) {
             Some((set, i)) => set.size(z, i),
             None if id == ZERO => 0,
@@ -133,6 +136,9 @@ impl Compressibility {
     /// The 4 KiB content identity `id` of kind `c` stands for (zeros for the zero identity;
     /// incompressible data: `content::page_bytes`).
     pub fn bytes_of(&self, c: Content, id: u64) -> Vec<u8> {
+        if let Some((set, i)) = captured_page(id) {
+            return set.page(i).to_vec();
+        }
         match self.page_of(c, id) {
             Some((set, i)) => set.page(i).to_vec(),
             None => super::page_bytes(id),
@@ -148,6 +154,12 @@ impl Compressibility {
     pub fn sample(&self, c: Content) -> Option<&PageSet> {
         self.kinds[c as usize].set.as_ref()
     }
+}
+
+/// A captured page's set and index, for a captured identity (checked by its bits before the
+/// registry is read).
+fn captured_page(id: u64) -> Option<(std::sync::Arc<PageSet>, usize)> {
+    super::captured::is_captured(id).then(|| super::captured::lookup(id)).flatten()
 }
 
 #[cfg(test)]

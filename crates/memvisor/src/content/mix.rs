@@ -5,10 +5,10 @@
 //! pattern). Which page holds what is a fixed draw per (program, virtual page), so the same pages
 //! are common in every guest and every run.
 
-use super::{Compressibility, Content, ZERO, private, splitmix64};
+use super::{Captured, Compressibility, Content, ZERO, private, splitmix64};
 
 /// A workload's declared content mix (scenario keys `content`, `zero_pages`, `common_pages`,
-/// `duplicate_pages`, `program`).
+/// `duplicate_pages`, `program`, `captured`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ContentMix {
     /// Its kind of data, if the scenario says (else the workload kind's own).
@@ -22,6 +22,9 @@ pub struct ContentMix {
     /// The program whose common content it holds, if the scenario names it (else the workload's
     /// kind).
     pub program: Option<String>,
+    /// A captured process image its processes hold from their first page (scenario key
+    /// `captured`); the shares above apply to pages beyond it.
+    pub captured: Option<Captured>,
     /// The program's name digest (`content::name_digest`).
     digest: u64,
     /// The share of zero pages its kind's snapshot held (looked up once, not per write).
@@ -38,11 +41,14 @@ impl ContentMix {
     pub fn new(kind: &str, class: Option<Content>, anon: Content, program: Option<String>) -> Self {
         let digest = super::name_digest(program.as_deref().unwrap_or(kind));
         let measured_zero = Compressibility::measured().zero_fraction(class.unwrap_or(anon));
-        ContentMix { class, zero: None, common: 0.0, duplicate: 0.0, program, digest, measured_zero }
+        ContentMix { class, zero: None, common: 0.0, duplicate: 0.0, program, captured: None, digest, measured_zero }
     }
 
     /// What the process `owner` of guest `vm` writes at virtual page `vpn`.
     pub fn written(&self, vm: u64, owner: u64, vpn: u64) -> u64 {
+        if let Some(id) = self.captured.as_ref().and_then(|c| c.page(vpn)) {
+            return id;
+        }
         let zero = self.zero.unwrap_or(self.measured_zero);
         if zero == 0.0 && self.common == 0.0 && self.duplicate == 0.0 {
             return private(vm, owner, vpn);

@@ -8,12 +8,15 @@
 //! process p only. The kind sits in bits 40 and up, the process in bits 20..40, the index below.
 //! Guests' pages: `private(vm, owner, i)` is data a process or file of one guest wrote, found
 //! nowhere else; `image(name, i)` is page i of what every guest booted from image `name` holds.
-//! Every identity is below 2^55, so `page_bytes`'s `id << 9` keeps them apart.
+//! A captured page's identity is its bytes' digest (`captured.rs`). Every identity is below 2^55,
+//! so `page_bytes`'s `id << 9` keeps them apart.
 
+pub mod captured;
 mod compressibility;
 mod mix;
 pub mod pageset;
 
+pub use captured::Captured;
 pub use compressibility::{Compressibility, Content};
 pub use mix::ContentMix;
 pub use pageset::{Compressor, PageSet};

@@ -158,6 +158,7 @@ pub struct RawWorkload {
     pub common_pages: Option<Spanned<f64>>,
     pub duplicate_pages: Option<Spanned<f64>>,
     pub program: Option<Spanned<String>>,
+    pub captured: Option<Spanned<String>>,
     pub memory_limit: Option<Spanned<Qty>>,
     pub start: Option<Spanned<Qty>>,
     pub instances: Option<Spanned<i64>>,

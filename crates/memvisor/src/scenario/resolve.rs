@@ -876,7 +876,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
                 span,
                 &f(field),
                 format!(
-                    "a '{kind}' workload has no field '{field}' (its fields: name, start, content, zero_pages, common_pages, duplicate_pages, program, memory_limit, {})",
+                    "a '{kind}' workload has no field '{field}' (its fields: name, start, content, zero_pages, common_pages, duplicate_pages, program, captured, memory_limit, {})",
                     allowed.join(", ")
                 ),
             );
@@ -1118,6 +1118,15 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
             "common_pages" => mix.common = x,
             _ => mix.duplicate = x,
         }
+    }
+    if let Some(p) = &r.captured {
+        // Read now, so a missing or bad file is named before the run; kept by its full path so
+        // the resolved scenario runs from anywhere.
+        let full = std::fs::canonicalize(p.get_ref())
+            .map_err(|e| c.src.error(Some(p.span()), &f("captured"), format!("cannot read {}: {e}", p.get_ref())))?;
+        let full = full.to_string_lossy();
+        let cap = crate::content::Captured::load(&full).map_err(|m| c.src.error(Some(p.span()), &f("captured"), m))?;
+        mix.captured = Some(cap);
     }
     let memory_limit = match &r.memory_limit {
         Some(q) => {

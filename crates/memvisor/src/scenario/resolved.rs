@@ -175,6 +175,9 @@ impl Scenario {
                     if let Some(p) = &w.mix.program {
                         e.push(("program", s(p)));
                     }
+                    if let Some(c) = &w.mix.captured {
+                        e.push(("captured", s(&c.path)));
+                    }
                     if let Some(l) = w.memory_limit {
                         e.push(("memory_limit", s(fmt_bytes(l * PAGE_SIZE))));
                     }
