@@ -155,7 +155,7 @@ fn mom_starts_ksmd_only_when_the_guests_do_not_fit() {
         s.host.memory = memvisor::units::parse_bytes(memory).unwrap();
         s.host.policy.name = "mom".into();
         let sim = run_checked(&s, 5_000_000_000);
-        (sim.world().host().sharing().unwrap().settings.ksm.unwrap(), counters(&sim))
+        (sim.world().host().sharing().unwrap().ksm().unwrap(), counters(&sim))
     };
     let (k, c) = ksm_after("512MiB");
     assert!(k.run, "{k:?}");

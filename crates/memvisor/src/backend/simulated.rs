@@ -219,16 +219,13 @@ impl Backend for SimulatedHost {
             host_free: self.host.free_frames() * PAGE_SIZE,
             host_available: self.host.free_frames() * PAGE_SIZE,
             sharing: match self.host.sharing() {
-                Some(s) if let Some(c) = s.ksm_counters() => {
-                    let k = s.settings.ksm.expect("a KSM host has KSM settings");
-                    SharingView {
-                        run: k.run,
-                        pages_to_scan: k.settings.pages_to_scan as u64,
-                        sleep_ms: k.settings.sleep_millisecs as u64,
-                        pages_shared: c.pages_shared,
-                        pages_sharing: c.pages_sharing,
-                    }
-                }
+                Some(s) if let (Some(k), Some(c)) = (s.ksm(), s.ksm_counters()) => SharingView {
+                    run: k.run,
+                    pages_to_scan: k.settings.pages_to_scan as u64,
+                    sleep_ms: k.settings.sleep_millisecs as u64,
+                    pages_shared: c.pages_shared,
+                    pages_sharing: c.pages_sharing,
+                },
                 // What ESX's sharing has merged, in KSM's terms.
                 Some(s) => {
                     let shared: u64 = (0..self.guests.len() as u32).map(|i| s.vm(i).shared).sum();

@@ -25,7 +25,7 @@ const DIGEST: u64 = KIND - 1;
 /// A loaded capture: where it came from and its pages' identities in address order.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Captured {
-    /// The file, as the scenario names it.
+    /// The file, as it was loaded (the scenario's path made absolute).
     pub path: String,
     ids: Arc<[u64]>,
 }
@@ -34,10 +34,8 @@ impl Captured {
     /// Reads and registers the capture in `path`.
     pub fn load(path: &str) -> Result<Self, String> {
         let data = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+        // Parsing refuses a set with no page.
         let set = Arc::new(PageSet::parse(&data, path)?);
-        if set.is_empty() {
-            return Err(format!("{path}: the capture holds no page"));
-        }
         let ids: Arc<[u64]> = (0..set.len()).map(|i| identity(set.page(i))).collect();
         let mut r = registry().write().expect("no panic holds the registry");
         for (i, &id) in ids.iter().enumerate() {

@@ -121,7 +121,8 @@ impl Compressibility {
     }
 
     /// The compressed size of content identity `id` of kind `c` (a captured page: its own, whatever
-    /// the kind) under compressor `z`: 0 for a zero page (hosts keep those as a flag), a whole page for incompressible data.
+    /// the kind) under compressor `z`: 0 for a zero page (hosts keep those as a flag), a whole
+    /// page for incompressible data.
     pub fn size_of(&self, z: Compressor, c: Content, id: u64) -> u64 {
         if let Some((set, i)) = captured_page(id) {
             return set.size(z, i);

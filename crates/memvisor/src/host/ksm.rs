@@ -236,16 +236,6 @@ impl Ksmd {
         self.settings = settings;
     }
 
-    /// Mergeable pages.
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    /// Whether there is nothing to scan.
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
     /// KSM pages mapped by at least one page: the frames merging holds.
     pub fn frames_in_use(&self) -> u64 {
         self.in_use

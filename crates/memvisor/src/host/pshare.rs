@@ -124,14 +124,23 @@ pub struct Pshare {
     hints: FxHashMap<(u64, u64), (u32, u32)>,
     vms: Vec<VmShare>,
     in_use: u64,
-    /// ksmd over all guest pages (a KVM host), and where each VM's pages start in its order.
-    ksm: Option<(Ksmd, Vec<u32>)>,
+    /// ksmd over all guest pages, on a KVM host.
+    ksm: Option<Ksm>,
+}
+
+/// ksmd on the host: its state, where each VM's pages start in its scan order, and whether it
+/// runs now (the scenario's `run` until a policy changes it).
+#[derive(Clone, Debug)]
+struct Ksm {
+    ksmd: Ksmd,
+    base: Vec<u32>,
+    run: bool,
 }
 
 impl Pshare {
     /// Sharing with `settings` and no VMs yet.
     pub fn new(settings: PshareSettings) -> Self {
-        let ksm = settings.ksm.map(|k| (Ksmd::new(k.settings, 0), Vec::new()));
+        let ksm = settings.ksm.map(|k| Ksm { ksmd: Ksmd::new(k.settings, 0), base: Vec::new(), run: k.run });
         Self {
             settings,
             frames: Recycled::new(),
@@ -147,14 +156,19 @@ impl Pshare {
     /// mapping was broken since ksmd last looked).
     pub fn frames_in_use(&self) -> u64 {
         match &self.ksm {
-            Some((k, _)) => k.frames_in_use(),
+            Some(k) => k.ksmd.frames_in_use(),
             None => self.in_use,
         }
     }
 
     /// KSM's counters, on a host that shares with KSM.
     pub fn ksm_counters(&self) -> Option<KsmCounters> {
-        self.ksm.as_ref().map(|(k, _)| k.counters())
+        self.ksm.as_ref().map(|k| k.ksmd.counters())
+    }
+
+    /// ksmd's settings now and whether it runs, on a host that shares with KSM.
+    pub fn ksm(&self) -> Option<HostKsm> {
+        self.ksm.as_ref().map(|k| HostKsm { settings: k.ksmd.settings(), run: k.run })
     }
 
     /// Whether host reclaim offers a page for sharing before it swaps it (ESX, not KSM).
@@ -171,7 +185,7 @@ impl Pshare {
     pub fn refs(&self, f: u32) -> u32 {
         match &self.ksm {
             _ if f == ZERO_PAGE => u32::MAX,
-            Some((k, _)) => k.mapped(f),
+            Some(k) => k.ksmd.mapped(f),
             None => self.frames[f].refs,
         }
     }
@@ -180,7 +194,7 @@ impl Pshare {
     fn is_zero(&self, f: u32) -> bool {
         match &self.ksm {
             _ if f == ZERO_PAGE => true,
-            Some((k, _)) => k.content_of(f) == ZERO,
+            Some(k) => k.ksmd.content_of(f) == ZERO,
             None => self.frames[f].key.1 == ZERO,
         }
     }
@@ -190,8 +204,8 @@ impl Pshare {
     }
 
     fn add_vm(&mut self, pages: u32) {
-        if let Some((k, base)) = &mut self.ksm {
-            base.push(k.add_pages(pages));
+        if let Some(k) = &mut self.ksm {
+            k.base.push(k.ksmd.add_pages(pages));
         }
         let n = pages.max(1) as u64;
         // A large odd step coprime with n (Knuth's multiplicative constant, adjusted).
@@ -295,10 +309,9 @@ impl Host {
     fn ksmd_wake(&mut self, now: u64, guests: &mut [&mut dyn GuestMemory]) -> u64 {
         let Host { pshare, vms, free, invalidations, .. } = self;
         let s = pshare.as_mut().expect("on");
-        let run = s.settings.ksm.is_some_and(|k| k.run);
-        let (ksmd, base) = s.ksm.as_mut().expect("KSM");
+        let Ksm { ksmd, base, run } = s.ksm.as_mut().expect("KSM");
         let sleep = ksmd.settings().sleep_millisecs as u64 * 1_000_000;
-        if !run {
+        if !*run {
             // Stopped: looks again after a sleep, so a policy that starts it is heard.
             return now + sleep.max(1_000_000);
         }
@@ -311,12 +324,10 @@ impl Host {
     /// A policy starts or stops ksmd or retunes it (/sys/kernel/mm/ksm/run, pages_to_scan,
     /// sleep_millisecs); returns false on a host that does not share with KSM.
     pub fn set_ksm(&mut self, run: bool, pages_to_scan: u32, sleep_millisecs: u32) -> bool {
-        let Some(s) = &mut self.pshare else { return false };
-        let (Some(k), Some((ksmd, _))) = (&mut s.settings.ksm, &mut s.ksm) else { return false };
+        let Some(k) = self.pshare.as_mut().and_then(|s| s.ksm.as_mut()) else { return false };
         k.run = run;
-        k.settings.pages_to_scan = pages_to_scan.max(1);
-        k.settings.sleep_millisecs = sleep_millisecs;
-        ksmd.set_settings(k.settings);
+        let settings = KsmSettings { pages_to_scan: pages_to_scan.max(1), sleep_millisecs, ..k.ksmd.settings() };
+        k.ksmd.set_settings(settings);
         true
     }
 
@@ -393,7 +404,7 @@ impl Host {
         st.shared -= 1;
         st.zero -= zero as u64;
         let freed = match &mut s.ksm {
-            Some((k, base)) => k.unmap(base[vm as usize] + ppn),
+            Some(k) => k.ksmd.unmap(k.base[vm as usize] + ppn),
             None => s.unref(f),
         };
         if freed {
@@ -439,8 +450,8 @@ impl Host {
             for (ppn, e) in v.p2m.iter() {
                 let PageState::Shared(f) = e.state() else { continue };
                 let known = match &s.ksm {
-                    Some((k, base)) if f == ZERO_PAGE => k.zero_mapped(base[i] + ppn),
-                    Some((k, base)) => k.ksm_page(base[i] + ppn) == Some(f),
+                    Some(k) if f == ZERO_PAGE => k.ksmd.zero_mapped(k.base[i] + ppn),
+                    Some(k) => k.ksmd.ksm_page(k.base[i] + ppn) == Some(f),
                     None => s.frames.get(f).is_some_and(|fr| fr.refs > 0),
                 };
                 if !known {
@@ -459,18 +470,21 @@ impl Host {
                 return Err(format!("VM '{}': {shared} shared pages ({zero} zero) mapped but {} ({}) counted", v.name, st.shared, st.zero));
             }
         }
-        let listed = match &s.ksm {
-            Some((k, _)) => {
-                k.check()?;
-                if k.counters().ksm_zero_pages != zero_mapped {
-                    return Err(format!("{zero_mapped} pages map the zero page but ksm_zero_pages is {}", k.counters().ksm_zero_pages));
+        match &s.ksm {
+            Some(k) => {
+                k.ksmd.check()?;
+                let zeros = k.ksmd.counters().ksm_zero_pages;
+                if zeros != zero_mapped {
+                    return Err(format!("{zero_mapped} pages map the zero page but ksm_zero_pages is {zeros}"));
                 }
-                k.frames_in_use()
             }
-            None => s.table.len() as u64,
-        };
-        if refs.len() as u64 != s.frames_in_use() || listed != s.frames_in_use() {
-            return Err(format!("{} shared frames mapped, {listed} listed, {} counted", refs.len(), s.frames_in_use()));
+            None if s.table.len() as u64 != s.in_use => {
+                return Err(format!("{} shared frames in the table, {} counted", s.table.len(), s.in_use));
+            }
+            None => {}
+        }
+        if refs.len() as u64 != s.frames_in_use() {
+            return Err(format!("{} shared frames mapped, {} counted", refs.len(), s.frames_in_use()));
         }
         for (f, n) in refs {
             if s.refs(f) != n {
