@@ -131,7 +131,8 @@ fn ksm_settings_are_checked() {
     let e = bad("run = 2", "kvm");
     assert!(e.contains("host.ksm.run") && e.contains("0 (stopped) or 1"), "{e}");
     let e = bad("scan_rate = 5", "kvm");
-    assert!(e.contains("unknown KSM setting 'scan_rate'"), "{e}");
+    assert!(e.contains("unknown KSM setting 'scan_rate'") && e.ends_with("smart_scan, run"), "{e}");
+    assert!(!bad("pages_to_scan = 0", "kvm").contains("run"), "a bounds error lists no names");
     let e = bad("run = 1", "esx");
     assert!(e.contains("host.ksm") && e.contains("kvm host's"), "{e}");
     // The resolved scenario writes the KSM table back, and reading it again gives the same.

@@ -168,7 +168,9 @@ fn resolve_sharing(c: &Ctx, h: &RawHost, profile: HostProfile) -> Result<Option<
                     _ => return c.err(v.span(), &field, "must be 0 (stopped) or 1 (running)"),
                 };
             } else {
-                k.settings.set(name, n).or_else(|m| c.err(v.span(), &field, format!("{m}; or run (0 or 1)")))?;
+                // An unknown name's message lists the tunables; `run` is one more here.
+                let m = |m: String| if m.starts_with("unknown") { format!("{m}, run") } else { m };
+                k.settings.set(name, n).or_else(|e| c.err(v.span(), &field, m(e)))?;
             }
         }
         return Ok(Some(PshareSettings { ksm: Some(k), ..d }));
