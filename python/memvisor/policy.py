@@ -9,7 +9,7 @@ dicts with the `VmView` fields (`id`, `name`, `memory`, `reservation`, `limit`, 
 `granted`, `guest_total`, `guest_free`, `guest_available`, `swap_in`, `swap_out`, `major_faults`,
 `memory_stall_ns`, `host_stall_ns`, `committed`, `guest_reserve` (None where the host cannot see
 it), `balloon_size`, `balloon_target`, `balloon_max`, `swapped`,
-`active_sample`, ...; sizes in bytes). Decisions are dicts made with the helpers below.
+`active_sample`, `large_pages`, ...; sizes in bytes). Decisions are dicts made with the helpers below.
 """
 
 from __future__ import annotations
@@ -50,8 +50,14 @@ def blocked(vm_id: int, is_blocked: bool, reason: str) -> dict:
     return {"vm_id": vm_id, "kind": "blocked", "blocked": bool(is_blocked), "reason": reason}
 
 
+def break_large_pages(vm_id: int, share_now: bool, reason: str) -> dict:
+    """Break VM `vm_id`'s large pages so its small pages can share; with `share_now`, share what
+    the scanner has already hashed at once (ESX 6.0's clear state)."""
+    return {"vm_id": vm_id, "kind": "break_large_pages", "share_now": bool(share_now), "reason": reason}
+
+
 def memory_state(state: str, reason: str) -> dict:
-    """The host's memory state as the policy judges it (high, soft, hard, low, ...)."""
+    """The host's memory state as the policy judges it (high, clear, soft, hard, low, ...)."""
     return {"vm_id": None, "kind": "memory_state", "state": state, "reason": reason}
 
 

@@ -45,6 +45,7 @@ fn vm_view(d: &Bound<'_, PyDict>) -> PyResult<VmView> {
         active_sample: field(d, &w, "active_sample")?,
         active_sample_now: field(d, &w, "active_sample_now")?,
         active_periods: f("active_periods")?,
+        large_pages: f("large_pages")?,
         name,
     })
 }
@@ -87,6 +88,7 @@ pub fn decision_dict<'py>(py: Python<'py>, d: &Decision) -> PyResult<Bound<'py, 
         Action::SetSwapTarget { bytes } => (e.set_item("kind", "swap_target")?, e.set_item("bytes", bytes)?),
         Action::SetBlocked { blocked } => (e.set_item("kind", "blocked")?, e.set_item("blocked", blocked)?),
         Action::SetMemoryState { state } => (e.set_item("kind", "memory_state")?, e.set_item("state", state)?),
+        Action::BreakLargePages { share_now } => (e.set_item("kind", "break_large_pages")?, e.set_item("share_now", share_now)?),
         Action::SetSharing { run, pages_to_scan, sleep_ms } => {
             e.set_item("kind", "sharing")?;
             e.set_item("run", run)?;
@@ -139,6 +141,7 @@ pub fn view_dict<'py>(py: Python<'py>, v: &HostView) -> PyResult<Bound<'py, PyDi
             ("compression_cache", m.compression_cache),
             ("swap_target", m.swap_target),
             ("active_periods", m.active_periods),
+            ("large_pages", m.large_pages),
         ] {
             e.set_item(k, x)?;
         }
@@ -154,7 +157,7 @@ pub fn view_dict<'py>(py: Python<'py>, v: &HostView) -> PyResult<Bound<'py, PyDi
 }
 
 /// The memory states a decision may name (`SetMemoryState` holds a static name).
-const STATES: &[&str] = &["high", "soft", "hard", "low", "normal", "pressure", "critical"];
+const STATES: &[&str] = &["high", "clear", "soft", "hard", "low", "normal", "pressure", "critical"];
 
 /// A decision from its dict (the inverse of [`decision_dict`]); `who` names the source in errors.
 pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
@@ -171,6 +174,7 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
         "grant_limit" => Action::SetGrantLimit { bytes: num("bytes")? },
         "swap_target" => Action::SetSwapTarget { bytes: num("bytes")? },
         "blocked" => Action::SetBlocked { blocked: get("blocked")?.extract()? },
+        "break_large_pages" => Action::BreakLargePages { share_now: get("share_now")?.extract()? },
         "sharing" => Action::SetSharing { run: get("run")?.extract()?, pages_to_scan: num("pages_to_scan")?, sleep_ms: num("sleep_ms")? },
         "memory_state" => {
             let s: String = get("state")?.extract()?;
@@ -182,7 +186,7 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
         }
         other => {
             return Err(PyValueError::new_err(format!(
-                "{who}: unknown decision kind '{other}' (kinds: balloon_target, grant_limit, swap_target, blocked, sharing, memory_state)"
+                "{who}: unknown decision kind '{other}' (kinds: balloon_target, grant_limit, swap_target, blocked, break_large_pages, sharing, memory_state)"
             )));
         }
     };

@@ -111,3 +111,67 @@ fn pages_a_program_holds_in_common_stay_shared_when_guests_write() {
     let gained = common - private;
     assert!((15.0..=21.0).contains(&gained), "common pages shared {gained:.1} MiB more (private {private:.1}, common {common:.1})");
 }
+
+/// Two idle 256 MiB guests zero their memory at boot, backed with large pages, and a third
+/// touches `grow` of fresh memory from 100 s, on a host of `host` under the `esx` policy with
+/// state table `table`. Returns, per second: (MiB shared over all VMs, whether any VM had a
+/// balloon or swapped pages), with every invariant checked each second; and the run's decisions.
+fn large_pages_run(host: &str, grow: &str, table: &str) -> (Vec<(f64, bool)>, Vec<memvisor::controller::DecisionRecord>) {
+    let text = format!(
+        "name = \"t\"\nduration = \"200s\"\n[host]\nmemory = \"{host}\"\nprofile = \"esx\"\npolicy = \"esx\"\n\
+         esx_states = \"{table}\"\nhypervisor = \"64MiB\"\nsample_interval = \"10s\"\npage_sharing = true\n\
+         share_scan_time = \"60s\"\nshare_force_salting = 0\nlarge_pages = true\n\
+         [[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
+         [[vm]]\nname = \"g\"\ncount = 2\nmemory = \"256MiB\"\nkernel_reserved = \"16MiB\"\nimage = \"img\"\n\
+         image_common = \"8MiB\"\nzero_memory_at = \"0s\"\ndatastore = \"d\"\nworkload = {{ kind = \"idle\", footprint = \"1MiB\" }}\n\
+         [[vm]]\nname = \"grow\"\nmemory = \"1280MiB\"\nkernel_reserved = \"16MiB\"\ndatastore = \"d\"\n\
+         workload = {{ kind = \"stress\", pages = \"{grow}\", passes = 1000, start = \"100s\" }}\n"
+    );
+    let mut sim = Simulation::new(&scenario(&text)).unwrap_or_else(|e| panic!("{e}"));
+    let mut per_second = Vec::new();
+    for t in 1..=200u64 {
+        sim.run_until(t * 1_000_000_000).unwrap_or_else(|e| panic!("{e}"));
+        sim.check_invariants().unwrap_or_else(|e| panic!("invariant broken by t={t}s: {e}"));
+        let h = sim.world().host();
+        let shared = (0..3).map(|vm| shared(&sim, vm)).sum::<f64>();
+        let reclaimed = h.vms().iter().any(|v| v.ballooned + v.swapped > 0);
+        per_second.push((shared, reclaimed));
+    }
+    (per_second, sim.results().decisions)
+}
+
+/// ESX 6.0 breaks large pages once free memory falls below 400 % of minFree, and their small
+/// pages then share as the scanner reaches them; ESX 5.x (`minfree5`) keeps them whole until it
+/// must reclaim, so at the same free memory nothing shares. Neither reclaims anything here:
+/// 800 MiB of growth leaves about 250 % of the 2 GiB host's minFree (123 MiB) free.
+#[test]
+fn esx6_breaks_large_pages_as_memory_tightens_and_they_share_as_scanned() {
+    let (six, decisions) = large_pages_run("2GiB", "800MiB", "minfree6");
+    let (five, _) = large_pages_run("2GiB", "800MiB", "minfree5");
+    assert!(six.iter().chain(&five).all(|&(_, reclaimed)| !reclaimed), "nothing ballooned or swapped");
+    assert!(six[99].0 == 0.0 && five.iter().all(|&(s, _)| s == 0.0), "nothing shares while pages are large");
+    let breaks: Vec<_> = decisions.iter().filter(|d| d.action == "break large pages").collect();
+    assert_eq!(breaks.len(), 3, "each VM's large pages broken once: {breaks:?}");
+    assert!(breaks.iter().all(|d| (100e9..110e9).contains(&(d.time_ns as f64))), "when the growth begins");
+    // Waiting for the scanner: a 60 s scan shares the two guests' zeroed 480 MiB over a minute,
+    // not at once.
+    let (at_105, at_199) = (six[104].0, six[198].0);
+    assert!(at_105 < 0.25 * at_199, "shared {at_105:.0} MiB at 105 s, {at_199:.0} MiB at 199 s");
+    assert!(at_199 > 470.0, "the zeroed memory of both guests shares: {at_199:.0} MiB");
+}
+
+/// In the clear state (below minFree) ESX 6.0 shares at once what the scanner hashed while the
+/// pages were large (KB 1021095's pre-generated hashes), so free memory recovers without any
+/// ballooning or swapping; growth of 1,010 MiB on a 1,950 MiB host leaves about 90 % of minFree.
+#[test]
+fn esx6_clear_state_shares_the_pre_hashed_pages_at_once() {
+    let (six, decisions) = large_pages_run("1950MiB", "1010MiB", "minfree6");
+    assert!(decisions.iter().any(|d| d.action == "memory state clear"), "the host enters clear");
+    let first = decisions.iter().find(|d| d.action.starts_with("break large pages")).expect("a break");
+    assert_eq!(first.action, "break large pages and share the hashed pages now");
+    let t = (first.time_ns / 1_000_000_000) as usize;
+    // Both guests' zeroed memory (2 x 240 MiB less the idle process) is hashed by then (two
+    // passes of 60 s) and shares within the second.
+    assert!(six[t].0 > 470.0, "shared {:.0} MiB one second after the break", six[t].0);
+    assert!(six.iter().all(|&(_, reclaimed)| !reclaimed), "nothing ballooned or swapped");
+}

@@ -33,16 +33,16 @@ def write_ksm(knob: str, value: int) -> None:
     (KSM / knob).write_text(str(value))
 
 
-def referenced(pid: int) -> tuple[int, int]:
-    """(Rss, Referenced) of process `pid`, bytes, from smaps_rollup: pages touched since the last
-    `clear_refs`, the live analogue of ESX's active-memory sampling."""
-    rss = ref = 0
+def referenced(pid: int) -> tuple[int, int, int]:
+    """(Rss, Referenced, AnonHugePages) of process `pid`, bytes, from smaps_rollup: pages touched
+    since the last `clear_refs` (the live analogue of ESX's active-memory sampling), and memory
+    backed by transparent huge pages (what KSM cannot merge until the kernel splits them)."""
+    want = {"Rss:": 0, "Referenced:": 0, "AnonHugePages:": 0}
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Rss:"):
-            rss = int(line.split()[1]) * 1024
-        elif line.startswith("Referenced:"):
-            ref = int(line.split()[1]) * 1024
-    return rss, ref
+        key, _, rest = line.partition(" ")
+        if key in want:
+            want[key] = int(rest.split()[0]) * 1024
+    return want["Rss:"], want["Referenced:"], want["AnonHugePages:"]
 
 
 def clear_refs(pid: int) -> None:

@@ -114,14 +114,14 @@ class LiveHost:
             vm.balloon_target = balloon
         cg = vm.cgroup
         try:
-            rss, ref = hostfs.referenced(vm.pid) if vm.pid else (0, 0)
+            rss, ref, huge = hostfs.referenced(vm.pid) if vm.pid else (0, 0, 0)
             if vm.pid:
                 hostfs.clear_refs(vm.pid)
             granted = cg.usage() if cg else rss
             swapped = cg.swapped() if cg else 0
             stall = cg.stall_ns() if cg else None
         except OSError:
-            rss = ref = granted = swapped = 0
+            rss = ref = huge = granted = swapped = 0
             stall = None
         vm.periods += 1
         pages = vm.memory // PAGE
@@ -161,6 +161,7 @@ class LiveHost:
             "active_sample": (pages, min(pages, ref // PAGE)),
             "active_sample_now": (0, 0),
             "active_periods": vm.periods,
+            "large_pages": huge,
             "stats_time": int(stats and stats.get("last-update", 0) or 0),
         }
         vm.last = v
@@ -224,6 +225,8 @@ class LiveHost:
                 return self._grant_limit(vm, d["bytes"])
         except OSError as e:
             return f"failed: {e}"
+        if kind == "break_large_pages":
+            return "not applied: a KVM host splits transparent huge pages by its own reclaim; it has no per-VM call to break them"
         if kind == "swap_target":
             return "not applied: a live host has no per-VM swap target (the host kernel swaps a VM's cgroup by its own reclaim)"
         return f"refused: unknown action '{kind}'"

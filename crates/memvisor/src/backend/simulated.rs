@@ -211,6 +211,7 @@ impl Backend for SimulatedHost {
                 active_sample: h.sample().last,
                 active_sample_now: (h.sample().pages.len() as u64, h.sample().touched),
                 active_periods: h.sample().periods,
+                large_pages: if self.host.has_large_pages(i as u32) { h.granted * PAGE_SIZE } else { 0 },
             })
             .collect();
         Ok(HostView {
@@ -270,6 +271,16 @@ impl Backend for SimulatedHost {
             }
             Action::SetBlocked { blocked: true } => {
                 self.blocked[i].get_or_insert(self.now);
+            }
+            Action::BreakLargePages { share_now } => {
+                if !share_now {
+                    self.host.break_large_pages(i as u32);
+                    return Ok(APPLIED.into());
+                }
+                let mut mems: Vec<&mut dyn GuestMemory> = self.guests.iter_mut().map(|g| g as &mut dyn GuestMemory).collect();
+                let shared = self.host.break_large_pages_and_share(i as u32, &mut mems);
+                self.settle()?;
+                return Ok(format!("{APPLIED}: {shared} hashed pages shared"));
             }
             Action::SetBlocked { blocked: false } => {
                 if let Some(since) = self.blocked[i].take() {

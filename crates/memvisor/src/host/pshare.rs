@@ -93,6 +93,9 @@ pub struct VmShare {
     owed: u128,
     /// The VM's memory is still backed with large pages (nothing of it shares).
     pub large_pages: bool,
+    /// The content each page held when the scanner last hashed it while large pages backed it
+    /// (the "pre-generated hashes" of KB 1021095), by page, until they are used to share.
+    hashed: FxHashMap<u32, u64>,
     /// Guest pages mapping a shared frame (SHRD).
     pub shared: u64,
     /// Of those, zero pages (ZERO).
@@ -272,11 +275,36 @@ impl Host {
         }
     }
 
-    /// Breaks VM `vm`'s large pages: its memory may share from now on.
+    /// Breaks VM `vm`'s large pages: its memory may share from now on, as the scanner reaches it.
+    /// The hashes taken while they were whole are kept for [`Host::break_large_pages_and_share`].
     pub fn break_large_pages(&mut self, vm: u32) {
         if let Some(s) = &mut self.pshare {
             s.vms[vm as usize].large_pages = false;
         }
+    }
+
+    /// Whether VM `vm`'s memory is still backed with large pages (nothing of it shares).
+    pub fn has_large_pages(&self, vm: u32) -> bool {
+        self.pshare.as_ref().is_some_and(|s| s.vms[vm as usize].large_pages)
+    }
+
+    /// Breaks VM `vm`'s large pages (if still whole) and shares at once what the scanner hashed
+    /// while they were whole, as ESX 6.0 does in its clear state ("actively call TPS"; KB 1021095:
+    /// it "tries to share those small pages using the pre-generated hashes"). A page written since
+    /// its hash was taken fails the full compare and waits for the scanner, as do pages never
+    /// hashed. Returns the pages shared.
+    pub fn break_large_pages_and_share(&mut self, vm: u32, guests: &mut [&mut dyn GuestMemory]) -> u64 {
+        let Some(s) = &mut self.pshare else { return 0 };
+        let mut hashed: Vec<(u32, u64)> = std::mem::take(&mut s.vms[vm as usize].hashed).into_iter().collect();
+        hashed.sort_unstable();
+        self.break_large_pages(vm);
+        let mut shared = 0;
+        for (ppn, content) in hashed {
+            if takeable(self.vms[vm as usize].p2m.get(ppn)) && guests[vm as usize].content_id(ppn) == content {
+                shared += self.try_share(vm, ppn, content, true, guests) as u64;
+            }
+        }
+        shared
     }
 
     /// One wake-up of the scanner at `now`: each VM's share of pages visited. Returns when it
@@ -344,6 +372,9 @@ impl Host {
         st.cpu_ns += s.settings.hash_ns;
         let content = guests[vm as usize].content_id(ppn);
         let large = st.large_pages;
+        if large {
+            st.hashed.insert(ppn, content);
+        }
         self.try_share(vm, ppn, content, !large, guests);
     }
 

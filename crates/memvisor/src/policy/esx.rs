@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use super::esx_states::{StateTable, TABLES};
+use super::esx_states::{Mechanisms, StateTable, TABLES};
 use super::{Action, Decision, HostView, Policy, VmId, VmView};
 use crate::units::{PAGE_SIZE, human_bytes};
 
@@ -59,6 +59,13 @@ fn held(v: &VmView) -> u64 {
     (v.granted + v.compression_cache) / PAGE_SIZE
 }
 
+/// What a state runs, in words.
+fn mechanisms(does: Mechanisms) -> String {
+    let named = [(does.share_now, "share now"), (does.balloon, "balloon"), (does.swap, "swap"), (does.block, "block VMs above target")];
+    let on: Vec<&str> = named.iter().filter(|(on, _)| *on).map(|(_, what)| *what).collect();
+    if on.is_empty() { "no reclamation".into() } else { on.join(", ") }
+}
+
 /// What the policy last set for a VM, pages.
 #[derive(Clone, Copy, Debug, Default)]
 struct Set {
@@ -77,12 +84,25 @@ pub struct Esx {
     last_balance: Option<u64>,
     /// Per VM, what was last set.
     set: BTreeMap<VmId, Set>,
+    /// VMs seen with large pages, and what was asked of them.
+    large: BTreeMap<VmId, Large>,
+}
+
+/// Where a VM seen with large pages stands (ESX 6.0's breaking).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Large {
+    /// Nothing asked yet.
+    Whole,
+    /// Asked broken; its small pages share as the scanner reaches them.
+    Broken,
+    /// Asked to share what was hashed while whole.
+    Shared,
 }
 
 impl Esx {
     /// The scheduler with a state table and an idle tax (0..1).
     pub fn new(table: &'static StateTable, tax: f64) -> Self {
-        Self { table, tax, state: 0, active: BTreeMap::new(), last_balance: None, set: BTreeMap::new() }
+        Self { table, tax, state: 0, active: BTreeMap::new(), last_balance: None, set: BTreeMap::new(), large: BTreeMap::new() }
     }
 
     /// The default: the ESX 3.x/4.0 table and a 75 % idle tax (`Mem.IdleTax`).
@@ -116,6 +136,47 @@ impl Esx {
     fn rho(&self, shares: u64, pages: u64, active: f64) -> f64 {
         let k = 1.0 / (1.0 - self.tax.min(0.999));
         shares as f64 / (pages.max(1) as f64 * (active + k * (1.0 - active)))
+    }
+
+    /// Large pages (ESX 6.0): a VM's are broken once free memory falls below the table's
+    /// threshold and its small pages share as the scanner reaches them; in a state that shares at
+    /// once (`clear` and below) the pages the scanner hashed while they were whole share now.
+    /// Each asked once per VM that was seen with large pages.
+    fn break_large_pages(&mut self, view: &HostView, basis: f64) -> Vec<Decision> {
+        let threshold = self.table.break_large_below * basis;
+        let state = self.table.states[self.state];
+        let mut out = Vec::new();
+        for v in &view.vms {
+            if v.large_pages > 0 {
+                self.large.entry(v.id).or_insert(Large::Whole);
+            }
+            let Some(large) = self.large.get_mut(&v.id) else { continue };
+            let asked = match *large {
+                Large::Whole if state.does.share_now => Action::BreakLargePages { share_now: true },
+                Large::Whole if v.large_pages > 0 && (view.host_free as f64) < threshold => Action::BreakLargePages { share_now: false },
+                Large::Broken if state.does.share_now => Action::BreakLargePages { share_now: true },
+                _ => continue,
+            };
+            *large = if state.does.share_now { Large::Shared } else { Large::Broken };
+            let reason = format!(
+                "state {}, host free {} ({:.0} % of minFree {}; table {} breaks large pages below {:.0} %): '{}' has {} in large pages; {}",
+                state.name,
+                human_bytes(view.host_free),
+                view.host_free as f64 / basis * 100.0,
+                human_bytes(basis as u64),
+                self.table.name,
+                self.table.break_large_below * 100.0,
+                v.name,
+                human_bytes(v.large_pages),
+                if state.does.share_now {
+                    format!("state {} shares what the scanner hashed while they were whole now", state.name)
+                } else {
+                    "its small pages share as the scanner reaches them".to_string()
+                }
+            );
+            out.push(Decision { vm: Some(v.id), action: asked, reason });
+        }
+        out
     }
 
     /// Min-funding revocation: each VM's allocation target, in pages, so that the VMs together
@@ -174,12 +235,7 @@ impl Policy for Esx {
                     },
                     self.table.name,
                     s.name,
-                    match (s.does.balloon, s.does.swap, s.does.block) {
-                        (_, _, true) => "balloon, swap and block VMs above target",
-                        (_, true, _) => "swap and balloon",
-                        (true, _, _) => "balloon",
-                        _ => "no reclamation",
-                    }
+                    mechanisms(s.does)
                 ),
             });
             self.state = state;
@@ -189,6 +245,7 @@ impl Policy for Esx {
         // a blocked VM runs again as soon as it is within its target (ESX blocks a VM only while
         // it is above its target).
         let does_now = self.table.states[self.state].does;
+        out.extend(self.break_large_pages(view, basis));
         let due = self.last_balance.is_none_or(|t| view.time_ns >= t + BALANCE_PERIOD_NS) || does_now.swap || does_now.block;
         if !(changed || due) {
             return out;

@@ -11,6 +11,9 @@ pub struct Mechanisms {
     pub swap: bool,
     /// Stop VMs above their target.
     pub block: bool,
+    /// Break the VMs' large pages and offer their small pages for sharing at once, by the hashes
+    /// the scanner has already taken (ESX 6.0's clear state: "actively call TPS").
+    pub share_now: bool,
 }
 
 /// One state of a table.
@@ -48,12 +51,17 @@ pub struct StateTable {
     /// (hysteresis). The sources say only "significantly exceeding the higher threshold"; 1.25 keeps
     /// each return point below the next state's entry point, so a recovering host cannot skip a state.
     pub up: f64,
+    /// Below this fraction of the basis the host breaks the VMs' large pages, so their small pages
+    /// share as the scanner reaches them (ESX 6.0: 400 % of minFree, the high state's threshold:
+    /// "break large pages when below threshold (wait for TPS)"). 0 where the table leaves large
+    /// pages until the host reclaims (ESX 3 to 5: KB 1021095).
+    pub break_large_below: f64,
 }
 
-const NONE: Mechanisms = Mechanisms { balloon: false, swap: false, block: false };
-const BALLOON: Mechanisms = Mechanisms { balloon: true, swap: false, block: false };
-const SWAP: Mechanisms = Mechanisms { balloon: true, swap: true, block: false };
-const BLOCK: Mechanisms = Mechanisms { balloon: true, swap: true, block: true };
+const NONE: Mechanisms = Mechanisms { balloon: false, swap: false, block: false, share_now: false };
+const BALLOON: Mechanisms = Mechanisms { balloon: true, swap: false, block: false, share_now: false };
+const SWAP: Mechanisms = Mechanisms { balloon: true, swap: true, block: false, share_now: false };
+const BLOCK: Mechanisms = Mechanisms { balloon: true, swap: true, block: true, share_now: false };
 
 /// ESX 3.x/4.0 (Waldspurger, OSDI 2002, 6.3; VMware's ESX 4 memory white paper): ballooning starts
 /// as free memory falls below 6 % toward the soft threshold (4 %), swapping below 2 % (hard), and
@@ -69,6 +77,7 @@ pub const ESX3: StateTable = StateTable {
         State { name: "low", below: 0.01, does: BLOCK },
     ],
     up: 1.25,
+    break_large_below: 0.0,
 };
 
 /// The thresholds seed 000 narrates (balloon below 6 %, swap below 4 %, block below 2 %): the
@@ -84,6 +93,7 @@ pub const SEED000: StateTable = StateTable {
         State { name: "low", below: 0.02, does: BLOCK },
     ],
     up: 1.25,
+    break_large_below: 0.0,
 };
 
 /// ESX 5.x (Mem.MinFreePct sliding scale): soft below 64 % of minFree (balloon), hard below 32 %
@@ -99,22 +109,26 @@ pub const MINFREE5: StateTable = StateTable {
         State { name: "low", below: 0.16, does: BLOCK },
     ],
     up: 1.25,
+    break_large_below: 0.0,
 };
 
-/// ESX 6.x: as 5.x with a "clear" state below 100 % of minFree (sharing only) and no ballooning in
-/// hard (Epping, yellow-bricks.com, 2015).
+/// ESX 6.x: as 5.x with a "clear" state below 100 % of minFree and no ballooning in hard (Epping,
+/// yellow-bricks.com, 2015: high 400 %, "break large pages when below threshold (wait for TPS)";
+/// clear 100 %, "break large pages and actively call TPS to collapse pages"; soft, hard and low
+/// run TPS too, so a host falling straight past clear shares at once as well).
 pub const MINFREE6: StateTable = StateTable {
     name: "minfree6",
     basis: Basis::MinFree,
     goal: 1.0,
     states: &[
         State { name: "high", below: f64::INFINITY, does: NONE },
-        State { name: "clear", below: 1.0, does: NONE },
-        State { name: "soft", below: 0.64, does: BALLOON },
-        State { name: "hard", below: 0.32, does: Mechanisms { balloon: false, swap: true, block: false } },
-        State { name: "low", below: 0.16, does: Mechanisms { balloon: false, swap: true, block: true } },
+        State { name: "clear", below: 1.0, does: Mechanisms { share_now: true, ..NONE } },
+        State { name: "soft", below: 0.64, does: Mechanisms { share_now: true, ..BALLOON } },
+        State { name: "hard", below: 0.32, does: Mechanisms { balloon: false, swap: true, block: false, share_now: true } },
+        State { name: "low", below: 0.16, does: Mechanisms { balloon: false, swap: true, block: true, share_now: true } },
     ],
     up: 1.25,
+    break_large_below: 4.0,
 };
 
 /// Every table, by name.

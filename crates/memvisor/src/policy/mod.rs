@@ -90,6 +90,9 @@ pub struct VmView {
     pub active_sample_now: (u64, u64),
     /// Complete sampling periods so far.
     pub active_periods: u64,
+    /// Guest memory backed with 2 MiB host pages, bytes (ESX with a hardware MMU; on KVM, the
+    /// AnonHugePages of QEMU's smaps_rollup): none of it shares until broken.
+    pub large_pages: u64,
 }
 
 /// The host's same-page merging (KSM; ESX TPS) as a policy can see and set it.
@@ -166,6 +169,13 @@ pub enum Action {
         pages_to_scan: u64,
         /// Sleep between wake-ups, ms.
         sleep_ms: u64,
+    },
+    /// Break the VM's large pages (2 MiB host pages backing its memory), so its small pages can
+    /// share; with `share_now`, also offer at once every page the sharing scanner has hashed (ESX
+    /// 6.0's clear state). A KVM host splits huge pages by its own reclaim: no per-VM call.
+    BreakLargePages {
+        /// Whether to share what the scanner has hashed now rather than as it next reaches it.
+        share_now: bool,
     },
     /// The host's memory state as the policy judges it (ESX high, soft, hard, low), for the record
     /// and the time series (host-wide).
@@ -278,6 +288,8 @@ impl std::fmt::Display for Action {
             Self::SetSharing { run: true, pages_to_scan, sleep_ms } => {
                 write!(f, "share pages: scan {pages_to_scan} pages every {sleep_ms} ms")
             }
+            Self::BreakLargePages { share_now: false } => write!(f, "break large pages"),
+            Self::BreakLargePages { share_now: true } => write!(f, "break large pages and share the hashed pages now"),
             Self::SetMemoryState { state } => write!(f, "memory state {state}"),
         }
     }
