@@ -115,7 +115,7 @@ impl Guest {
         // (whose page-table entry is cached by now), so that a fault finds both there. Small
         // tables stay cached anyway; there it would only cost time.
         let ahead = (mm.pte.len() >= PREFETCH_MIN_PAGES).then_some(|near: u32, far: u32| {
-            prefetch(&mm.pte[(start + far) as usize]);
+            crate::prefetch(&mm.pte[(start + far) as usize]);
             let pte = mm.pte[(start + near) as usize];
             if pte & PTE_SWAP != 0 {
                 swap.prefetch(pte & PTE_MASK);
@@ -179,16 +179,4 @@ impl Guest {
             Touch::Killed => Err(Progress::Killed),
         }
     }
-}
-
-/// Asks the CPU to bring `x`'s cache line in without waiting for it (a hint: no effect on results).
-#[inline(always)]
-pub(super) fn prefetch<T>(x: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults, whatever the address; this one is a valid reference.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((x as *const T).cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = x;
 }

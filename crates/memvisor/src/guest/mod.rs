@@ -461,6 +461,12 @@ impl GuestMemory for Guest {
         self.pages.content.get(ppn as usize).copied().unwrap_or(crate::content::ZERO)
     }
 
+    fn prefetch_content(&self, ppn: u32) {
+        if let Some(c) = self.pages.content.get(ppn as usize) {
+            crate::prefetch(c);
+        }
+    }
+
     fn content(&self, ppn: u32) -> Content {
         if ppn as usize >= self.pages.len() {
             return Content::Generic;

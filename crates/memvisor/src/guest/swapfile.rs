@@ -113,7 +113,7 @@ impl SwapArea {
     #[inline]
     pub fn prefetch(&self, s: u32) {
         if let Some(e) = self.entries.get(s as usize) {
-            super::access::prefetch(e);
+            crate::prefetch(e);
         }
     }
 

@@ -704,7 +704,7 @@ impl Guest {
         let Some(q) = self.lru.tail(0, LruList::Exact) else { return };
         let (pid, vpn) = (self.pages.owner[q as usize], self.pages.index[q as usize]);
         if let Some(pte) = self.procs.get(pid as usize).and_then(|pr| pr.mm.pte.get(vpn as usize)) {
-            super::access::prefetch(pte);
+            crate::prefetch(pte);
         }
         self.swap.prefetch(self.pages.swap[q as usize]);
     }

@@ -235,6 +235,8 @@ pub trait GuestMemory {
     fn content(&self, ppn: u32) -> Content;
     /// What the page holds, as a content identity (`crate::content`), for page sharing.
     fn content_id(&self, ppn: u32) -> u64;
+    /// A hint that `content_id(ppn)` is asked for soon (a scanner ahead of its visits).
+    fn prefetch_content(&self, _ppn: u32) {}
 }
 
 /// The host's memory.

@@ -82,11 +82,14 @@ impl Default for PshareSettings {
     }
 }
 
+/// Pages the scanner takes together, so that their cache misses overlap.
+const SCAN_BATCH: usize = 64;
+
 /// One VM's sharing state and counters (esxtop names).
 #[derive(Clone, Debug, Default)]
 pub struct VmShare {
-    /// Position in the VM's scan order.
-    cursor: u64,
+    /// The next page in the VM's scan order.
+    next: u64,
     /// Step through the VM's pages: coprime with their number, so a pass visits each page once.
     stride: u64,
     /// Scan budget carried between wake-ups, in pages times `scan_time_ns`.
@@ -322,11 +325,35 @@ impl Host {
             st.owed += n as u128 * period as u128;
             let budget = (st.owed / scan_time as u128) as u64;
             st.owed %= scan_time as u128;
-            for _ in 0..budget {
+            // Random order misses the cache on every page, so a batch's misses are overlapped:
+            // first the map entries are asked for, then the content of the pages that will be
+            // hashed (backed and settled: visiting only those is the same scan, as a visit can
+            // only make a later page unshareable), then those are visited.
+            let step = |p: u64, by: u64| if p + by >= n { p + by - n } else { p + by };
+            let mut left = budget;
+            while left > 0 {
+                let k = left.min(SCAN_BATCH as u64) as usize;
+                left -= k as u64;
                 let st = &mut self.pshare.as_mut().expect("on").vms[vm];
-                let ppn = (st.cursor % n * st.stride % n) as u32;
-                st.cursor += 1;
-                self.share_visit(vm as u32, ppn, guests);
+                let p2m = &self.vms[vm].p2m;
+                let mut batch = [0u32; SCAN_BATCH];
+                for ppn in &mut batch[..k] {
+                    *ppn = st.next as u32;
+                    // The permutation's next page without a division: stride < n.
+                    st.next = step(st.next, st.stride);
+                    p2m.prefetch(*ppn);
+                }
+                let mut hashed = 0;
+                for j in 0..k {
+                    if takeable(p2m.get(batch[j])) {
+                        guests[vm].prefetch_content(batch[j]);
+                        batch[hashed] = batch[j];
+                        hashed += 1;
+                    }
+                }
+                for &ppn in &batch[..hashed] {
+                    self.share_visit(vm as u32, ppn, guests);
+                }
             }
         }
         Some(now + period)
