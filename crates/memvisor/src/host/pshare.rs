@@ -82,6 +82,9 @@ impl Default for PshareSettings {
     }
 }
 
+/// A page never hashed while large (content identities are below 2^55: `content.rs`).
+const NOT_HASHED: u64 = u64::MAX;
+
 /// Pages the scanner takes together, so that their cache misses overlap.
 const SCAN_BATCH: usize = 64;
 
@@ -97,8 +100,10 @@ pub struct VmShare {
     /// The VM's memory is still backed with large pages (nothing of it shares).
     pub large_pages: bool,
     /// The content each page held when the scanner last hashed it while large pages backed it
-    /// (the "pre-generated hashes" of KB 1021095), by page, until they are used to share.
-    hashed: FxHashMap<u32, u64>,
+    /// (the "pre-generated hashes" of KB 1021095; [`NOT_HASHED`] for none), by page: empty until
+    /// the first such visit, taken when they are used to share. Kept after host reclaim breaks the
+    /// large pages (ESX keeps its hashes), so 8 bytes a page of a large-backed VM until then.
+    hashed: Vec<u64>,
     /// Guest pages mapping a shared frame (SHRD).
     pub shared: u64,
     /// Of those, zero pages (ZERO).
@@ -298,12 +303,17 @@ impl Host {
     /// hashed. Returns the pages shared.
     pub fn break_large_pages_and_share(&mut self, vm: u32, guests: &mut [&mut dyn GuestMemory]) -> u64 {
         let Some(s) = &mut self.pshare else { return 0 };
-        let mut hashed: Vec<(u32, u64)> = std::mem::take(&mut s.vms[vm as usize].hashed).into_iter().collect();
-        hashed.sort_unstable();
+        let hashed = std::mem::take(&mut s.vms[vm as usize].hashed);
+        let compare_ns = s.settings.hash_ns;
         self.break_large_pages(vm);
         let mut shared = 0;
-        for (ppn, content) in hashed {
-            if takeable(self.vms[vm as usize].p2m.get(ppn)) && guests[vm as usize].content_id(ppn) == content {
+        for (ppn, content) in (0u32..).zip(hashed).filter(|&(_, c)| c != NOT_HASHED) {
+            if !takeable(self.vms[vm as usize].p2m.get(ppn)) {
+                continue;
+            }
+            // The lookup by the kept hash and the compare read the page, as hashing it does.
+            self.pshare.as_mut().expect("on").vms[vm as usize].cpu_ns += compare_ns;
+            if guests[vm as usize].content_id(ppn) == content {
                 shared += self.try_share(vm, ppn, content, true, guests) as u64;
             }
         }
@@ -339,7 +349,7 @@ impl Host {
                 let mut batch = [0u32; SCAN_BATCH];
                 for ppn in &mut batch[..k] {
                     *ppn = st.next as u32;
-                    // The permutation's next page without a division: stride < n.
+                    // The permutation's next page without a division: the stride never exceeds n.
                     st.next = step(st.next, st.stride);
                     p2m.prefetch(*ppn);
                 }
@@ -400,7 +410,10 @@ impl Host {
         let content = guests[vm as usize].content_id(ppn);
         let large = st.large_pages;
         if large {
-            st.hashed.insert(ppn, content);
+            if st.hashed.is_empty() {
+                st.hashed = vec![NOT_HASHED; self.vms[vm as usize].p2m.len() as usize];
+            }
+            st.hashed[ppn as usize] = content;
         }
         self.try_share(vm, ppn, content, !large, guests);
     }

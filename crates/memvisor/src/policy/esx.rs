@@ -86,6 +86,8 @@ pub struct Esx {
     set: BTreeMap<VmId, Set>,
     /// VMs seen with large pages, and what was asked of them.
     large: BTreeMap<VmId, Large>,
+    /// The targets are due at the next tick (sharing freed memory after this view).
+    rebalance: bool,
 }
 
 /// Where a VM seen with large pages stands (ESX 6.0's breaking).
@@ -102,7 +104,16 @@ enum Large {
 impl Esx {
     /// The scheduler with a state table and an idle tax (0..1).
     pub fn new(table: &'static StateTable, tax: f64) -> Self {
-        Self { table, tax, state: 0, active: BTreeMap::new(), last_balance: None, set: BTreeMap::new(), large: BTreeMap::new() }
+        Self {
+            table,
+            tax,
+            state: 0,
+            active: BTreeMap::new(),
+            last_balance: None,
+            set: BTreeMap::new(),
+            large: BTreeMap::new(),
+            rebalance: false,
+        }
     }
 
     /// The default: the ESX 3.x/4.0 table and a 75 % idle tax (`Mem.IdleTax`).
@@ -141,7 +152,8 @@ impl Esx {
     /// Large pages (ESX 6.0): a VM's are broken once free memory falls below the table's
     /// threshold and its small pages share as the scanner reaches them; in a state that shares at
     /// once (`clear` and below) the pages the scanner hashed while they were whole share now.
-    /// Each asked once per VM that was seen with large pages.
+    /// Asked of each VM that was seen with large pages: a break at most once, and a share at most
+    /// once (with the break, if the VM's pages were still whole).
     fn break_large_pages(&mut self, view: &HostView, basis: f64) -> Vec<Decision> {
         let threshold = self.table.break_large_below * basis;
         let state = self.table.states[self.state];
@@ -159,7 +171,7 @@ impl Esx {
             };
             *large = if state.does.share_now { Large::Shared } else { Large::Broken };
             let reason = format!(
-                "state {}, host free {} ({:.0} % of minFree {}; table {} breaks large pages below {:.0} %): '{}' has {} in large pages; {}",
+                "state {}, host free {} ({:.0} % of minFree {}; table {} breaks large pages below {:.0} %): '{}' {}; {}",
                 state.name,
                 human_bytes(view.host_free),
                 view.host_free as f64 / basis * 100.0,
@@ -167,7 +179,11 @@ impl Esx {
                 self.table.name,
                 self.table.break_large_below * 100.0,
                 v.name,
-                human_bytes(v.large_pages),
+                if v.large_pages > 0 {
+                    format!("has {} in large pages", human_bytes(v.large_pages))
+                } else {
+                    "had its large pages broken by host reclaim".into()
+                },
                 if state.does.share_now {
                     format!("state {} shares what the scanner hashed while they were whole now", state.name)
                 } else {
@@ -245,8 +261,18 @@ impl Policy for Esx {
         // a blocked VM runs again as soon as it is within its target (ESX blocks a VM only while
         // it is above its target).
         let does_now = self.table.states[self.state].does;
-        out.extend(self.break_large_pages(view, basis));
-        let due = self.last_balance.is_none_or(|t| view.time_ns >= t + BALANCE_PERIOD_NS) || does_now.swap || does_now.block;
+        let breaks = self.break_large_pages(view, basis);
+        let shared_now = breaks.iter().any(|d| d.action == Action::BreakLargePages { share_now: true });
+        out.extend(breaks);
+        if shared_now {
+            // Sharing frees memory this view does not show: the targets wait for the next tick's.
+            self.rebalance = true;
+            return out;
+        }
+        let due = self.last_balance.is_none_or(|t| view.time_ns >= t + BALANCE_PERIOD_NS)
+            || does_now.swap
+            || does_now.block
+            || std::mem::take(&mut self.rebalance);
         if !(changed || due) {
             return out;
         }
@@ -412,6 +438,36 @@ mod tests {
             }
         }
         t
+    }
+
+    #[test]
+    fn esx6_breaks_large_pages_once_and_shares_once_before_new_targets() {
+        let table = TABLES.iter().find(|t| t.name == "minfree6").expect("minfree6");
+        let mut p = Esx::new(table, 0.75);
+        let mem = 16u64 << 30;
+        let min_free = super::super::min_free(mem);
+        let view = |t: u64, free: u64, large: u64| HostView {
+            time_ns: t * 1_000_000_000,
+            host_memory: mem,
+            host_free: free,
+            // Four VMs holding 4 GiB each: more than the host less its minFree goal.
+            vms: (0..4).map(|i| VmView { large_pages: large, ..vm(i, 1000, 4, (100, 100)) }).collect(),
+            ..Default::default()
+        };
+        let breaks = |d: &[Decision]| {
+            d.iter()
+                .filter_map(|d| if let Action::BreakLargePages { share_now } = d.action { Some(share_now) } else { None })
+                .collect::<Vec<_>>()
+        };
+        assert!(breaks(&p.decide(&view(0, 5 * min_free, 1 << 30))).is_empty(), "above 400 % of minFree: whole");
+        assert_eq!(breaks(&p.decide(&view(1, 3 * min_free, 1 << 30))), [false; 4], "below 400 %: broken, TPS waits");
+        assert!(breaks(&p.decide(&view(2, 3 * min_free, 0))).is_empty(), "asked once");
+        let d = p.decide(&view(3, min_free / 2, 0));
+        assert_eq!(breaks(&d), [true; 4], "soft (below 64 %): share what was hashed now");
+        assert!(!d.iter().any(|d| matches!(d.action, Action::SetBalloonTarget { .. })), "targets wait for the next view: {d:?}");
+        let d = p.decide(&view(4, min_free / 2, 0));
+        assert!(breaks(&d).is_empty(), "shared once");
+        assert!(d.iter().any(|d| matches!(d.action, Action::SetBalloonTarget { .. })), "then the targets follow: {d:?}");
     }
 
     #[test]
