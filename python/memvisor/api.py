@@ -88,7 +88,7 @@ def base_dir(spec: str | dict) -> Path | None:
 def simulate(
     scenario,
     progress: Callable[[float, float | None], None] | None = None,
-    step_s: float = 5.0,
+    step_s: float | None = None,
     check_invariants: bool = False,
     traces: dict | None = None,
     base: Path | None = None,
@@ -97,7 +97,10 @@ def simulate(
     """Runs one resolved scenario to its end. Trace files its workloads name are loaded from
     `base` (or the working directory) unless `traces` supplies them. `policy`: a Python policy
     (a `memvisor.Policy` subclass, or an instance for this run alone) in place of the scenario's;
-    a scenario naming `python:MODULE:CLASS` gets a new instance of that class."""
+    a scenario naming `python:MODULE:CLASS` gets a new instance of that class. The engine runs in
+    steps of `step_s` simulated seconds, between which progress is reported and an interruption
+    heard; by default each step is sized to take about `STEP_WALL_S` of real time. Results do not
+    depend on the steps."""
     import time
 
     from memvisor.traces import load_traces
@@ -114,11 +117,18 @@ def simulate(
     sim = _core.Simulation(scenario, traces, policy)
     t = 0.0
     run_s = 0.0
+    # The first steps are short: how fast the run goes is not known yet.
+    step = 0.01 if step_s is None else step_s
     while True:
-        t += step_s
+        t += step
         t1 = time.perf_counter()
         done = sim.run_until(t)
-        run_s += time.perf_counter() - t1
+        took = time.perf_counter() - t1
+        run_s += took
+        if step_s is None:
+            # A large run (thousands of VMs) can take seconds of real time per simulated one.
+            # A step at most doubles, so a quiet stretch cannot make the next busy one long.
+            step = min(STEP_MAX_S, 2 * step, max(STEP_MIN_S, step * STEP_WALL_S / max(took, 1e-6)))
         if check_invariants:
             sim.check_invariants()
         if progress is not None:
@@ -140,6 +150,15 @@ def simulate(
         wall_s=time.perf_counter() - t0,
         run_s=run_s,
     )
+
+
+#: Real time a step of the engine aims to take by default: how soon progress shows and an
+#: interruption is heard.
+STEP_WALL_S = 0.25
+#: Bounds on a default step, simulated seconds: the longest (small runs cross into Python rarely)
+#: and the shortest.
+STEP_MAX_S = 5.0
+STEP_MIN_S = 0.001
 
 
 def cpus() -> int:

@@ -110,3 +110,16 @@ def test_run_takes_a_scenario_as_a_dict():
     assert r.name == "as-dict" and r.summary["vms"][0]["name"] == "g"
     with pytest.raises(memvisor.ScenarioError, match="vm.g.workload"):
         memvisor.run({**spec, "vm": [{**spec["vm"][0], "workload": {"kind": "idle"}}]})
+
+
+def test_results_do_not_depend_on_the_engine_steps(small_scenario, monkeypatch):
+    # The default steps are sized by real time, which varies from machine to machine; the results
+    # must not. Very short steps (a step per simulated millisecond at most) against one step.
+    (s,) = memvisor.load(str(small_scenario))
+    whole = memvisor.simulate(s, step_s=float("inf"))
+    monkeypatch.setattr(memvisor.api, "STEP_WALL_S", 1e-9)
+    monkeypatch.setattr(memvisor.api, "STEP_MIN_S", 0.001)
+    stepped = memvisor.simulate(s)
+    assert stepped.summary["vms"] == whole.summary["vms"]
+    pd.testing.assert_frame_equal(stepped.timeseries, whole.timeseries)
+    pd.testing.assert_frame_equal(stepped.decisions, whole.decisions)
