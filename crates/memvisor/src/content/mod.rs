@@ -59,12 +59,18 @@ pub fn private(vm: u64, owner: u64, i: u64) -> u64 {
     1 << 54 | (vm & 0xffff) << 38 | (owner & 0x7ff) << 27 | i & ((1 << 27) - 1)
 }
 
-/// Page `i` (below 2^24) of guest image `name`: the same in every guest booted from it.
-pub fn image(name: &str, i: u64) -> u64 {
-    debug_assert!(i < 1 << 24);
-    // The name's 16-bit digest keeps different images apart (folded).
+/// What keeps guest image `name`'s pages apart from other images': its name's digest folded to
+/// 16 bits. Computed once per guest, as every page of the image needs it.
+pub fn image_key(name: &str) -> u64 {
     let h = name_digest(name);
-    common(((h ^ h >> 16 ^ h >> 32 ^ h >> 48) & 0xffff) << 24 | i)
+    (h ^ h >> 16 ^ h >> 32 ^ h >> 48) & 0xffff
+}
+
+/// Page `i` (below 2^24) of the guest image whose [`image_key`] is `key`: the same in every guest
+/// booted from it.
+pub fn image(key: u64, i: u64) -> u64 {
+    debug_assert!(i < 1 << 24);
+    common(key << 24 | i)
 }
 
 /// Page `i` (below 2^16) of the file named `key`: the same bytes in every guest holding that file
@@ -135,9 +141,9 @@ mod tests {
             private(0, 1, 0),
             private(0, FILE_OWNER, 0),
             private(0, 0, 1),
-            image("w", 0),
-            image("l", 0),
-            image("w", 1),
+            image(image_key("w"), 0),
+            image(image_key("l"), 0),
+            image(image_key("w"), 1),
         ];
         for (i, a) in ids.iter().enumerate() {
             assert!(*a < 1 << 55 && *a != ZERO);
@@ -145,7 +151,7 @@ mod tests {
                 assert_ne!(a, b);
             }
         }
-        assert_eq!(image("w", 5), image("w", 5));
+        assert_eq!(image(image_key("w"), 5), image(image_key("w"), 5));
         assert!(private(0xffff, 0x7ff, (1 << 27) - 1) > common((1 << 40) - 1), "guest data is apart from every other kind");
     }
 }

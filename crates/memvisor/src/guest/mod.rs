@@ -428,6 +428,8 @@ pub struct Guest {
     win: windows::WindowsState,
     /// The next page boot-time zeroing will write (`zero_memory`).
     zero_next: u32,
+    /// Its image's [`crate::content::image_key`] (0 without an image).
+    image_key: u64,
     /// cleancache and frontswap.
     tmem: tmem::TmemClient,
 }
@@ -453,7 +455,7 @@ impl GuestMemory for Guest {
             // The boot reservation: the image's own pages, then the kernel's data.
             let k = ppn - managed;
             return match &self.cfg.image {
-                Some(img) if k < img.common_pages => crate::content::image(&img.name, k as u64),
+                Some(img) if k < img.common_pages => crate::content::image(self.image_key, k as u64),
                 _ => crate::content::private(self.id as u64, page::KERNEL_OWNER, ppn as u64),
             };
         }
@@ -546,6 +548,7 @@ impl Guest {
             balloon: Balloon::new(cfg.balloon),
             win: windows::WindowsState::default(),
             zero_next: 0,
+            image_key: cfg.image.as_ref().map_or(0, |img| crate::content::image_key(&img.name)),
             tmem: tmem::TmemClient::default(),
             cfg,
         };

@@ -184,10 +184,10 @@ impl Host {
         events: &mut EventQueue,
     ) -> u64 {
         let mut spent = 0;
+        let id = guests[vm as usize].content_id(p);
         if self.pshare.as_ref().is_some_and(|s| s.shares_before_swap()) {
             self.break_large_pages(vm);
             spent += self.pshare.as_ref().map_or(0, |s| s.settings.hash_ns);
-            let id = guests[vm as usize].content_id(p);
             if self.try_share(vm, p, id, true, guests) {
                 // Sharing freed the frame; the target counts swapped and compressed pages, so the
                 // daemon goes on to the next victim.
@@ -195,15 +195,15 @@ impl Host {
                 return spent;
             }
         }
-        let g = &mut *guests[vm as usize];
-        let (content, id) = (g.content(p), g.content_id(p));
-        g.invalidate(p);
+        guests[vm as usize].invalidate(p);
         let v = &mut self.vms[vm as usize];
         if !v.above_reservation() {
             v.stats.taken_below_reservation += 1;
         }
         if !v.zip.is_disabled() {
             spent += self.costs.compress_ns;
+            // The page's kind and identity are the guest's; taking it did not change them.
+            let content = guests[vm as usize].content(p);
             let size = Compressibility::measured().size_of(self.compressor, content, id);
             if size <= super::ZIP_SLOT_BYTES {
                 // Measured before any eviction: an eviction frees a slot but no frame leaves the

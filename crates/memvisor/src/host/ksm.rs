@@ -69,12 +69,22 @@ impl KsmSettings {
             "use_zero_pages" => self.use_zero_pages = flag(v)?,
             "smart_scan" => self.smart_scan = flag(v)?,
             _ => {
-                return Err(format!(
-                    "unknown KSM setting '{name}': one of pages_to_scan, sleep_millisecs, max_page_sharing, use_zero_pages, smart_scan"
-                ));
+                let names: Vec<&str> = self.entries().iter().map(|(n, _)| *n).collect();
+                return Err(format!("unknown KSM setting '{name}': one of {}", names.join(", ")));
             }
         }
         Ok(())
+    }
+
+    /// Every setting with its /sys/kernel/mm/ksm name (flags as 0 or 1).
+    pub fn entries(&self) -> [(&'static str, u64); 5] {
+        [
+            ("pages_to_scan", self.pages_to_scan as u64),
+            ("sleep_millisecs", self.sleep_millisecs as u64),
+            ("max_page_sharing", self.max_page_sharing as u64),
+            ("use_zero_pages", self.use_zero_pages as u64),
+            ("smart_scan", self.smart_scan as u64),
+        ]
     }
 }
 

@@ -68,15 +68,8 @@ impl Scenario {
         }
         let mut sharing = vec![("page_sharing", Value::Boolean(self.host.sharing.is_some()))];
         if let Some(k) = self.host.sharing.as_ref().and_then(|p| p.ksm) {
-            let t = k.settings;
-            let ksm = vec![
-                ("run", i(k.run as u64)),
-                ("pages_to_scan", i(t.pages_to_scan as u64)),
-                ("sleep_millisecs", i(t.sleep_millisecs as u64)),
-                ("max_page_sharing", i(t.max_page_sharing as u64)),
-                ("use_zero_pages", i(t.use_zero_pages as u64)),
-                ("smart_scan", i(t.smart_scan as u64)),
-            ];
+            let mut ksm = vec![("run", i(k.run as u64))];
+            ksm.extend(k.settings.entries().into_iter().map(|(name, v)| (name, i(v))));
             sharing.push(("ksm", table(ksm)));
         } else if let Some(p) = &self.host.sharing {
             sharing.push(("share_scan_time", s(fmt_duration(p.scan_time_ns))));
