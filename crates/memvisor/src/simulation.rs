@@ -9,7 +9,7 @@ use crate::clock::{Event, EventQueue};
 use crate::controller::{Controller, DecisionRecord};
 use crate::devices::Datastore;
 use crate::guest::{Env, Guest, ProcState};
-use crate::host::{AdmissionVm, Host, HostProfile, VmResources, admit};
+use crate::host::{AdmissionVm, Host, HostProfile, Pcpus, VmResources, admit};
 use crate::metrics::{self, TimeSeries};
 use crate::policy;
 use crate::scenario::Scenario;
@@ -95,6 +95,7 @@ impl Simulation {
             host.enable_tmem(t.clone());
         }
         host.populate_on_release = s.host.profile.populate_at_boot();
+        host.pcpus = s.host.cpus.map(|n| Pcpus::new(n, s.vms.len()));
         let mut datastores: Vec<Datastore> = s.datastores.iter().map(|d| Datastore::new(d.name.clone(), d.device.clone())).collect();
         let mut events = EventQueue::new();
         let mut guests = Vec::new();
@@ -378,6 +379,14 @@ impl Simulation {
                 memory_mib: mib(self.world.host.total_frames()),
                 free_mib: mib(self.world.host.free_frames()),
                 policy: s.host.policy.name.clone(),
+                cpus: self.world.host.pcpus.as_ref().map(|p| p.cpus()),
+                cpu_busy_s: self.world.host.pcpus.as_ref().map(|p| p.busy_ns(self.now()) as f64 / 1e9),
+                cpu_utilisation_percent: self
+                    .world
+                    .host
+                    .pcpus
+                    .as_ref()
+                    .map(|p| 100.0 * p.busy_ns(self.now()) as f64 / (p.cpus() as f64 * self.now().max(1) as f64)),
             },
             vms,
             datastores,

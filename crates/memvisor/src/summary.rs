@@ -43,6 +43,12 @@ pub struct HostSummary {
     pub free_mib: f64,
     /// Policy name.
     pub policy: String,
+    /// Physical CPUs the vCPUs shared (`host.cpus`), if modelled.
+    pub cpus: Option<u32>,
+    /// CPU time the VMs' vCPUs used on them, s (dom0's is not modelled).
+    pub cpu_busy_s: Option<f64>,
+    /// That time over the CPUs' capacity during the run, percent.
+    pub cpu_utilisation_percent: Option<f64>,
 }
 
 /// One VM.

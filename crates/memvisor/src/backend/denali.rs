@@ -525,6 +525,10 @@ impl DenaliHost {
                 memory_mib: s.host.memory as f64 / 1048576.0,
                 free_mib: (self.pager.free_frames() as u64 * PAGE_SIZE) as f64 / 1048576.0,
                 policy: s.host.policy.name.clone(),
+                // The Denali host's one CPU is its own model (`cpu_free`), not `host.cpus`.
+                cpus: None,
+                cpu_busy_s: None,
+                cpu_utilisation_percent: None,
             },
             vms,
             datastores: vec![DatastoreSummary::of(&s.datastores[0].name, self.pager.swap_device())],

@@ -88,6 +88,12 @@ impl SimulatedHost {
         self.blocked_before[i] + self.blocked[i].map_or(0, |since| self.now - since)
     }
 
+    /// Physical CPU time VM `i`'s vCPUs have used, and waited for a CPU while runnable, ns, up
+    /// to now; zeros when the host does not model its CPUs.
+    pub fn pcpu_ns(&self, i: usize) -> (u64, u64) {
+        self.host.pcpus.as_ref().map_or((0, 0), |p| (p.run_ns(i, self.now), p.wait_ns(i, self.now)))
+    }
+
     /// Datastores.
     pub fn datastores(&self) -> &[Datastore] {
         &self.datastores
@@ -102,9 +108,13 @@ impl SimulatedHost {
 
     /// Hands a guest's event to it; `limit` is how far its vCPUs may account resident hits.
     pub(crate) fn handle_guest(&mut self, guest: u32, ev: GuestEvent, limit: u64) -> Result<(), String> {
-        if self.blocked[guest as usize].is_some() && matches!(ev, GuestEvent::Vcpu { .. }) {
-            // A blocked VM's vCPUs do not run; they resume where they stopped when it is unblocked.
+        if let (Some(_), GuestEvent::Vcpu { vcpu }) = (self.blocked[guest as usize], ev) {
+            // A blocked VM's vCPUs do not run; they resume where they stopped when it is unblocked,
+            // and meanwhile leave their physical CPU to others.
             self.parked[guest as usize].push(ev);
+            if let Some(next) = self.host.pcpus.as_mut().and_then(|p| p.release((guest, vcpu), self.now)) {
+                self.events.push(self.now, Event::Guest { guest: next.0, ev: GuestEvent::Vcpu { vcpu: next.1 } });
+            }
             return Ok(());
         }
         let now = self.now;

@@ -15,6 +15,7 @@ use super::page::NONE;
 use super::process::ProcState;
 use super::{Env, Guest};
 use crate::clock::GuestEvent;
+use crate::host::Grant;
 use crate::workloads::{Op, SystemView};
 
 /// One vCPU.
@@ -80,6 +81,19 @@ impl Guest {
     /// A vCPU's turn: run processes until the window closes or nothing is runnable.
     pub(super) fn run_vcpu(&mut self, v: u32, mut now: u64, limit: u64, env: &mut Env) {
         let slice = self.cfg.sched_slice_ns;
+        // On a host with fewer physical CPUs than vCPUs, the vCPU runs only on a CPU the host's
+        // scheduler gives it, until its host slice ends; while it waits, it stays busy.
+        let mut cpu_end = u64::MAX;
+        if let Some(p) = env.host.pcpus.as_mut() {
+            match p.acquire((self.id, v), now) {
+                Grant::Run(end) => cpu_end = end,
+                Grant::Wait => return,
+                Grant::From(t) => {
+                    env.schedule(self.id, t, GuestEvent::Vcpu { vcpu: v });
+                    return;
+                }
+            }
+        }
         loop {
             let vc = &mut self.sched.vcpus[v as usize];
             if vc.current == NONE {
@@ -90,12 +104,15 @@ impl Guest {
                     }
                     None => {
                         vc.busy = false;
+                        if let Some(next) = env.host.pcpus.as_mut().and_then(|p| p.release((self.id, v), now)) {
+                            env.schedule(next.0, now, GuestEvent::Vcpu { vcpu: next.1 });
+                        }
                         return;
                     }
                 }
             }
             let (pid, slice_end) = (vc.current, vc.slice_end);
-            let (t, ran) = self.run_process(pid, now, limit.min(slice_end), env);
+            let (t, ran) = self.run_process(pid, now, limit.min(slice_end).min(cpu_end), env);
             now = t;
             let vc = &mut self.sched.vcpus[v as usize];
             match ran {
@@ -111,6 +128,16 @@ impl Guest {
                         } else {
                             self.sched.runq.push_back(pid);
                             vc.current = NONE;
+                        }
+                    }
+                    if now >= cpu_end {
+                        match env.host.pcpus.as_mut().expect("a host slice ended").expire((self.id, v), now) {
+                            Ok(end) => cpu_end = end,
+                            Err(next) => {
+                                // Preempted: the host starts it again when its turn comes.
+                                env.schedule(next.0, now, GuestEvent::Vcpu { vcpu: next.1 });
+                                return;
+                            }
                         }
                     }
                     if now >= limit {

@@ -12,6 +12,7 @@ mod hostswap;
 pub mod ksm;
 mod p2m;
 mod pager;
+mod pcpu;
 mod profile;
 mod pshare;
 mod sampler;
@@ -24,6 +25,7 @@ pub use hostswap::{HostIo, SwapFile};
 
 pub use p2m::{Entry, P2m, PageState, flags};
 pub use pager::{Pager, PagerStats, PagerVm};
+pub use pcpu::{CREDIT_SLICE_NS, Grant, Pcpus, VcpuId};
 pub use profile::HostProfile;
 pub use pshare::{HostKsm, Pshare, PshareSettings, VmShare, ZERO_PAGE};
 pub use sampler::Sample;
@@ -272,6 +274,9 @@ pub struct Host {
     tmem_frames: u64,
     /// The compressor of its compression cache and of tmem (scenario `host.compressor`).
     pub compressor: Compressor,
+    /// Physical CPUs the vCPUs share, if the scenario models them (`host.cpus`); otherwise every
+    /// vCPU runs whenever it has work.
+    pub pcpus: Option<Pcpus>,
 }
 
 impl Host {
@@ -295,6 +300,7 @@ impl Host {
             tmem_frames: 0,
             populate_on_release: false,
             compressor: Compressor::Lzo1x1,
+            pcpus: None,
         }
     }
 
@@ -624,6 +630,9 @@ impl Host {
     /// Checks that every frame is free or owned exactly once, that every guest page is in exactly
     /// one host state and the counters agree with the maps.
     pub fn check(&self) -> Result<(), String> {
+        if let Some(p) = &self.pcpus {
+            p.check()?;
+        }
         let mut owned = 0;
         for v in &self.vms {
             let (mut backed, mut ballooned, mut swapped, mut zipped, mut out, mut reading) = (0u64, 0u64, 0u64, 0u64, 0u64, 0u64);

@@ -65,6 +65,8 @@ pub const GAUGES: &[&str] = &[
     "TMEM_eph_max_pages",
     "TMEM_frames",
     "TMEM_frames_max",
+    "pcpu_run_ms",
+    "pcpu_steal_ms",
 ];
 
 /// All numeric columns, in row order.
@@ -148,6 +150,10 @@ pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
         }
         None => v.extend([0.0; 9]),
     }
+    // Physical CPU time the VM's vCPUs used, and spent runnable waiting for a CPU (Xen's steal
+    // time); both 0 when the host does not model its CPUs (`host.cpus` unset).
+    let (run, steal) = sim.pcpu_ns(i);
+    v.extend([run as f64 / 1e6, steal as f64 / 1e6]);
     v
 }
 

@@ -83,6 +83,7 @@ pub struct RawHost {
     pub tmem_dedup: Option<Spanned<bool>>,
     pub tmem_compress: Option<Spanned<bool>>,
     pub vm_metadata: Option<Spanned<Qty>>,
+    pub cpus: Option<Spanned<i64>>,
 }
 
 /// `[costs]`.

@@ -55,6 +55,8 @@ pub struct HostSpec {
     /// Kernel memory the host keeps per VM, paged out or not, bytes (the `denali` profile's
     /// residual metadata).
     pub vm_metadata: u64,
+    /// Physical CPUs the vCPUs share (`host.cpus`); `None`: as many as there are vCPUs.
+    pub cpus: Option<u32>,
 }
 
 /// A datastore.
@@ -353,6 +355,13 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
                 return c.err(q.span(), "host.vm_metadata", "is the denali profile's (set host.profile = \"denali\")");
             }
             _ => c.opt_bytes(&h.vm_metadata, "host.vm_metadata", profile.vm_metadata())?,
+        },
+        cpus: match &h.cpus {
+            Some(n) if profile == HostProfile::Denali => {
+                return c.err(n.span(), "host.cpus", "is not the denali profile's (its host has one CPU, which it models itself)");
+            }
+            Some(_) => Some(c.int(&h.cpus, "host.cpus", 0, 1, 4096)? as u32),
+            None => None,
         },
     };
     if host.memory < PAGE_SIZE {

@@ -80,6 +80,9 @@ impl Scenario {
         if self.host.profile == crate::host::HostProfile::Denali {
             sharing.push(("vm_metadata", s(fmt_bytes(self.host.vm_metadata))));
         }
+        if let Some(n) = self.host.cpus {
+            sharing.push(("cpus", i(n as u64)));
+        }
         if let Some(t) = &self.host.tmem {
             sharing.push(("tmem_dedup", Value::Boolean(t.dedup)));
             sharing.push(("tmem_compress", Value::Boolean(t.compress)));
