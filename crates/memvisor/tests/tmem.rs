@@ -8,16 +8,18 @@ mod common;
 use common::{run, run_checked, scenario};
 use memvisor::Simulation;
 
-/// Two Xen guests at 384 MiB (maxmem 512 MiB) building `units` units of a kernel tree with
-/// `jobs` jobs, twice, on a 1,152 MiB host (96 MiB left beside them); `policy` and `tmem` set the configuration.
-fn build(policy: &str, tmem: &str, jobs: u32, units: u32) -> memvisor::Scenario {
+/// Two Xen guests at `guest` MiB (maxmem 512 MiB) building `units` units of a kernel tree with
+/// `jobs` jobs, twice, on a host with `spare` MiB beside them and Xen's 288 MiB; `policy` and
+/// `tmem` set the configuration.
+fn build(policy: &str, tmem: &str, jobs: u32, units: u32, guest: u64, spare: u64) -> memvisor::Scenario {
+    let host = 288 + 2 * guest + spare;
     let mut text = format!(
-        "name = \"t\"\nseed = 2\n[host]\nmemory = \"1152MiB\"\nprofile = \"xen\"\nhypervisor = \"288MiB\"\npolicy = \"{policy}\"\n\
+        "name = \"t\"\nseed = 2\n[host]\nmemory = \"{host}MiB\"\nprofile = \"xen\"\nhypervisor = \"288MiB\"\npolicy = \"{policy}\"\n\
          sample_interval = \"5s\"\n{tmem}\n[[datastore]]\nname = \"ide\"\ndevice = \"hdd\"\n"
     );
     for (i, arch) in ["x86_64", "i386"].iter().enumerate() {
         text += &format!(
-            "[[vm]]\nname = \"g{i}\"\nmemory = \"384MiB\"\nmaxmem = \"512MiB\"\ndatastore = \"ide\"\nswap = \"768MiB\"\n\
+            "[[vm]]\nname = \"g{i}\"\nmemory = \"{guest}MiB\"\nmaxmem = \"512MiB\"\ndatastore = \"ide\"\nswap = \"768MiB\"\n\
              kernel_reserved = \"16MiB\"\ntransparent_hugepage = \"never\"\n\
              workload = {{ kind = \"kernel-build\", arch = \"{arch}\", jobs = {jobs}, units = {units} }}\n"
         );
@@ -31,7 +33,8 @@ fn counter(sim: &Simulation, vm: usize, name: &str) -> f64 {
 
 #[test]
 fn frontswap_and_cleancache_keep_every_page_under_memory_pressure() {
-    let s = build("xen-selfballoon", "tmem = true\ntmem_dedup = true\ntmem_compress = true", 8, 120);
+    // 256 MiB guests (eight compilers fill them) on a host with 16 MiB to spare: the pool fills.
+    let s = build("xen-selfballoon", "tmem = true\ntmem_dedup = true\ntmem_compress = true", 8, 120, 256, 16);
     let sim = run_checked(&s, 2_000_000_000);
     for vm in 0..2 {
         assert!(counter(&sim, vm, "frontswap_succ_stores_pages") > 0.0, "frontswap took swap writes");
@@ -49,7 +52,7 @@ fn self_ballooning_alone_makes_the_page_cache_refault() {
     // Two jobs leave the page cache room in a 384 MiB guest: unchanged, the tree stays cached
     // between the builds; self-ballooning shrinks the guest toward Committed_AS and drops it.
     let refaults = |policy: &str| {
-        let sim = run(&build(policy, "", 2, 150));
+        let sim = run(&build(policy, "", 2, 150, 384, 96));
         (0..2).map(|vm| counter(&sim, vm, "workingset_refault_file_pages")).sum::<f64>()
     };
     let (unchanged, selfballooning) = (refaults("static"), refaults("xen-selfballoon"));
