@@ -9,7 +9,13 @@ fn main() {
     let only = rest.first();
     let file = std::fs::read_to_string(&name).ok();
     let text = file.as_deref().or_else(|| memvisor::scenario::case_text(&name)).expect("unknown case or file");
-    for s in memvisor::scenario::load(text, &name, &sets).unwrap_or_else(|e| panic!("{e}")) {
+    let scenarios = memvisor::scenario::load(text, &name, &sets).unwrap_or_else(|e| panic!("{e}"));
+    if let Some(v) = only.filter(|v| !scenarios.iter().any(|s| s.variant.as_deref() == Some(v.as_str()))) {
+        let names: Vec<&str> = scenarios.iter().filter_map(|s| s.variant.as_deref()).collect();
+        eprintln!("{name} has no variant '{v}'; its variants: {}", if names.is_empty() { "none".into() } else { names.join(", ") });
+        std::process::exit(2);
+    }
+    for s in scenarios {
         if only.is_some_and(|v| s.variant.as_deref() != Some(v)) {
             continue;
         }
