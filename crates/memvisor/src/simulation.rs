@@ -281,6 +281,7 @@ impl Simulation {
             return d.check();
         }
         self.world.host.check()?;
+        self.world.check_vcpus()?;
         for i in 0..self.world.guests.len() {
             let (g, env) = self.world.split(i);
             g.check_invariants(&env)?;

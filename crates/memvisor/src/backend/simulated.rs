@@ -94,6 +94,22 @@ impl SimulatedHost {
         self.host.pcpus.as_ref().map_or((0, 0), |p| (p.run_ns(i, self.now), p.wait_ns(i, self.now)))
     }
 
+    /// Checks that no vCPU with work is lost: each has an event coming, waits in the host's CPU
+    /// queue, or is parked while its VM is stopped.
+    pub(crate) fn check_vcpus(&self) -> Result<(), String> {
+        for (g, guest) in self.guests.iter().enumerate() {
+            for v in guest.busy_vcpus() {
+                let ev = GuestEvent::Vcpu { vcpu: v };
+                let coming = self.events.iter().any(|e| matches!(e, Event::Guest { guest, ev: x } if *guest == g as u32 && *x == ev));
+                let waiting = self.host.pcpus.as_ref().is_some_and(|p| p.is_waiting((g as u32, v)));
+                if !coming && !waiting && !self.parked[g].contains(&ev) {
+                    return Err(format!("VM '{}': vCPU {v} has work but no turn coming", guest.cfg.name));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Datastores.
     pub fn datastores(&self) -> &[Datastore] {
         &self.datastores
@@ -112,8 +128,8 @@ impl SimulatedHost {
             // A blocked VM's vCPUs do not run; they resume where they stopped when it is unblocked,
             // and meanwhile leave their physical CPU to others.
             self.parked[guest as usize].push(ev);
-            if let Some(next) = self.host.pcpus.as_mut().and_then(|p| p.release((guest, vcpu), self.now)) {
-                self.events.push(self.now, Event::Guest { guest: next.0, ev: GuestEvent::Vcpu { vcpu: next.1 } });
+            if let Some(((vm, vcpu), start)) = self.host.pcpus.as_mut().and_then(|p| p.leave((guest, vcpu), self.now)) {
+                self.events.push(start, Event::Guest { guest: vm, ev: GuestEvent::Vcpu { vcpu } });
             }
             return Ok(());
         }

@@ -130,6 +130,11 @@ impl<E> EventQueue<E> {
         self.heap.peek().map(|e| e.time)
     }
 
+    /// Every pending event, in no particular order (for invariant checks).
+    pub fn iter(&self) -> impl Iterator<Item = &E> {
+        self.heap.iter().map(|e| &e.event)
+    }
+
     /// Events pending.
     pub fn len(&self) -> usize {
         self.heap.len()

@@ -730,6 +730,12 @@ impl Guest {
         self.procs.iter().map(|p| p.stats.stall_ns).sum()
     }
 
+    /// vCPUs with work to run: each must have its turn coming (an event, a place in the host's
+    /// CPU queue, or a parked event of a stopped VM).
+    pub fn busy_vcpus(&self) -> Vec<u32> {
+        self.sched.busy().collect()
+    }
+
     /// Handles an event addressed to this guest. A vCPU woken meanwhile runs at once, unless the
     /// host has stopped the VM's vCPUs (`may_run` false): then its turn is scheduled like any other.
     pub fn handle(&mut self, mut now: u64, mut limit: u64, mut ev: GuestEvent, may_run: bool, env: &mut Env) {

@@ -71,6 +71,11 @@ impl Sched {
         }
     }
 
+    /// vCPUs that are busy: running, or about to.
+    pub(super) fn busy(&self) -> impl Iterator<Item = u32> + '_ {
+        self.vcpus.iter().enumerate().filter(|(_, v)| v.busy).map(|(i, _)| i as u32)
+    }
+
     /// Takes a process off the run queue (it was killed).
     pub(super) fn dequeue(&mut self, pid: u32) {
         self.runq.retain(|&p| p != pid);
@@ -104,8 +109,8 @@ impl Guest {
                     }
                     None => {
                         vc.busy = false;
-                        if let Some(next) = env.host.pcpus.as_mut().and_then(|p| p.release((self.id, v), now)) {
-                            env.schedule(next.0, now, GuestEvent::Vcpu { vcpu: next.1 });
+                        if let Some(((vm, vcpu), start)) = env.host.pcpus.as_mut().and_then(|p| p.release((self.id, v), now)) {
+                            env.schedule(vm, start, GuestEvent::Vcpu { vcpu });
                         }
                         return;
                     }
@@ -133,9 +138,9 @@ impl Guest {
                     if now >= cpu_end {
                         match env.host.pcpus.as_mut().expect("a host slice ended").expire((self.id, v), now) {
                             Ok(end) => cpu_end = end,
-                            Err(next) => {
+                            Err(((vm, vcpu), start)) => {
                                 // Preempted: the host starts it again when its turn comes.
-                                env.schedule(next.0, now, GuestEvent::Vcpu { vcpu: next.1 });
+                                env.schedule(vm, start, GuestEvent::Vcpu { vcpu });
                                 return;
                             }
                         }
