@@ -175,7 +175,7 @@ impl KernelBuild {
 
     /// The key of unit `u`'s `.cmd` file (its dependency list, written by fixdep).
     fn cmd_key(&self, u: u32) -> u64 {
-        splitmix64(name_digest(&self.tree) ^ (5 + u as u64) << 8 ^ (self.arch as u64 + 1) << 40)
+        splitmix64(name_digest(".cmd") ^ name_digest(&self.tree) ^ (u as u64) << 8 ^ (self.arch as u64 + 1) << 40)
     }
 
     /// Unit `u`'s sizes. Units are numbered in the tree, not per architecture: the i386 build
@@ -332,6 +332,19 @@ mod tests {
         assert_eq!(b.unit(7), build(Arch::I386).unit(7), "one tree, whatever the target");
         assert_ne!(b.object_key(7), build(Arch::I386).object_key(7), "objects differ by target");
         assert_eq!(b.source_key(7), build(Arch::I386).source_key(7));
+    }
+
+    #[test]
+    fn every_file_of_the_tree_has_its_own_name() {
+        let b = build(Arch::X86_64);
+        let mut keys: Vec<u64> = (0..b.units)
+            .flat_map(|u| [b.source_key(u), b.object_key(u), b.cmd_key(u), build(Arch::I386).object_key(u), build(Arch::I386).cmd_key(u)])
+            .chain([b.include().0, b.compiler_key(), build(Arch::I386).compiler_key()])
+            .collect();
+        let n = keys.len();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "two files share a name");
     }
 
     #[test]
