@@ -368,6 +368,7 @@ impl Simulation {
             .collect();
         let datastores = self.world.datastores.iter().map(|d| DatastoreSummary::of(&d.name, &d.device)).collect();
         let mib = |frames: u64| frames as f64 * PAGE_SIZE as f64 / 1048576.0;
+        let cpus = self.world.host.pcpus.as_ref().map(|p| (p.cpus(), p.busy_ns(self.now())));
         RunSummary {
             scenario: s.name.clone(),
             variant: s.variant.clone(),
@@ -380,14 +381,9 @@ impl Simulation {
                 memory_mib: mib(self.world.host.total_frames()),
                 free_mib: mib(self.world.host.free_frames()),
                 policy: s.host.policy.name.clone(),
-                cpus: self.world.host.pcpus.as_ref().map(|p| p.cpus()),
-                cpu_busy_s: self.world.host.pcpus.as_ref().map(|p| p.busy_ns(self.now()) as f64 / 1e9),
-                cpu_utilisation_percent: self
-                    .world
-                    .host
-                    .pcpus
-                    .as_ref()
-                    .map(|p| 100.0 * p.busy_ns(self.now()) as f64 / (p.cpus() as f64 * self.now().max(1) as f64)),
+                cpus: cpus.map(|(n, _)| n),
+                cpu_busy_s: cpus.map(|(_, busy)| busy as f64 / 1e9),
+                cpu_utilisation_percent: cpus.map(|(n, busy)| 100.0 * busy as f64 / (n as f64 * self.now().max(1) as f64)),
             },
             vms,
             datastores,
