@@ -207,6 +207,36 @@ def _check(cmd: list[str]) -> None:
         raise ValidationError(f"{' '.join(cmd)} failed with {describe_status(p.returncode)}: {msg}")
 
 
+def measure_swap_device(path: Path, reads: int = 200) -> dict:
+    """The device under the swap file in the simulator's terms, a request taking a latency plus its
+    size over a bandwidth: the median times of direct reads of 4 KiB and of 64 KiB, one at a time
+    as a faulting process reads swap, at offsets spread over the file (before it becomes swap)."""
+    import mmap
+
+    blocks = path.stat().st_size // 65536
+    buf = mmap.mmap(-1, 65536)  # page-aligned, as O_DIRECT requires
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        def median_ns(size: int) -> float:
+            view = memoryview(buf)[:size]
+            times = []
+            for k in range(reads):
+                offset = (k * 7919 % blocks) * 65536
+                t0 = time.perf_counter_ns()
+                os.preadv(fd, [view], offset)
+                times.append(time.perf_counter_ns() - t0)
+            return statistics.median(times)
+
+        small, large = median_ns(4096), median_ns(65536)
+    finally:
+        os.close(fd)
+        buf.close()
+    # Bytes per second from the difference the extra 60 KiB makes; a device too fast to tell is
+    # given the small read's rate.
+    bandwidth = (65536 - 4096) * 1e9 / (large - small) if large > small else 4096 * 1e9 / small
+    return {"latency_ns": max(0, round(small - 4096 * 1e9 / bandwidth)), "bandwidth_B_s": round(bandwidth)}
+
+
 def program_args(pattern: str, pages: int, passes: int, touches: int, seed: int) -> list[str]:
     if pattern == "stress":
         return ["stress", str(pages), str(passes)]
@@ -216,8 +246,11 @@ def program_args(pattern: str, pages: int, passes: int, touches: int, seed: int)
 def simulated(pattern: str, pages: int, passes: int, touches: int, seed: int, limit: int, settings: dict) -> dict:
     """The same pattern in a simulated guest, run as the kernel side runs it: a process in a memory
     cgroup of `limit` bytes (same cgroup version) in a guest with room for the whole working set,
-    so that only the cgroup's limit reclaim acts."""
+    so that only the cgroup's limit reclaim acts, its swap on a device as fast as the measured one
+    (`settings["swap_device"]`, else the simulator's SSD)."""
     guest = _core.guest_pages_for(pages + 4096, "linux")
+    dev = settings.get("swap_device")
+    device = f'\nlatency = "{dev["latency_ns"]}ns"\nbandwidth = "{dev["bandwidth_B_s"]}B/s"' if dev else ""
     if pattern == "stress":
         wl = f'kind = "stress", pages = {pages}, passes = {passes}'
     else:
@@ -229,7 +262,7 @@ memory = "{guest + 256} pages"
 sample_interval = "1h"
 [[datastore]]
 name = "swap"
-device = "ssd"
+device = "ssd"{device}
 [[vm]]
 name = "guest"
 memory = "{guest} pages"
@@ -340,6 +373,7 @@ def run_validation(
         size_mib = 2 * working_set // (1 << 20) + 64
         _check(["dd", "if=/dev/zero", f"of={swapfile}", "bs=1M", f"count={size_mib}", "status=none"])
         swapfile.chmod(0o600)
+        settings["swap_device"] = measure_swap_device(swapfile)
         _check(["mkswap", "-q", str(swapfile)])
         # Highest priority, so the kernel swaps to this file before any other swap device.
         _check(["swapon", "-p", "32767", str(swapfile)])

@@ -125,19 +125,24 @@ def test_a_sweep_slightly_larger_than_a_whole_guest_faults_on_every_page_of_ever
     assert c["workingset_activate_anon_pages"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason="model gap (README, Validation): at 72 MiB of 96 the kernel writes about 106,000 pages and frees 72,000 (the sweep rescues a third of what is written); the model, with 5.8+'s cost-based anon/file balance, frees nearly all it writes")
+#: The swap file's device on this project's machine as `measure_swap_device` found it (40-47 us and
+#: 1.0-1.3 GB/s over four measurements on 2026-11-25): the kernel figures below were measured on it.
+MACHINE = {**SETTINGS, "swap_device": {"latency_ns": 45_000, "bandwidth_B_s": 1_200_000_000}}
+
+
 def test_a_sweep_a_third_larger_than_its_memory_cgroup_is_partly_rescued_as_in_the_kernel():
     """At 72 MiB of 96 the kernel keeps part of the sweep: its runs on this project's machine
-    (kernel 6.18, cgroup v1; four validations of five runs each) took 6,718..9,577 major faults,
-    median about 8,400, against about 12,300 when every page faults. Tolerance: the issue's band,
+    (kernel 6.18, cgroup v1; ten validations of five runs each, four from 2026-11-24 and six from
+    11-25) took 6,718..11,481 major faults,
+    median about 8,500, against about 12,300 when every page faults. Tolerance: the issue's band,
     the kernel's min..max widened by 10 % of its median."""
     from memvisor.validate import BAND_MARGIN, simulated
 
-    lo, hi = 6718 - BAND_MARGIN * 8400, 9577 + BAND_MARGIN * 8400
-    sim = simulated("stress", PAGES, 5, 200_000, 42, 72 << 20, SETTINGS)
+    lo, hi = 6718 - BAND_MARGIN * 8500, 11481 + BAND_MARGIN * 8500
+    sim = simulated("stress", PAGES, 5, 200_000, 42, 72 << 20, MACHINE)
     assert lo <= sim["majflt"] <= hi, sim
-    # The mechanism: reclaim writes pages the sweep comes back to before their writes complete and
-    # are freed, so it writes more than it frees (the kernel: 97,000..110,000 written, 69,000..71,000 freed).
+    # The mechanism: reclaim writes pages the sweep comes back to before they are freed, so it
+    # writes more than it frees (the kernel: 97,000..110,000 written, 69,000..75,000 freed).
     assert sim["pswpout"] > 1.1 * sim["pgsteal"], sim
 
 
@@ -162,12 +167,11 @@ def test_limit_reclaim_does_not_depend_on_how_often_the_run_is_sampled():
     assert results[0] == results[1]
 
 
-@pytest.mark.xfail(strict=True, reason="model gap (README, Validation): at 91 MiB of 96 the kernel frees about a third of the pages it writes and makes no refault activations; the model frees nearly all it writes and activates 64,000 pages on refault")
 def test_a_sweep_slightly_larger_than_its_memory_cgroup_stays_mostly_resident_as_in_the_kernel():
     from memvisor.validate import BAND_MARGIN, simulated
 
-    # The kernel's runs at 91 MiB of 96 on this project's machine (kernel 6.18, cgroup v1; four
-    # validations of five runs each): 1,919..3,142 major faults, median about 2,500.
-    lo, hi = 1919 - BAND_MARGIN * 2500, 3142 + BAND_MARGIN * 2500
-    sim = simulated("stress", PAGES, 5, 200_000, 42, 91 << 20, SETTINGS)
+    # The kernel's runs at 91 MiB of 96 on this project's machine (kernel 6.18, cgroup v1; ten
+    # validations of five runs each, as above): 1,891..3,777 major faults, median about 2,700.
+    lo, hi = 1891 - BAND_MARGIN * 2700, 3777 + BAND_MARGIN * 2700
+    sim = simulated("stress", PAGES, 5, 200_000, 42, 91 << 20, MACHINE)
     assert lo <= sim["majflt"] <= hi, sim

@@ -1,6 +1,8 @@
 //! Block requests in flight (the guest's `struct bio`s): what each carries, who waits for it, and
 //! how contiguous pages merge into one request as the block layer's plugging does.
 
+use super::filemap::MAX_REQUEST_PAGES;
+
 /// What a request does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BioKind {
@@ -59,6 +61,53 @@ pub(super) struct Waited {
     pub waiter: u32,
     /// A swap read's faulting page and write flag (see `Bio::fault`).
     pub fault: Option<(u32, bool)>,
+}
+
+/// BLK_MAX_REQUEST_COUNT (include/linux/blkdev.h): a task's block plug holds this many requests;
+/// the next one flushes them to the device (`blk_add_rq_to_plug`).
+const BLK_MAX_REQUEST_COUNT: u32 = 32;
+
+/// Swap writes held under a task's block plug (`struct blk_plug`): each write merges into the last
+/// request if it continues it (`blk_attempt_plug_merge`), up to `MAX_REQUEST_PAGES`; the plug is
+/// full at BLK_MAX_REQUEST_COUNT requests.
+#[derive(Debug, Default)]
+pub(super) struct Plug {
+    /// The held writes: (slot, page).
+    pub writes: Vec<(u32, u32)>,
+    /// Requests they make.
+    requests: u32,
+    /// Pages in the last request.
+    run: u32,
+}
+
+impl Plug {
+    /// Holds the write of page `p` to `slot`.
+    pub fn add(&mut self, slot: u32, p: u32) {
+        if self.writes.last().is_some_and(|&(s, _)| s + 1 == slot) && (self.run as usize) < MAX_REQUEST_PAGES {
+            self.run += 1;
+        } else {
+            self.requests += 1;
+            self.run = 1;
+        }
+        self.writes.push((slot, p));
+    }
+
+    /// Whether the next request would flush the plug.
+    pub fn is_full(&self) -> bool {
+        self.requests >= BLK_MAX_REQUEST_COUNT
+    }
+
+    /// Takes the held writes, emptying the plug.
+    pub fn take(&mut self) -> Vec<(u32, u32)> {
+        (self.requests, self.run) = (0, 0);
+        std::mem::take(&mut self.writes)
+    }
+
+    /// Moves the held writes of `other` into this empty plug.
+    pub fn adopt(&mut self, other: &mut Plug) {
+        debug_assert!(self.writes.is_empty());
+        std::mem::swap(self, other);
+    }
 }
 
 /// The table of requests in flight; a request's number is its slot.
@@ -150,6 +199,30 @@ pub fn runs(items: &[(u32, u32)], max: usize) -> impl Iterator<Item = &[(u32, u3
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A write continuing the last request merges into it up to MAX_REQUEST_PAGES; anything else
+    /// starts a request; the plug is full at BLK_MAX_REQUEST_COUNT requests, and taking its writes
+    /// empties it.
+    #[test]
+    fn plugged_writes_merge_into_requests_until_the_plug_is_full() {
+        let mut plug = Plug::default();
+        for s in 0..MAX_REQUEST_PAGES as u32 + 1 {
+            plug.add(s, s);
+        }
+        assert_eq!(plug.requests, 2, "a run one page longer than a request makes two");
+        plug.add(1000, 0);
+        assert_eq!(plug.requests, 3, "a gap starts a request");
+        for k in 0..BLK_MAX_REQUEST_COUNT - 4 {
+            plug.add(2000 + 2 * k, 0);
+        }
+        assert!(!plug.is_full());
+        plug.add(5000, 0);
+        assert!(plug.is_full());
+        assert_eq!(plug.take().len(), MAX_REQUEST_PAGES + 2 + BLK_MAX_REQUEST_COUNT as usize - 3);
+        assert!(!plug.is_full() && plug.writes.is_empty());
+        plug.add(7, 0);
+        assert_eq!(plug.requests, 1, "a taken plug starts afresh");
+    }
 
     #[test]
     fn runs_split_on_gaps_and_size() {

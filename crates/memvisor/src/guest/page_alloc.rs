@@ -105,7 +105,7 @@ impl Guest {
         env: &mut Env,
     ) -> Result<(u32, u64), Stall> {
         let memcg = self.memcg_of(pid);
-        let mut spent = if memcg != 0 { self.try_charge(pid, memcg, now, env)? } else { 0 };
+        let mut spent = if memcg != 0 { self.try_charge(pid, memcg, 1, None, now, env)? } else { 0 };
         loop {
             if self.windows() {
                 if let Some(r) = self.windows_alloc(kind, owner, index, now, env) {
@@ -172,7 +172,7 @@ impl Guest {
             self.host_touch(p, true, now, false, env);
             return Some((p, 0));
         }
-        let mut spent = if memcg != 0 { self.try_charge(NONE, memcg, now, env).ok()? } else { 0 };
+        let mut spent = if memcg != 0 { self.try_charge(NONE, memcg, 1, None, now, env).ok()? } else { 0 };
         let floor = if self.cfg.replacement == Replacement::Linux {
             if self.pages.nr_free() <= self.wmark.low {
                 self.wakeup_kswapd(now, env);

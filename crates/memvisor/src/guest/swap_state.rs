@@ -2,7 +2,7 @@
 //! its swapped neighbours in the faulting region (VMA-based readahead), whose window adapts to how
 //! many earlier readahead pages were used.
 
-use super::bio::{Bio, BioKind, Submission, Waited};
+use super::bio::{Bio, BioKind, Plug, Submission, Waited};
 use super::page::{NONE, PG_LOCKED, PG_READAHEAD, PageKind};
 use super::page_alloc::Stall;
 use super::process::{PTE_MASK, PTE_SWAP};
@@ -41,11 +41,12 @@ impl Guest {
 
     /// The readahead window for a fault at `vpn` (`swap_vma_ra_win` and `__swapin_nr_pages`):
     /// grows with readahead hits, shrinks no faster than by half, follows the direction of
-    /// sequential faults. Returns `[start, end)` in virtual pages.
-    fn swap_ra_window(&mut self, pid: u32, vpn: u32) -> (u32, u32) {
+    /// sequential faults. Returns `[start, end)` in virtual pages and the window's size, which the
+    /// fault records once it reads (`swap_ra_commit`).
+    fn swap_ra_window(&self, pid: u32, vpn: u32) -> (u32, u32, u32) {
         let cluster = if self.cfg.replacement == Replacement::ExactLru { 0 } else { self.cfg.sysctl.page_cluster };
         let max_win = 1u32 << cluster.min(SWAP_RA_ORDER_CEILING);
-        let proc = &mut self.procs[pid as usize];
+        let proc = &self.procs[pid as usize];
         let ra = proc.swap_ra;
         let mut pages = ra.hits + 2;
         if pages == 2 {
@@ -56,11 +57,8 @@ impl Guest {
             pages = pages.next_power_of_two().max(4);
         }
         let win = pages.min(max_win).max(ra.prev_win / 2);
-        proc.swap_ra.prev_vpn = vpn;
-        proc.swap_ra.prev_win = win;
-        proc.swap_ra.hits = 0;
         if win <= 1 {
-            return (vpn, vpn + 1);
+            return (vpn, vpn + 1, win);
         }
         let (lo, hi) = if vpn == ra.prev_vpn.wrapping_add(1) {
             (vpn as i64, vpn as i64 + win as i64)
@@ -75,40 +73,88 @@ impl Guest {
         let pmd = vpn - vpn % PMD_PAGES;
         let start = lo.max(rs as i64).max(pmd as i64) as u32;
         let end = hi.min(re as i64).min((pmd + PMD_PAGES) as i64) as u32;
-        (start, end)
+        (start, end, win)
+    }
+
+    /// A fault at `vpn` read with a window of `win` pages: the next fault's window starts from it.
+    fn swap_ra_commit(&mut self, pid: u32, vpn: u32, win: u32) {
+        let ra = &mut self.procs[pid as usize].swap_ra;
+        ra.prev_vpn = vpn;
+        ra.prev_win = win;
+        ra.hits = 0;
+    }
+
+    /// The neighbours of `vpn` in `[start, end)` that readahead would read: swapped out and not in
+    /// the swap cache, at most `max`.
+    fn swap_ra_candidates(&self, pid: u32, vpn: u32, (start, end): (u32, u32), max: usize) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let pte = &self.procs[pid as usize].mm.pte;
+        (start..end)
+            .filter(move |&v| v != vpn)
+            .filter_map(move |v| {
+                let e = pte[v as usize];
+                (e & PTE_SWAP != 0 && self.swap.cached(e & PTE_MASK) == NONE).then_some((v, e & PTE_MASK))
+            })
+            .take(max)
     }
 
     /// Reads the faulting page and its readahead neighbours; the process waits for the faulting
-    /// page's request. The faulting page is allocated like any fault; neighbours only if memory is
-    /// free without reclaim. Returns the time allocation took (the reads start after it).
+    /// page's request. In a memory cgroup the fault first makes room for the whole window
+    /// (`try_charge`); the faulting page is allocated like any fault, neighbours only if memory is
+    /// free without waiting. Returns the time allocation took (the reads start after it).
     pub(super) fn swapin_readahead(&mut self, pid: u32, vpn: u32, slot: u32, write: bool, now: u64, env: &mut Env) -> Result<u64, Stall> {
-        let (p, mut spent) = self.alloc_page(pid, PageKind::Anon, pid, vpn, now, env)?;
+        // At most 2^SWAP_RA_ORDER_CEILING pages: kept on the stack, this is a hot path.
+        let mut buf = [(0u32, 0u32); 1 << SWAP_RA_ORDER_CEILING];
+        let windows = self.windows();
+        let (mut start, mut end, win) = self.swap_ra_window(pid, vpn);
+        let memcg = self.memcg_of(pid);
+        // `swap_vma_readahead` plugs its loop when the window is more than one page, so reclaim
+        // for the window's charges writes under this plug.
+        let mut plug = Plug::default();
+        let mut spent = 0;
+        let charged = if memcg != 0 {
+            let nr = 1 + self.swap_ra_candidates(pid, vpn, (start, end), buf.len() - 1).count() as u64;
+            self.try_charge(pid, memcg, nr, (win > 1).then_some(&mut plug), now, env)
+        } else {
+            Ok(0)
+        };
+        let allocated = charged.and_then(|ns| {
+            spent = ns;
+            // The allocation's stall counts from the start of the fault.
+            self.alloc_page(pid, PageKind::Anon, pid, vpn, now + ns, env).map_err(|e| match e {
+                Stall::Wait(t) => Stall::Wait(ns + t),
+                Stall::Yield(t) => Stall::Yield(ns + t),
+                Stall::Killed => Stall::Killed,
+            })
+        });
+        let (p, ns) = match allocated {
+            Ok(x) => x,
+            Err(e) => {
+                // The fault stops here: a process that sleeps flushes its plug (one that yields
+                // holds none: its plug stays with its unfinished reclaim).
+                let at = now + if let Stall::Wait(t) | Stall::Yield(t) = e { t } else { spent };
+                self.flush_plug(&mut plug, false, at, env);
+                return Err(e);
+            }
+        };
+        spent += ns;
+        if windows {
+            // The cluster depends on Available, which the allocation just changed.
+            (start, end) = self.windows_cluster(pid, vpn, slot);
+        } else {
+            self.swap_ra_commit(pid, vpn, win);
+        }
         // The read brings back what the owner wrote before the page went out.
         self.pages.content[p as usize] = self.written(pid, vpn);
         self.add_to_swap_cache(p, slot);
         self.pages.set(p, PG_LOCKED);
         self.swapin_lru_add(p, slot);
-        // At most 2^SWAP_RA_ORDER_CEILING pages: kept on the stack, this is a hot path.
-        let mut buf = [(0u32, 0u32); 1 << SWAP_RA_ORDER_CEILING];
         buf[0] = (slot, p);
         let mut n = 1;
-        let (start, end) = if self.windows() { self.windows_cluster(pid, vpn, slot) } else { self.swap_ra_window(pid, vpn) };
-        for v in start..end {
-            if v == vpn {
-                continue;
-            }
-            let pte = self.procs[pid as usize].mm.pte[v as usize];
-            if pte & PTE_SWAP == 0 {
-                continue;
-            }
-            let s = pte & PTE_MASK;
-            if self.swap.cached(s) != NONE {
-                continue;
-            }
-            if n == buf.len() {
-                break;
-            }
-            let Some((q, ns)) = self.alloc_page_nowait(PageKind::Anon, pid, v, self.memcg_of(pid), now + spent, env) else { break };
+        let mut next = start;
+        while n < buf.len() {
+            let Some((v, s)) = self.swap_ra_candidates(pid, vpn, (next, end), 1).next() else { break };
+            next = v + 1;
+            let Some((q, ns)) = self.alloc_page_nowait(PageKind::Anon, pid, v, memcg, now + spent, env) else { break };
             spent += ns;
             self.pages.content[q as usize] = self.written(pid, v);
             self.add_to_swap_cache(q, s);
@@ -121,9 +167,9 @@ impl Guest {
         let now = now + spent;
         self.vmstat.add(Counter::SwapRa, reads.len() as u64 - 1);
         reads.sort_unstable();
-        let sub =
-            Submission { kind: BioKind::SwapRead, file: NONE, kthread: false, base: 0, max: usize::MAX, through_gaps: self.windows() };
+        let sub = Submission { kind: BioKind::SwapRead, file: NONE, kthread: false, base: 0, max: usize::MAX, through_gaps: windows };
         self.submit_runs(&sub, reads, Some(Waited { page: p, waiter: pid, fault: Some((p, write)) }), now, env);
+        self.flush_plug(&mut plug, false, now, env);
         Ok(spent)
     }
 

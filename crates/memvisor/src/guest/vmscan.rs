@@ -9,7 +9,8 @@
 //! balancing anonymous against file scanning. Each memory cgroup has its own lists (its lruvec):
 //! global reclaim walks every lruvec, limit reclaim only its cgroup's (`memcontrol.rs`).
 
-use super::bio::{Bio, BioKind, Submission};
+use super::bio::{Bio, BioKind, Plug, Submission};
+use super::filemap::MAX_REQUEST_PAGES;
 use super::lru::LruList;
 use super::oom_kill::Oom;
 use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_MAPPED, PG_RECLAIM, PG_REFERENCED, PG_WORKINGSET, PG_WRITEBACK, PG_YOUNG, PageKind};
@@ -73,8 +74,16 @@ pub(super) struct ScanControl {
     /// Limit reclaim in a cgroup v1 hierarchy met a page it must wait for (`folio_wait_writeback`
     /// in case 3 of `shrink_folio_list`); the scan stopped.
     pub wait_writeback: bool,
-    /// Swap writes gathered under the block plug: (slot, page).
-    plug: Vec<(u32, u32)>,
+    /// Swap writes gathered under the block plug.
+    pub plug: Plug,
+    /// The plug is the caller's, not `shrink_lruvec`'s: a fault reclaiming for its swap readahead
+    /// (`swap_vma_readahead` plugs its loop, and a nested plug is the outer one), so the writes
+    /// wait for the fault's reads to be submitted, or for the plug to fill, not for the end of a
+    /// priority level.
+    pub held: bool,
+    /// A timed scan stopped because its plug is full: the caller submits it, at the scan's clock,
+    /// and the scan goes on.
+    plug_full: bool,
     /// CPU time of the cleancache puts of the pages it dropped.
     tmem_ns: u64,
     /// A scan that takes simulated time (a process's limit reclaim): it counts only freed pages as
@@ -120,7 +129,9 @@ impl ScanControl {
             nr_dirty_file: 0,
             target: None,
             wait_writeback: false,
-            plug: Vec::new(),
+            plug: Plug::default(),
+            held: false,
+            plug_full: false,
             tmem_ns: 0,
             timed: false,
             deadline: u64::MAX,
@@ -197,6 +208,11 @@ impl ScanControl {
     /// A timed scan sees its writes complete as it goes, so it counts freed pages only.
     pub(super) fn progress(&self) -> u64 {
         if self.timed { self.nr_reclaimed } else { self.nr_reclaimed + self.nr_writeback }
+    }
+
+    /// Whether a timed scan must stop for its plug to be flushed, and clears the mark.
+    pub(super) fn take_plug_full(&mut self) -> bool {
+        std::mem::take(&mut self.plug_full)
     }
 
     /// The lruvec whose clock stamps the shadow entries of pages this scan frees (the kernel's
@@ -390,7 +406,13 @@ impl Guest {
             if sc.progress() >= sc.nr_to_reclaim {
                 break;
             }
-            if sc.overdue() && (nr[0] > 0 || nr[2] > 0 || nr[3] > 0) {
+            let left = nr[0] > 0 || nr[2] > 0 || nr[3] > 0;
+            if sc.timed && left && sc.plug.is_full() {
+                sc.resume = Some(nr);
+                sc.plug_full = true;
+                return;
+            }
+            if sc.overdue() && left {
                 sc.resume = Some(nr);
                 sc.stopped = true;
                 return;
@@ -546,7 +568,7 @@ impl Guest {
             self.lru.move_head(LruList::InactiveAnon, p);
             self.nr_reclaim_wb += 1;
             self.write_slot(slot);
-            sc.plug.push((slot, p));
+            sc.plug.add(slot, p);
             sc.nr_writeback += 1;
             sc.nr_pageout += 1;
             false
@@ -586,24 +608,29 @@ impl Guest {
         self.vmstat.inc(Counter::PswpOut);
     }
 
-    /// Submits the swap writes gathered during a reclaim pass, merged into one request per run of
-    /// consecutive slots (the block plug), and wakes the flusher for dirty page cache met.
+    /// The end of a reclaim pass: submits the swap writes it plugged (unless its caller holds the
+    /// plug) and wakes the flusher for dirty page cache met.
     pub(super) fn finish_reclaim(&mut self, sc: &mut ScanControl, now: u64, env: &mut Env) {
         sc.tmem_ns += self.tmem_flush_pending(env);
-        let mut plug = std::mem::take(&mut sc.plug);
-        let sub = Submission {
-            kind: BioKind::SwapWrite,
-            file: NONE,
-            kthread: sc.kswapd,
-            base: 0,
-            max: SWAP_CLUSTER_MAX as usize,
-            through_gaps: false,
-        };
-        plug.sort_unstable();
-        self.submit_runs(&sub, &plug, None, now, env);
+        if !sc.held {
+            self.flush_plug(&mut sc.plug, sc.kswapd, now, env);
+        }
         if std::mem::take(&mut sc.nr_dirty_file) > 0 {
             self.flusher_write_all(now, env);
         }
+    }
+
+    /// Submits the swap writes held in `plug`, merged into one request per run of consecutive
+    /// slots (`blk_finish_plug`).
+    pub(super) fn flush_plug(&mut self, plug: &mut Plug, kswapd: bool, now: u64, env: &mut Env) {
+        if plug.writes.is_empty() {
+            return;
+        }
+        let mut writes = plug.take();
+        let sub =
+            Submission { kind: BioKind::SwapWrite, file: NONE, kthread: kswapd, base: 0, max: MAX_REQUEST_PAGES, through_gaps: false };
+        writes.sort_unstable();
+        self.submit_runs(&sub, &writes, None, now, env);
     }
 
     /// A scan of `nr_to_reclaim` pages at this guest's reclaim costs.
