@@ -65,6 +65,13 @@ impl Guest {
         if reclaim_wb != self.nr_reclaim_wb {
             return err(format!("{reclaim_wb} anonymous pages under reclaim writeback but counted {}", self.nr_reclaim_wb));
         }
+        // A swap write not yet submitted waits in the plug of a reclaim that stopped, and nowhere else.
+        let unsubmitted = (0..n)
+            .filter(|&i| self.pages.kind[i] == PageKind::Anon && self.pages.has(i as u32, PG_WRITEBACK) && self.pages.io[i] == NONE)
+            .count();
+        if unsubmitted != self.plugged_writes() {
+            return err(format!("{unsubmitted} anonymous pages under writeback with no request, {} held in plugs", self.plugged_writes()));
+        }
         let mut counts = [0u64; 5];
         let (mut dirty_file, mut wb_file) = (0u64, 0u64);
         for p in 0..n as u32 {

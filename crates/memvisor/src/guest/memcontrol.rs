@@ -169,8 +169,10 @@ impl Guest {
                 }
                 return Err(Stall::Yield(spent));
             }
-            if let Some(p) = plug.as_deref_mut() {
-                p.adopt(&mut sc.plug);
+            match plug.as_deref_mut() {
+                Some(p) => p.adopt(&mut sc.plug),
+                // A call resumed by a charge that holds no plug (its fault went another way).
+                None => self.flush_plug(&mut sc.plug, false, now + spent, env),
             }
             if fits(self, nr) || sc.nr_reclaimed > 0 {
                 continue;
@@ -199,6 +201,19 @@ impl Guest {
                 Oom::Freed => st.retries = MAX_RECLAIM_RETRIES,
                 Oom::Killed(_) | Oom::NoVictim => return Err(Stall::Killed),
             }
+        }
+    }
+
+    /// Swap writes held under the plugs of limit reclaims that stopped to let time pass.
+    pub(super) fn plugged_writes(&self) -> usize {
+        self.procs.iter().filter_map(|p| p.limit_reclaim.as_ref()?.call.as_ref()).map(|sc| sc.plug.writes.len()).sum()
+    }
+
+    /// Process `pid` ends with a limit reclaim unfinished: the writes it holds under its plug go to
+    /// the device, as the kernel's would when the task leaves reclaim.
+    pub(super) fn abandon_limit_reclaim(&mut self, pid: u32, now: u64, env: &mut Env) {
+        if let Some(mut sc) = self.procs[pid as usize].limit_reclaim.take().and_then(|st| st.call) {
+            self.flush_plug(&mut sc.plug, false, now, env);
         }
     }
 

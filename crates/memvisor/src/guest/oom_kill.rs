@@ -47,7 +47,7 @@ impl Guest {
             self.memcgs[v as usize].oom_kill += 1;
         }
         self.throttled.retain(|&q| q != victim);
-        self.exit_process(victim, now, true);
+        self.exit_process(victim, now, true, env);
         Oom::Killed(victim)
     }
 }

@@ -181,7 +181,7 @@ impl Guest {
                             crate::units::human_bytes(*pages as u64 * crate::units::PAGE_SIZE)
                         );
                         self.log.push((now, msg));
-                        self.exit_process(pid, now, true);
+                        self.exit_process(pid, now, true, env);
                         return (now, Ran::Off);
                     }
                     Progress::Done
@@ -243,7 +243,7 @@ impl Guest {
                     Progress::Done
                 }
                 Op::Exit => {
-                    self.exit_process(pid, now, false);
+                    self.exit_process(pid, now, false, env);
                     return (now, Ran::Off);
                 }
             };
@@ -275,7 +275,8 @@ impl Guest {
     }
 
     /// Ends a process: releases its memory and updates the counts of live work.
-    pub(super) fn exit_process(&mut self, pid: u32, now: u64, killed: bool) {
+    pub(super) fn exit_process(&mut self, pid: u32, now: u64, killed: bool, env: &mut Env) {
+        self.abandon_limit_reclaim(pid, now, env);
         let nregions = self.procs[pid as usize].mm.regions.len() as u32;
         for r in 0..nregions {
             self.zap_region(pid, r);
