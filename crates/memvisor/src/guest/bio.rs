@@ -1,7 +1,8 @@
 //! Block requests in flight (the guest's `struct bio`s): what each carries, who waits for it, and
 //! how contiguous pages merge into one request as the block layer's plugging does.
 
-use super::filemap::MAX_REQUEST_PAGES;
+/// Largest request the block layer builds (max_sectors_kb 1024 on common virtual disks).
+pub(super) const MAX_REQUEST_PAGES: usize = 256;
 
 /// What a request does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

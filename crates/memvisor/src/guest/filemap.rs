@@ -1,16 +1,13 @@
 //! The page cache (`mm/filemap.c`, `mm/readahead.c`): files on the guest's virtual disk, `read()`
 //! and `write()` through cached pages, `mark_page_accessed`, and on-demand readahead.
 
-use super::bio::{BioKind, Submission, Waited};
+use super::bio::{BioKind, MAX_REQUEST_PAGES, Submission, Waited};
 use super::lru::LruList;
 use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_READAHEAD, PG_REFERENCED, PG_WRITEBACK, PageKind};
 use super::page_alloc::Stall;
 use super::workingset::{NO_SHADOW, Shadow};
 use super::{Counter, Env, Guest, Replacement};
 use crate::units::PAGE_SIZE;
-
-/// Largest request the block layer builds (max_sectors_kb 1024 on common virtual disks).
-pub(super) const MAX_REQUEST_PAGES: usize = 256;
 
 /// A file on the guest's file system.
 #[derive(Clone, Debug)]

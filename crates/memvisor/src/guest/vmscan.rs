@@ -9,8 +9,7 @@
 //! balancing anonymous against file scanning. Each memory cgroup has its own lists (its lruvec):
 //! global reclaim walks every lruvec, limit reclaim only its cgroup's (`memcontrol.rs`).
 
-use super::bio::{Bio, BioKind, Plug, Submission};
-use super::filemap::MAX_REQUEST_PAGES;
+use super::bio::{Bio, BioKind, MAX_REQUEST_PAGES, Plug, Submission};
 use super::lru::LruList;
 use super::oom_kill::Oom;
 use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_MAPPED, PG_RECLAIM, PG_REFERENCED, PG_WORKINGSET, PG_WRITEBACK, PG_YOUNG, PageKind};

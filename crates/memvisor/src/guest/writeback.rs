@@ -7,8 +7,7 @@
 //! Simplification: a writer below the dirty limit is never paused (the kernel starts pausing
 //! proportionally halfway between the background and the hard limit).
 
-use super::bio::{Bio, BioKind, Submission};
-use super::filemap::MAX_REQUEST_PAGES;
+use super::bio::{Bio, BioKind, MAX_REQUEST_PAGES, Submission};
 use super::lru::LruList;
 use super::page::{NONE, PG_DIRTY, PG_WRITEBACK};
 use super::{Counter, Env, Guest};
