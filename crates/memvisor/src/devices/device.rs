@@ -163,7 +163,11 @@ impl Device {
             self.path.pop_front();
         }
         // The booking that starts at or before `ready` may still be running then.
-        let mut i = self.path.partition_point(|&(s, _)| s <= ready);
+        let mut i = if self.path.back().is_none_or(|&(s, _)| s <= ready) {
+            self.path.len()
+        } else {
+            self.path.partition_point(|&(s, _)| s <= ready)
+        };
         let mut t = if i > 0 { ready.max(self.path[i - 1].1) } else { ready };
         while let Some(&(s, e)) = self.path.get(i) {
             if s >= t + len {
@@ -204,8 +208,13 @@ impl Device {
         let xfer_start = self.book_path(now, ready, transfer);
         let done = xfer_start + transfer;
         self.head = offset + bytes;
-        let at = self.slots.partition_point(|&t| t <= done);
-        self.slots.insert(at, done);
+        // A completion nearly always comes after every other: append it without a search.
+        if self.slots.back().is_none_or(|&t| t <= done) {
+            self.slots.push_back(done);
+        } else {
+            let at = self.slots.partition_point(|&t| t <= done);
+            self.slots.insert(at, done);
+        }
         self.stats.queue_wait_ns += (start - now) + (xfer_start - ready);
         self.stats.busy_ns += transfer;
         if write {
