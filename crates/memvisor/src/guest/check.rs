@@ -130,8 +130,8 @@ impl Guest {
                         return err(format!("page {p} says slot {slot} but the swap cache disagrees"));
                     }
                     if owner == NONE {
-                        if io == NONE {
-                            return err(format!("orphan page {p} without I/O in flight"));
+                        if io == NONE && !self.pages.has(p, PG_WRITEBACK) {
+                            return err(format!("orphan page {p} without I/O in flight or plugged"));
                         }
                         continue;
                     }

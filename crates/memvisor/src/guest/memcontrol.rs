@@ -8,7 +8,6 @@
 //! limits, `memory.high`, `memory.low`/`min` protection, and a swap limit (v1 `memsw`, v2
 //! `memory.swap.max`): the cgroup may swap as much as the guest's swap area holds.
 
-use super::bio::Plug;
 use super::oom_kill::Oom;
 use super::page::NONE;
 use super::page_alloc::{SWAP_CLUSTER_MAX, Stall};
@@ -115,18 +114,10 @@ impl Guest {
     /// made here, before any is allocated, and the pages are then charged without reclaim. One
     /// reclaim call (SWAP_CLUSTER_MAX pages) usually makes room for a whole window. When the
     /// retries run out with room for the faulting page only, the charge succeeds and readahead
-    /// stops short. Such a fault reclaims under its readahead's block plug (`plug`): the swap writes
-    /// wait in it until it fills or the fault submits its reads (and takes the plug back), or the
+    /// stops short. Such a fault reclaims under its readahead's block plug (`held`: the process's
+    /// `plug`): the swap writes wait in it until it fills or the fault submits its reads, or the
     /// process sleeps, which flushes it.
-    pub(super) fn try_charge(
-        &mut self,
-        pid: u32,
-        v: u8,
-        nr: u64,
-        mut plug: Option<&mut Plug>,
-        now: u64,
-        env: &mut Env,
-    ) -> Result<u64, Stall> {
+    pub(super) fn try_charge(&mut self, pid: u32, v: u8, nr: u64, held: bool, now: u64, env: &mut Env) -> Result<u64, Stall> {
         if pid == NONE {
             return self.try_charge_readahead(v, now, env).ok_or(Stall::Wait(0));
         }
@@ -144,13 +135,15 @@ impl Guest {
                     self.memcgs[v as usize].failcnt += 1;
                     let mut sc = self.scan_control(SWAP_CLUSTER_MAX, false, t).timed();
                     sc.target = Some(v);
-                    if let Some(p) = plug.as_deref_mut() {
-                        sc.held = true;
-                        sc.plug.adopt(p);
-                    }
                     sc
                 }
             };
+            // The plug is the fault's while it reads ahead; a call the process resumes from
+            // elsewhere goes on under `shrink_lruvec`'s own.
+            sc.held = held;
+            if held {
+                sc.plug.absorb(&mut self.procs[pid as usize].plug);
+            }
             sc.resume_at(t, env.events.peek_time().unwrap_or(u64::MAX));
             self.do_try_to_free_pages(&mut sc, env);
             spent = sc.clock() - now;
@@ -169,10 +162,10 @@ impl Guest {
                 }
                 return Err(Stall::Yield(spent));
             }
-            match plug.as_deref_mut() {
-                Some(p) => p.adopt(&mut sc.plug),
-                // A call resumed by a charge that holds no plug (its fault went another way).
-                None => self.flush_plug(&mut sc.plug, false, now + spent, env),
+            if held {
+                self.procs[pid as usize].plug.absorb(&mut sc.plug);
+            } else {
+                self.flush_plug(&mut sc.plug, false, now + spent, env);
             }
             if fits(self, nr) || sc.nr_reclaimed > 0 {
                 continue;
@@ -184,9 +177,7 @@ impl Guest {
             if fits(self, 1) {
                 return Ok(spent);
             }
-            if let Some(p) = plug.as_deref_mut() {
-                self.flush_plug(p, false, now + spent, env);
-            }
+            self.flush_task_plug(pid, now + spent, env);
             if self.bios.in_flight() > 0 {
                 // The kernel would go on retrying and may give up with writes still in flight (its
                 // runs of the validation see such OOM kills); the model waits for them instead.
@@ -204,17 +195,28 @@ impl Guest {
         }
     }
 
-    /// Swap writes held under the plugs of limit reclaims that stopped to let time pass.
+    /// Swap writes held under plugs: processes' own, and those of limit reclaims that stopped to
+    /// let time pass.
     pub(super) fn plugged_writes(&self) -> usize {
-        self.procs.iter().filter_map(|p| p.limit_reclaim.as_ref()?.call.as_ref()).map(|sc| sc.plug.writes.len()).sum()
+        let stopped = self.procs.iter().filter_map(|p| p.limit_reclaim.as_ref()?.call.as_ref()).map(|sc| sc.plug.writes.len());
+        stopped.sum::<usize>() + self.procs.iter().map(|p| p.plug.writes.len()).sum::<usize>()
     }
 
-    /// Process `pid` ends with a limit reclaim unfinished: the writes it holds under its plug go to
-    /// the device, as the kernel's would when the task leaves reclaim.
+    /// Submits the swap writes process `pid` holds under its plug, as its sleeping would.
+    pub(super) fn flush_task_plug(&mut self, pid: u32, now: u64, env: &mut Env) {
+        let mut plug = std::mem::take(&mut self.procs[pid as usize].plug);
+        self.flush_plug(&mut plug, false, now, env);
+    }
+
+    /// Process `pid` ends, perhaps in the middle of a limit reclaim: the writes it holds under
+    /// plugs go to the device, as the kernel's would when the task leaves reclaim, no earlier than
+    /// the reclaim had got to.
     pub(super) fn abandon_limit_reclaim(&mut self, pid: u32, now: u64, env: &mut Env) {
         if let Some(mut sc) = self.procs[pid as usize].limit_reclaim.take().and_then(|st| st.call) {
-            self.flush_plug(&mut sc.plug, false, now, env);
+            let at = now.max(sc.clock());
+            self.flush_plug(&mut sc.plug, false, at, env);
         }
+        self.flush_task_plug(pid, now, env);
     }
 
     /// A readahead page's charge when its fault did not make room for it (asynchronous file
@@ -244,8 +246,9 @@ impl Guest {
     /// `do_try_to_free_pages` for limit reclaim: shrink the cgroup's lists from the scan's priority
     /// down until it has freed enough, must wait for a write, or stops at its deadline. The block
     /// plug spans one `shrink_lruvec` call, so each priority level's swap writes go to the device
-    /// when the level ends, when the plug holds BLK_MAX_REQUEST_COUNT requests, or when the scan
-    /// sleeps on a write, at the time the scan reached. Measured on this project's machine (block
+    /// when the level ends (unless the plug is a faulting process's, `ScanControl::held`), when the
+    /// plug holds BLK_MAX_REQUEST_COUNT requests, or when the scan sleeps on a write, at the time
+    /// the scan reached. Measured on this project's machine (block
     /// tracepoints, a sweep in a v1 memory cgroup): a call that finds no clean page writes until
     /// its plug flushes 32 requests of 254 pages and their completions rotate to the tail, some
     /// 7,000 to 8,000 pages at once; the sweep runs over many of them before they are freed.
@@ -301,5 +304,58 @@ impl Guest {
         self.finish_reclaim(&mut sc, now, env);
         *spent += sc.spent_ns();
         (sc.nr_reclaimed, sc.wait_writeback)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::page::{PG_DIRTY, PG_MAPPED, PG_WRITEBACK, PageKind};
+    use super::super::process::{PTE_MASK, PTE_PRESENT};
+    use super::*;
+
+    /// Two processes in one cgroup: one stops in the middle of a limit reclaim whose plug holds the
+    /// other's page, and the other exits. The page waits for its write (orphaned, never freed while
+    /// plugged); the stopped process's end submits the write, whose completion frees it.
+    #[test]
+    fn a_page_held_in_a_stopped_reclaims_plug_outlives_its_owner_until_the_write_completes() {
+        let text = "name = \"t\"\nduration = \"10s\"\n[host]\nmemory = \"1GiB\"\nsample_interval = \"10ms\"\n[[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
+                    [[vm]]\nname = \"g\"\nmemory = \"256MiB\"\ncgroup = \"v1\"\ndatastore = \"d\"\n\
+                    workload = { kind = \"stress\", instances = 2, pages = 2000, memory_limit = \"64MiB\" }\n";
+        let s = crate::scenario::load(text, "t", &[]).unwrap().remove(0);
+        let mut sim = crate::Simulation::new(&s).unwrap();
+        sim.run_until(20_000_000).unwrap();
+        let now = sim.now();
+        assert!(!sim.is_finished() && now < 1_000_000_000);
+        let (a, b) = (0, 1);
+        let p = sim.with_guest(0, |g, env| {
+            assert!(g.procs.len() > b && g.procs[a].memcg == g.procs[b].memcg && g.procs[a].memcg != 0);
+            // A dirty page of B's that reclaim would write, as A's reclaim does under its plug.
+            let p = (0..2000)
+                .map(|v| g.procs[b].mm.pte[g.procs[b].mm.regions[0].start as usize + v])
+                .filter(|&e| e & PTE_PRESENT != 0)
+                .map(|e| e & PTE_MASK)
+                .find(|&p| g.pages.has(p, PG_MAPPED | PG_DIRTY) && g.pages.io[p as usize] == NONE)
+                .expect("a dirty mapped page");
+            let mut sc = g.scan_control(SWAP_CLUSTER_MAX, false, now).timed();
+            sc.target = Some(g.procs[a].memcg);
+            sc.held = true;
+            assert!(!g.reclaim_anon_page(p, &mut sc), "a dirty page is written, not freed");
+            assert_eq!(sc.plug.writes, vec![(g.pages.swap[p as usize], p)]);
+            sc.stop();
+            g.procs[a].limit_reclaim = Some(Box::new(LimitReclaim { call: Some(sc), retries: MAX_RECLAIM_RETRIES }));
+            g.exit_process(b as u32, now, true, env);
+            assert_eq!(g.pages.kind[p as usize], PageKind::Anon, "a plugged page is not freed");
+            assert_eq!(g.pages.owner[p as usize], NONE, "but orphaned");
+            p
+        });
+        sim.check_invariants().unwrap();
+        sim.with_guest(0, |g, env| {
+            g.exit_process(a as u32, now, true, env);
+            assert!(g.pages.has(p, PG_WRITEBACK) && g.pages.io[p as usize] != NONE, "A's end submits the write");
+        });
+        sim.check_invariants().unwrap();
+        sim.run_until(now + 10_000_000).unwrap();
+        sim.check_invariants().unwrap();
+        sim.with_guest(0, |g, _| assert_eq!(g.pages.kind[p as usize], PageKind::Free, "the write's completion frees it"));
     }
 }

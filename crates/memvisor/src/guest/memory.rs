@@ -59,8 +59,8 @@ impl Guest {
             self.pages.set(p, PG_DIRTY);
             self.pages.content[p as usize] = self.written(pid, vpn);
             // A written page's swap copy is stale: release the slot (the kernel's write-fault
-            // `folio_free_swap`), unless a write-out of it is in flight.
-            if self.pages.swap[p as usize] != NONE && self.pages.io[p as usize] == NONE {
+            // `folio_free_swap`), unless a write-out of it is in flight or plugged.
+            if self.pages.swap[p as usize] != NONE && self.pages.io[p as usize] == NONE && !self.pages.has(p, PG_WRITEBACK) {
                 self.delete_from_swap_cache(p, true);
             }
         }
@@ -218,6 +218,7 @@ impl Guest {
         if !self.windows()
             && self.pages.swap[p as usize] != NONE
             && self.pages.io[p as usize] == NONE
+            && !self.pages.has(p, PG_WRITEBACK)
             && self.swap.nr_used() * 2 > self.swap.size()
         {
             self.pages.set(p, PG_DIRTY);
@@ -265,13 +266,14 @@ impl Guest {
         }
     }
 
-    /// Frees an anonymous page whose mapping is gone, with its swap slot.
+    /// Frees an anonymous page whose mapping is gone, with its swap slot. A page with I/O in flight,
+    /// or a write waiting under a plug, is orphaned: its write's completion frees it.
     fn free_anon_page(&mut self, p: u32) {
         if self.pages.swap[p as usize] != NONE {
             self.delete_from_swap_cache(p, true);
         }
         self.pages.clear(p, PG_MAPPED);
-        if self.pages.io[p as usize] != NONE {
+        if self.pages.io[p as usize] != NONE || self.pages.has(p, PG_WRITEBACK) {
             self.pages.owner[p as usize] = NONE;
         } else {
             self.lru.remove_if_on(p);

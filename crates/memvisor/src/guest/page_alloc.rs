@@ -105,7 +105,7 @@ impl Guest {
         env: &mut Env,
     ) -> Result<(u32, u64), Stall> {
         let memcg = self.memcg_of(pid);
-        let mut spent = if memcg != 0 { self.try_charge(pid, memcg, 1, None, now, env)? } else { 0 };
+        let mut spent = if memcg != 0 { self.try_charge(pid, memcg, 1, false, now, env)? } else { 0 };
         loop {
             if self.windows() {
                 if let Some(r) = self.windows_alloc(kind, owner, index, now, env) {
@@ -140,6 +140,10 @@ impl Guest {
     /// Nothing to allocate after `spent` of reclaim: wait for I/O in flight (writes that will free
     /// or make pages available) if there is any, else call the OOM killer. `Ok` means retry.
     fn wait_or_kill(&mut self, pid: u32, spent: u64, now: u64, env: &mut Env) -> Result<(), Stall> {
+        if pid != NONE {
+            // It is about to sleep (or kill): writes held under its plug go to the device first.
+            self.flush_task_plug(pid, now + spent, env);
+        }
         if self.reclaim_in_flight() {
             if pid != NONE {
                 self.block(pid, now + spent, true);
@@ -172,7 +176,7 @@ impl Guest {
             self.host_touch(p, true, now, false, env);
             return Some((p, 0));
         }
-        let mut spent = if memcg != 0 { self.try_charge(NONE, memcg, 1, None, now, env).ok()? } else { 0 };
+        let mut spent = if memcg != 0 { self.try_charge(NONE, memcg, 1, false, now, env).ok()? } else { 0 };
         let floor = if self.cfg.replacement == Replacement::Linux {
             if self.pages.nr_free() <= self.wmark.low {
                 self.wakeup_kswapd(now, env);

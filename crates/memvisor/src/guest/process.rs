@@ -228,6 +228,9 @@ pub struct Process {
     pub ahead: AheadLog,
     /// A charge's limit reclaim under way, kept while the process lets time pass.
     pub(super) limit_reclaim: Option<Box<super::memcontrol::LimitReclaim>>,
+    /// Its block plug (`current->plug`): swap writes its fault's reclaim made while the fault read
+    /// ahead, submitted with the fault's reads or when it sleeps.
+    pub(super) plug: super::bio::Plug,
 }
 
 impl Process {
@@ -250,6 +253,7 @@ impl Process {
             memcg,
             ahead: AheadLog::default(),
             limit_reclaim: None,
+            plug: super::bio::Plug::default(),
         }
     }
 

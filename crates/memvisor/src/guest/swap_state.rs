@@ -2,7 +2,7 @@
 //! its swapped neighbours in the faulting region (VMA-based readahead), whose window adapts to how
 //! many earlier readahead pages were used.
 
-use super::bio::{Bio, BioKind, Plug, Submission, Waited};
+use super::bio::{Bio, BioKind, Submission, Waited};
 use super::page::{NONE, PG_LOCKED, PG_READAHEAD, PageKind};
 use super::page_alloc::Stall;
 use super::process::{PTE_MASK, PTE_SWAP};
@@ -107,36 +107,23 @@ impl Guest {
         let windows = self.windows();
         let (mut start, mut end, win) = self.swap_ra_window(pid, vpn);
         let memcg = self.memcg_of(pid);
-        // `swap_vma_readahead` plugs its loop when the window is more than one page, so reclaim
-        // for the window's charges writes under this plug.
-        let mut plug = Plug::default();
-        let mut spent = 0;
-        let charged = if memcg != 0 {
+        let charge_ns = if memcg != 0 {
             let nr = 1 + self.swap_ra_candidates(pid, vpn, (start, end), buf.len() - 1).count() as u64;
-            self.try_charge(pid, memcg, nr, (win > 1).then_some(&mut plug), now, env)
+            // `swap_vma_readahead` plugs its loop when the window is more than one page, so
+            // reclaim for the window's charges writes under the process's plug.
+            self.try_charge(pid, memcg, nr, win > 1, now, env)?
         } else {
-            Ok(0)
+            0
         };
-        let allocated = charged.and_then(|ns| {
-            spent = ns;
-            // The allocation's stall counts from the start of the fault.
-            self.alloc_page(pid, PageKind::Anon, pid, vpn, now + ns, env).map_err(|e| match e {
-                Stall::Wait(t) => Stall::Wait(ns + t),
-                Stall::Yield(t) => Stall::Yield(ns + t),
-                Stall::Killed => Stall::Killed,
-            })
-        });
-        let (p, ns) = match allocated {
-            Ok(x) => x,
-            Err(e) => {
-                // The fault stops here: a process that sleeps flushes its plug (one that yields
-                // holds none: its plug stays with its unfinished reclaim).
-                let at = now + if let Stall::Wait(t) | Stall::Yield(t) = e { t } else { spent };
-                self.flush_plug(&mut plug, false, at, env);
-                return Err(e);
-            }
-        };
-        spent += ns;
+        // If the fault stops here, a process that sleeps (or ends) has flushed its plug; one that
+        // yields keeps it, to submit it with the reads when it comes back. Its stall counts from
+        // the start of the fault.
+        let (p, ns) = self.alloc_page(pid, PageKind::Anon, pid, vpn, now + charge_ns, env).map_err(|e| match e {
+            Stall::Wait(t) => Stall::Wait(charge_ns + t),
+            Stall::Yield(t) => Stall::Yield(charge_ns + t),
+            Stall::Killed => Stall::Killed,
+        })?;
+        let mut spent = charge_ns + ns;
         if windows {
             // The cluster depends on Available, which the allocation just changed.
             (start, end) = self.windows_cluster(pid, vpn, slot);
@@ -169,7 +156,7 @@ impl Guest {
         reads.sort_unstable();
         let sub = Submission { kind: BioKind::SwapRead, file: NONE, kthread: false, base: 0, max: usize::MAX, through_gaps: windows };
         self.submit_runs(&sub, reads, Some(Waited { page: p, waiter: pid, fault: Some((p, write)) }), now, env);
-        self.flush_plug(&mut plug, false, now, env);
+        self.flush_task_plug(pid, now, env);
         Ok(spent)
     }
 

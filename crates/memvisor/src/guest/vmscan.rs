@@ -547,7 +547,7 @@ impl Guest {
 
     /// Reclaims an anonymous page: give it a swap slot, unmap it, write it if dirty, free it if
     /// clean. Returns whether it was freed now.
-    fn reclaim_anon_page(&mut self, p: u32, sc: &mut ScanControl) -> bool {
+    pub(super) fn reclaim_anon_page(&mut self, p: u32, sc: &mut ScanControl) -> bool {
         let mut slot = self.pages.swap[p as usize];
         if slot == NONE {
             let Some(s) = self.swap.alloc() else {
