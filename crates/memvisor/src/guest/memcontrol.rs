@@ -301,7 +301,7 @@ impl Guest {
         let mut sc = self.scan_control(SWAP_CLUSTER_MAX, false, now);
         sc.target = Some(v);
         self.shrink_priorities(&mut sc);
-        self.finish_reclaim(&mut sc, now, env);
+        self.finish_direct_reclaim(&mut sc, now, env);
         *spent += sc.spent_ns();
         (sc.nr_reclaimed, sc.wait_writeback)
     }

@@ -408,6 +408,9 @@ pub struct Guest {
     pub(crate) memcgs: Vec<MemCgroup>,
     /// Processes waiting for any I/O completion before they retry (reclaim, dirty throttling).
     throttled: Vec<u32>,
+    /// The process whose swap readahead holds its block plug open (`NONE`: none): direct reclaim
+    /// while it allocates writes under that plug, so the writes follow the fault's reads.
+    plugging: u32,
     /// Dirty page-cache pages.
     nr_dirty: u64,
     /// Dirty pages dropped unwritten because their file was deleted (`cancel_dirty_page`).
@@ -537,6 +540,7 @@ impl Guest {
             reclaim_cost: vec![ReclaimCost::default(); nr_memcgs as usize],
             memcgs,
             throttled: Vec::new(),
+            plugging: NONE,
             nr_dirty: 0,
             dirty_cancelled: 0,
             nr_writeback_file: 0,

@@ -115,13 +115,21 @@ impl Guest {
         } else {
             0
         };
+        // Direct reclaim while the window's pages are allocated writes under the plug too.
+        if !windows && win > 1 {
+            self.plugging = pid;
+        }
         // If the fault stops here, a process that sleeps (or ends) has flushed its plug; one that
         // yields keeps it, to submit it with the reads when it comes back. Its stall counts from
         // the start of the fault.
-        let (p, ns) = self.alloc_page(pid, PageKind::Anon, pid, vpn, now + charge_ns, env).map_err(|e| match e {
-            Stall::Wait(t) => Stall::Wait(charge_ns + t),
-            Stall::Yield(t) => Stall::Yield(charge_ns + t),
-            Stall::Killed => Stall::Killed,
+        let allocated = self.alloc_page(pid, PageKind::Anon, pid, vpn, now + charge_ns, env);
+        let (p, ns) = allocated.map_err(|e| {
+            self.plugging = NONE;
+            match e {
+                Stall::Wait(t) => Stall::Wait(charge_ns + t),
+                Stall::Yield(t) => Stall::Yield(charge_ns + t),
+                Stall::Killed => Stall::Killed,
+            }
         })?;
         let mut spent = charge_ns + ns;
         if windows {
@@ -150,6 +158,7 @@ impl Guest {
             buf[n] = (s, q);
             n += 1;
         }
+        self.plugging = NONE;
         let reads = &mut buf[..n];
         let now = now + spent;
         self.vmstat.add(Counter::SwapRa, reads.len() as u64 - 1);

@@ -643,8 +643,20 @@ impl Guest {
     pub(super) fn try_to_free_pages(&mut self, now: u64, env: &mut Env) -> u64 {
         let mut sc = self.scan_control(SWAP_CLUSTER_MAX, false, now);
         self.shrink_priorities(&mut sc);
-        self.finish_reclaim(&mut sc, now, env);
+        self.finish_direct_reclaim(&mut sc, now, env);
         sc.spent_ns()
+    }
+
+    /// The end of an instantaneous reclaim in a process's context: its writes go to the device,
+    /// or, while the process's swap readahead holds its plug (`plugging`), into that plug, to be
+    /// submitted after the fault's reads.
+    pub(super) fn finish_direct_reclaim(&mut self, sc: &mut ScanControl, now: u64, env: &mut Env) {
+        let holder = self.plugging;
+        sc.held = holder != NONE;
+        self.finish_reclaim(sc, now, env);
+        if holder != NONE {
+            self.procs[holder as usize].plug.absorb(&mut sc.plug);
+        }
     }
 
     /// An instantaneous `do_try_to_free_pages`: shrink the scan's target from DEF_PRIORITY down
