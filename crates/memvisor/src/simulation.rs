@@ -79,8 +79,15 @@ impl Simulation {
                 engine_only: false,
             });
         }
-        let adm: Vec<AdmissionVm> =
-            s.vms.iter().map(|v| AdmissionVm { name: v.guest.name.clone(), reservation: v.reservation, overhead: v.overhead }).collect();
+        let adm: Vec<AdmissionVm> = s
+            .vms
+            .iter()
+            .map(|v| {
+                let g = &v.guest;
+                let built_with = if g.populate_at_boot { (g.memory_pages - g.boot_balloon_pages) as u64 * PAGE_SIZE } else { 0 };
+                AdmissionVm { name: g.name.clone(), reservation: v.reservation, overhead: v.overhead, built_with }
+            })
+            .collect();
         admit(s.host.memory, s.host.hypervisor, &adm)?;
         let frames = s.host.memory / PAGE_SIZE;
         let mut host = Host::new(frames);
