@@ -29,7 +29,7 @@ pub(super) enum Touch {
 impl Guest {
     /// A reference to virtual page `vpn` of process `pid` that the fast bitmaps could not account.
     pub(super) fn touch_slow(&mut self, pid: u32, vpn: u32, write: bool, refs: u32, now: u64, env: &mut Env) -> Touch {
-        let touch = self.fault(pid, vpn, write, refs, now, env);
+        let touch = self.resolve_touch(pid, vpn, write, refs, now, env);
         // Writes left in the process's plug by a fault that yielded and, retried, went another way
         // go out now, unless it yields again (a swap-in submits its own with its reads).
         if !matches!(touch, Touch::Yield(_)) && !self.procs[pid as usize].plug.writes.is_empty() {
@@ -39,7 +39,7 @@ impl Guest {
     }
 
     /// `touch_slow`'s reference: a hit on a mapped page, or a fault.
-    fn fault(&mut self, pid: u32, vpn: u32, write: bool, refs: u32, now: u64, env: &mut Env) -> Touch {
+    fn resolve_touch(&mut self, pid: u32, vpn: u32, write: bool, refs: u32, now: u64, env: &mut Env) -> Touch {
         let pte = self.procs[pid as usize].mm.pte[vpn as usize];
         let dram = refs as u64 * self.cfg.costs.dram_access_ns;
         if pte & PTE_PRESENT != 0 {
