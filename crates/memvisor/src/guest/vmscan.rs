@@ -5,9 +5,11 @@
 //!
 //! Kernel versions differ; this follows 5.9+ for list placement and reference checks (new pages go
 //! to the inactive list; a mapped page must be seen referenced twice to be activated), refault
-//! detection (`workingset.rs`) and the 4.x-5.8 `recent_scanned / recent_rotated` ratio for
-//! balancing anonymous against file scanning. Each memory cgroup has its own lists (its lruvec):
-//! global reclaim walks every lruvec, limit reclaim only its cgroup's (`memcontrol.rs`).
+//! detection (`workingset.rs`) and the 5.8+ cost-based balance of anonymous against file scanning
+//! (`lru_note_cost`). Swap writes wait under a block plug (`bio::Plug`) until a priority level
+//! ends, or, when the plug is a faulting process's, until the fault submits its reads. Each memory
+//! cgroup has its own lists (its lruvec): global reclaim walks every lruvec, limit reclaim only its
+//! cgroup's (`memcontrol.rs`).
 
 use super::bio::{Bio, BioKind, MAX_REQUEST_PAGES, Plug, Submission};
 use super::lru::LruList;
