@@ -273,6 +273,8 @@ def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...] | 
         raise MemvisorError(str(e), 1) from None
     shown = ", ".join(f"{k}={settings[k]}" for k in ("kernel", "vm.page-cluster", "vm.swappiness", "transparent_hugepage", "swap_vma_readahead", "lru_gen", "cgroup_version"))
     out.print(f"kernel settings: {shown}")
+    dev = settings["swap_device"]
+    out.print(f"swap device (measured; the simulated swap device is given the same): {dev['latency_ns'] / 1000:.0f} us, {dev['bandwidth_B_s'] / 1e9:.2f} GB/s")
     t = Table("pattern", "limit MiB", "kernel majflt min..max", "median", "sim majflt", "in band", "kernel pswpin", "sim pswpin", "kernel refault act.", "sim refault act.", "kernel pgactivate", "sim pgactivate",
               title=f"linux-paging: {working_set >> 20} MiB working set, {repeats} kernel runs per point")
     for r in rows:
