@@ -11,21 +11,19 @@ the gap since the previous event of the same reclaim call. The costs are the med
 the batches whose 32 pages all met one fate: kept or activated (looked at only), freed, written.
 
 Needs root, cgroup v1 memory, swap-file support and tracefs; it mounts tracefs if it is not mounted
-and restores everything it changes (events, buffer size, the mount, the swap file, the cgroup).
+and restores everything it changes (memcgsweep.py: events, buffer size, tracing_on, the mount, the
+swap file, the cgroup).
 Run it on an otherwise idle machine: python3 bench/reclaimcost.py
 """
 
-import os
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-TRACE = Path("/sys/kernel/tracing")
-CG_ROOT = Path("/sys/fs/cgroup/memory")
-EVENTS = ["mm_vmscan_lru_shrink_inactive", "mm_vmscan_memcg_reclaim_begin", "mm_vmscan_memcg_reclaim_end"]
+from memcgsweep import Bench
+
+EVENTS = ["vmscan/mm_vmscan_lru_shrink_inactive", "vmscan/mm_vmscan_memcg_reclaim_begin", "vmscan/mm_vmscan_memcg_reclaim_end"]
 BATCH = 32  # SWAP_CLUSTER_MAX
 FAULT_S = 1.5e-6  # an anonymous fault on this machine (bench/faultcost.c)
 
@@ -57,63 +55,14 @@ def batches(trace: str):
 
 
 def main() -> int:
-    here = Path(__file__).resolve().parent
-    work = Path(tempfile.mkdtemp(prefix="memvisor-reclaimcost-", dir="/var/tmp"))
-    mounted = False
-    old_buffer = None
-    swap_on = False
-    cg = CG_ROOT / f"memvisor-reclaimcost-{os.getpid()}"
     rows = []
-    try:
-        if not (TRACE / "events").exists():
-            subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACE)], check=True)
-            mounted = True
-        subprocess.run(["cc", "-O2", "-o", str(work / "sweep"), str(here / "sweep.c")], check=True)
-        swap = work / "swap"
-        subprocess.run(["dd", "if=/dev/zero", f"of={swap}", "bs=1M", "count=256", "status=none"], check=True)
-        swap.chmod(0o600)
-        subprocess.run(["mkswap", "-q", str(swap)], check=True)
-        subprocess.run(["swapon", "-p", "32767", str(swap)], check=True)
-        swap_on = True
-        old_buffer = (TRACE / "buffer_size_kb").read_text().split()[0]
-        (TRACE / "buffer_size_kb").write_text("262144")
-        cg.mkdir()
-        (cg / "memory.limit_in_bytes").write_text(str(64 << 20))
+    with Bench("reclaimcost", EVENTS) as bench:
         scanned0 = vmstat_scanned()
-        pid = os.fork()
-        if pid == 0:
-            (cg / "cgroup.procs").write_text(str(os.getpid()))
-            os.execv(str(work / "sweep"), [str(work / "sweep"), str(96 * 256), "5"])
-        _, _, usage = os.wait4(pid, 0)
+        usage, _ = bench.sweep(64, traced=False)
         scanned = vmstat_scanned() - scanned0
-        faults = int(re.search(r"^pgfault (\d+)", (cg / "memory.stat").read_text(), re.M).group(1))
-        overall = (usage.ru_stime - faults * FAULT_S) / scanned * 1e6
+        overall = (usage.ru_stime - bench.stat("pgfault") * FAULT_S) / scanned * 1e6
         for limit_mib in (64, 91):
-            (cg / "memory.limit_in_bytes").write_text(str(limit_mib << 20))
-            (TRACE / "trace").write_text("")
-            for e in EVENTS:
-                (TRACE / "events/vmscan" / e / "enable").write_text("1")
-            # The cgroup's OOM killer may end a run early (SIGKILL); its batches still count.
-            subprocess.run([str(work / "sweep"), str(96 * 256), "5"],
-                           preexec_fn=lambda: (cg / "cgroup.procs").write_text(str(os.getpid())))
-            for e in EVENTS:
-                (TRACE / "events/vmscan" / e / "enable").write_text("0")
-            rows += list(batches((TRACE / "trace").read_text()))
-            (cg / "memory.limit_in_bytes").write_text(str(1 << 40))
-    finally:
-        if (TRACE / "events").exists():
-            for e in EVENTS:
-                (TRACE / "events/vmscan" / e / "enable").write_text("0")
-            (TRACE / "trace").write_text("")
-            if old_buffer is not None:
-                (TRACE / "buffer_size_kb").write_text(old_buffer)
-        if cg.exists():
-            cg.rmdir()
-        if swap_on:
-            subprocess.run(["swapoff", str(work / "swap")], check=False)
-        if mounted:
-            subprocess.run(["umount", str(TRACE)], check=False)
-        subprocess.run(["rm", "-rf", str(work)], check=False)
+            rows += list(batches(bench.sweep(limit_mib, traced=True)[1]))
 
     def per_page(pick):
         v = [us / BATCH for us, *fates in rows if pick(*fates)]

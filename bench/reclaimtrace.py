@@ -11,22 +11,18 @@ calls that went down to priority 0 (a burst: everything it met written, nothing 
 plug filled), and the plug flushes by size.
 
 Needs root, cgroup v1 memory, swap-file support and tracefs; it mounts tracefs if it is not mounted
-and restores everything it changes (events, buffer size, tracing_on, the mount, the swap file, the
-cgroup).
+and restores everything it changes (memcgsweep.py: events, buffer size, tracing_on, the mount, the
+swap file, the cgroup).
 Run it on an otherwise idle machine: python3 bench/reclaimtrace.py [LIMIT_MIB ...]
 """
 
-import os
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 from collections import Counter
-from pathlib import Path
 
-TRACE = Path("/sys/kernel/tracing")
-CG_ROOT = Path("/sys/fs/cgroup/memory")
+from memcgsweep import Bench
+
 EVENTS = [
     "vmscan/mm_vmscan_memcg_reclaim_begin",
     "vmscan/mm_vmscan_memcg_reclaim_end",
@@ -67,54 +63,8 @@ def calls(trace: str):
 
 def main() -> int:
     limits = [int(a) for a in sys.argv[1:]] or [72, 91]
-    here = Path(__file__).resolve().parent
-    work = Path(tempfile.mkdtemp(prefix="memvisor-reclaimtrace-", dir="/var/tmp"))
-    mounted, old_buffer, old_on, swap_on = False, None, None, False
-    cg = CG_ROOT / f"memvisor-reclaimtrace-{os.getpid()}"
-    results = []
-    try:
-        if not (TRACE / "events").exists():
-            subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACE)], check=True)
-            mounted = True
-        subprocess.run(["cc", "-O2", "-o", str(work / "sweep"), str(here / "sweep.c")], check=True)
-        swap = work / "swap"
-        subprocess.run(["dd", "if=/dev/zero", f"of={swap}", "bs=1M", "count=256", "status=none"], check=True)
-        swap.chmod(0o600)
-        subprocess.run(["mkswap", "-q", str(swap)], check=True)
-        subprocess.run(["swapon", "-p", "32767", str(swap)], check=True)
-        swap_on = True
-        old_buffer = (TRACE / "buffer_size_kb").read_text().split()[0]
-        (TRACE / "buffer_size_kb").write_text("262144")
-        old_on = (TRACE / "tracing_on").read_text().strip()
-        (TRACE / "tracing_on").write_text("1")
-        cg.mkdir()
-        for limit_mib in limits:
-            (cg / "memory.limit_in_bytes").write_text(str(limit_mib << 20))
-            (TRACE / "trace").write_text("")
-            for e in EVENTS:
-                (TRACE / "events" / e / "enable").write_text("1")
-            subprocess.run([str(work / "sweep"), str(96 * 256), "5"],
-                           preexec_fn=lambda: (cg / "cgroup.procs").write_text(str(os.getpid())))
-            for e in EVENTS:
-                (TRACE / "events" / e / "enable").write_text("0")
-            results.append((limit_mib, *calls((TRACE / "trace").read_text())))
-            (cg / "memory.limit_in_bytes").write_text(str(1 << 40))
-    finally:
-        if (TRACE / "events").exists():
-            for e in EVENTS:
-                (TRACE / "events" / e / "enable").write_text("0")
-            (TRACE / "trace").write_text("")
-            if old_buffer is not None:
-                (TRACE / "buffer_size_kb").write_text(old_buffer)
-            if old_on is not None:
-                (TRACE / "tracing_on").write_text(old_on)
-        if cg.exists():
-            cg.rmdir()
-        if swap_on:
-            subprocess.run(["swapoff", str(work / "swap")], check=False)
-        if mounted:
-            subprocess.run(["umount", str(TRACE)], check=False)
-        subprocess.run(["rm", "-rf", str(work)], check=False)
+    with Bench("reclaimtrace", EVENTS) as bench:
+        results = [(limit_mib, *calls(bench.sweep(limit_mib, traced=True)[1])) for limit_mib in limits]
 
     for limit_mib, rows, unplugs in results:
         written, freed = sum(r[2] for r in rows), sum(r[1] for r in rows)
