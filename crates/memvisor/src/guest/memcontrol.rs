@@ -114,13 +114,14 @@ impl Guest {
     /// made here, before any is allocated, and the pages are then charged without reclaim. One
     /// reclaim call (SWAP_CLUSTER_MAX pages) usually makes room for a whole window. When the
     /// retries run out with room for the faulting page only, the charge succeeds and readahead
-    /// stops short. Such a fault reclaims under its readahead's block plug (`held`: the process's
-    /// `plug`): the swap writes wait in it until it fills or the fault submits its reads, or the
-    /// process sleeps, which flushes it.
-    pub(super) fn try_charge(&mut self, pid: u32, v: u8, nr: u64, held: bool, now: u64, env: &mut Env) -> Result<u64, Stall> {
+    /// stops short. Such a fault reclaims under its readahead's block plug (the process's `plug`,
+    /// while it is `plugging`): the swap writes wait in it until it fills or the fault submits its
+    /// reads, or the process sleeps, which flushes it.
+    pub(super) fn try_charge(&mut self, pid: u32, v: u8, nr: u64, now: u64, env: &mut Env) -> Result<u64, Stall> {
         if pid == NONE {
             return self.try_charge_readahead(v, now, env).ok_or(Stall::Wait(0));
         }
+        let held = self.plugging == pid;
         let limit = self.memcgs[v as usize].limit;
         let nr = nr.clamp(1, limit.max(1));
         let fits = |g: &Self, n: u64| g.pages.charged(v) + n <= limit;
@@ -248,10 +249,10 @@ impl Guest {
     /// plug spans one `shrink_lruvec` call, so each priority level's swap writes go to the device
     /// when the level ends (unless the plug is a faulting process's, `ScanControl::held`), when the
     /// plug holds BLK_MAX_REQUEST_COUNT requests, or when the scan sleeps on a write, at the time
-    /// the scan reached. Measured on this project's machine (block
-    /// tracepoints, a sweep in a v1 memory cgroup): a call that finds no clean page writes until
-    /// its plug flushes 32 requests of 254 pages and their completions rotate to the tail, some
-    /// 7,000 to 8,000 pages at once; the sweep runs over many of them before they are freed.
+    /// the scan reached. Traced on this project's machine (`bench/reclaimtrace.py`): a fault's call
+    /// that finds no clean page writes until its plug flushes 32 requests of 254 pages and their
+    /// completions rotate to the tail, thousands of pages at once; the sweep runs over many of them
+    /// before they are freed.
     fn do_try_to_free_pages(&mut self, sc: &mut ScanControl, env: &mut Env) {
         let v = sc.target.expect("limit reclaim has a target");
         loop {

@@ -91,6 +91,17 @@ pub enum Stall {
     Killed,
 }
 
+impl Stall {
+    /// The same stall after `ns` already spent.
+    pub(super) fn after(self, ns: u64) -> Self {
+        match self {
+            Self::Wait(t) => Self::Wait(ns + t),
+            Self::Yield(t) => Self::Yield(ns + t),
+            Self::Killed => Self::Killed,
+        }
+    }
+}
+
 impl Guest {
     /// Allocates a page for process `pid` (or for the kernel when `pid` is `NONE`, which never
     /// waits). Returns the page and the time the allocation took (host backing, direct reclaim).
@@ -105,7 +116,7 @@ impl Guest {
         env: &mut Env,
     ) -> Result<(u32, u64), Stall> {
         let memcg = self.memcg_of(pid);
-        let mut spent = if memcg != 0 { self.try_charge(pid, memcg, 1, false, now, env)? } else { 0 };
+        let mut spent = if memcg != 0 { self.try_charge(pid, memcg, 1, now, env)? } else { 0 };
         loop {
             if self.windows() {
                 if let Some(r) = self.windows_alloc(kind, owner, index, now, env) {
@@ -176,7 +187,7 @@ impl Guest {
             self.host_touch(p, true, now, false, env);
             return Some((p, 0));
         }
-        let mut spent = if memcg != 0 { self.try_charge(NONE, memcg, 1, false, now, env).ok()? } else { 0 };
+        let mut spent = if memcg != 0 { self.try_charge(NONE, memcg, 1, now, env).ok()? } else { 0 };
         let floor = if self.cfg.replacement == Replacement::Linux {
             if self.pages.nr_free() <= self.wmark.low {
                 self.wakeup_kswapd(now, env);

@@ -107,31 +107,16 @@ impl Guest {
         let windows = self.windows();
         let (mut start, mut end, win) = self.swap_ra_window(pid, vpn);
         let memcg = self.memcg_of(pid);
-        let charge_ns = if memcg != 0 {
-            let nr = 1 + self.swap_ra_candidates(pid, vpn, (start, end), buf.len() - 1).count() as u64;
-            // `swap_vma_readahead` plugs its loop when the window is more than one page, so
-            // reclaim for the window's charges writes under the process's plug.
-            self.try_charge(pid, memcg, nr, win > 1, now, env)?
-        } else {
-            0
-        };
-        // Direct reclaim while the window's pages are allocated writes under the plug too.
+        // `swap_vma_readahead` plugs its loop when the window is more than one page: reclaim while
+        // the window is charged and allocated writes under the process's plug.
         if !windows && win > 1 {
             self.plugging = pid;
         }
-        // If the fault stops here, a process that sleeps (or ends) has flushed its plug; one that
-        // yields keeps it, to submit it with the reads when it comes back. Its stall counts from
-        // the start of the fault.
-        let allocated = self.alloc_page(pid, PageKind::Anon, pid, vpn, now + charge_ns, env);
-        let (p, ns) = allocated.map_err(|e| {
-            self.plugging = NONE;
-            match e {
-                Stall::Wait(t) => Stall::Wait(charge_ns + t),
-                Stall::Yield(t) => Stall::Yield(charge_ns + t),
-                Stall::Killed => Stall::Killed,
-            }
-        })?;
-        let mut spent = charge_ns + ns;
+        // In a memory cgroup the whole window is charged first. If the fault stops here, a process
+        // that sleeps (or ends) has flushed its plug; one that yields keeps it, to submit it with
+        // the reads when it comes back.
+        let nr = if memcg != 0 { 1 + self.swap_ra_candidates(pid, vpn, (start, end), buf.len() - 1).count() as u64 } else { 0 };
+        let (p, mut spent) = self.charge_and_alloc(pid, vpn, memcg, nr, now, env).inspect_err(|_| self.plugging = NONE)?;
         if windows {
             // The cluster depends on Available, which the allocation just changed.
             (start, end) = self.windows_cluster(pid, vpn, slot);
@@ -167,6 +152,14 @@ impl Guest {
         self.submit_runs(&sub, reads, Some(Waited { page: p, waiter: pid, fault: Some((p, write)) }), now, env);
         self.flush_task_plug(pid, now, env);
         Ok(spent)
+    }
+
+    /// The faulting page of a swap-in: room for `nr` pages in cgroup `memcg` (none outside a
+    /// cgroup), then the page. Returns it and the time both took; a stall counts from `now`.
+    fn charge_and_alloc(&mut self, pid: u32, vpn: u32, memcg: u8, nr: u64, now: u64, env: &mut Env) -> Result<(u32, u64), Stall> {
+        let charge_ns = if memcg != 0 { self.try_charge(pid, memcg, nr, now, env)? } else { 0 };
+        let (p, ns) = self.alloc_page(pid, PageKind::Anon, pid, vpn, now + charge_ns, env).map_err(|e| e.after(charge_ns))?;
+        Ok((p, charge_ns + ns))
     }
 
     /// A swap read completed: unlock the pages, map the faulting one into its process (the rest of
