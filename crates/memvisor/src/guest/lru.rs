@@ -168,6 +168,18 @@ impl Lru {
         self.total[l as usize % NR_LISTS] -= 1;
     }
 
+    /// A hint that page `p`'s links are about to be used.
+    pub fn prefetch(&self, p: u32) {
+        if let Some(l) = self.on.get(p as usize) {
+            crate::prefetch(l);
+            let sp = self.slot(p) as usize;
+            if let Some(x) = self.prev.get(sp) {
+                crate::prefetch(x);
+                crate::prefetch(&self.next[sp]);
+            }
+        }
+    }
+
     /// Removes a page from its list if it is on one (a Windows page in a working set is not).
     pub fn remove_if_on(&mut self, p: u32) {
         if self.list_of(p).is_some() {

@@ -9,6 +9,10 @@ use super::process::{PTE_MASK, PTE_PRESENT, PTE_SWAP};
 use super::{Counter, Env, Guest, Replacement};
 use crate::host::Access;
 
+/// How many page-table entries ahead `zap_region` fetches the next pages' descriptors: about the
+/// number of pages freed while a memory access is outstanding.
+const ZAP_AHEAD: u32 = 8;
+
 /// Largest readahead hit count the kernel keeps (`SWAP_RA_HITS_MAX`, 8 bits).
 const SWAP_RA_HITS_MAX: u32 = 0xff;
 
@@ -256,7 +260,18 @@ impl Guest {
             return;
         }
         self.procs[pid as usize].mm.unmap(region);
-        for vpn in r.start..r.start + r.pages {
+        let end = r.start + r.pages;
+        for vpn in r.start..end {
+            // The pages of a large region are scattered over memory: fetch the descriptors and
+            // list links of the page a few entries on while this one is freed.
+            let ahead = vpn + ZAP_AHEAD;
+            if ahead < end {
+                let e = self.procs[pid as usize].mm.pte[ahead as usize];
+                if e & PTE_PRESENT != 0 {
+                    self.pages.prefetch(e & PTE_MASK);
+                    self.lru.prefetch(e & PTE_MASK);
+                }
+            }
             let pte = self.procs[pid as usize].mm.pte[vpn as usize];
             let mm = &mut self.procs[pid as usize].mm;
             mm.pte[vpn as usize] = 0;

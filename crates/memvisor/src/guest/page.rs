@@ -166,6 +166,15 @@ impl Pages {
         Some(p)
     }
 
+    /// A hint that page `p`'s descriptor is about to be used.
+    pub fn prefetch(&self, p: u32) {
+        let i = p as usize;
+        crate::prefetch(&self.flags[i]);
+        crate::prefetch(&self.kind[i]);
+        crate::prefetch(&self.owner[i]);
+        crate::prefetch(&self.content[i]);
+    }
+
     /// Returns a page to the free list. The caller has already unlinked it from every list.
     pub fn release(&mut self, p: u32) {
         let i = p as usize;

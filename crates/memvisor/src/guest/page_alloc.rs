@@ -140,6 +140,12 @@ impl Guest {
             let floor = if self.cfg.replacement == Replacement::Linux { self.wmark.min } else { 0 };
             if self.pages.nr_free() > floor {
                 let p = self.pages.take_free(kind, owner, index, memcg).expect("free page");
+                // The next allocation most likely takes the next free page: over a large guest
+                // its descriptors and host map entry are not in the CPU's caches.
+                if let Some(&q) = self.pages.free_list().last() {
+                    self.pages.prefetch(q);
+                    env.host.prefetch_entry(self.id, q);
+                }
                 // Zeroing the page touches it: the host backs it, or brings back what it took.
                 let (host, _) = self.host_touch(p, true, now + spent, true, env);
                 return Ok((p, spent + host));

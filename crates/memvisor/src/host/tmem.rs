@@ -34,6 +34,10 @@ pub const SUBPAGE_MAX_BYTES: u64 = 4_064;
 /// Free memory `tmem_ensure_avail_pages` keeps before every put: 1 MB (tmem.md 1.2).
 const MIN_FREE_FRAMES: u64 = (1 << 20) / PAGE_SIZE;
 
+/// Pages per block of an object's index: a file's pages are put and got in runs, so a run's
+/// lookups share one block.
+const OBJ_BLOCK: usize = 64;
+
 /// Pools per client (`MAX_POOLS_PER_DOMAIN`).
 pub const MAX_POOLS_PER_CLIENT: usize = 16;
 
@@ -193,10 +197,45 @@ struct Pgp {
     /// Neighbours on the ephemeral list (`NONE` at the ends; persistent pages are on none).
     prev: u32,
     next: u32,
-    /// Place in its object's page list.
-    obj_pos: u32,
     /// A deduplicated page already sent back to the tail once (`eviction_attempted`).
     second_chance: bool,
+}
+
+/// An object's pages by index (`obj->tree_root`, a radix tree in Xen): blocks of `OBJ_BLOCK`
+/// descriptor numbers, made when a page of theirs is first stored and dropped when emptied.
+#[derive(Clone, Debug, Default)]
+struct Object {
+    blocks: FxHashMap<u32, Box<[u32; OBJ_BLOCK]>>,
+    pages: u32,
+}
+
+impl Object {
+    /// The descriptor under `index`, or `NONE`.
+    fn get(&self, index: u32) -> u32 {
+        self.blocks.get(&(index / OBJ_BLOCK as u32)).map_or(NONE, |b| b[index as usize % OBJ_BLOCK])
+    }
+
+    fn insert(&mut self, index: u32, g: u32) {
+        self.blocks.entry(index / OBJ_BLOCK as u32).or_insert_with(|| Box::new([NONE; OBJ_BLOCK]))[index as usize % OBJ_BLOCK] = g;
+        self.pages += 1;
+    }
+
+    fn remove(&mut self, index: u32) {
+        let key = index / OBJ_BLOCK as u32;
+        let b = self.blocks.get_mut(&key).expect("a stored page's block exists");
+        b[index as usize % OBJ_BLOCK] = NONE;
+        if b.iter().all(|&g| g == NONE) {
+            self.blocks.remove(&key);
+        }
+        self.pages -= 1;
+    }
+
+    /// Its descriptors in index order (the order Xen's `obj_destroy` walks its tree).
+    fn descriptors(&self) -> Vec<u32> {
+        let mut keys: Vec<u32> = self.blocks.keys().copied().collect();
+        keys.sort_unstable();
+        keys.iter().flat_map(|k| self.blocks[k].iter().copied().filter(|&g| g != NONE)).collect()
+    }
 }
 
 /// Stored data (`pcd_t` with dedup; one per page without).
@@ -230,8 +269,8 @@ pub struct Tmem {
     /// Client counters.
     client_stats: Vec<ClientStats>,
     pgps: Recycled<Pgp>,
-    handles: FxHashMap<(u32, u64, u32), u32>,
-    objects: FxHashMap<(u32, u64), Vec<u32>>,
+    /// Objects by (pool, object id); every stored page is in its object.
+    objects: FxHashMap<(u32, u64), Object>,
     pcds: Recycled<Pcd>,
     /// Deduplicated ephemeral data by content.
     by_content: FxHashMap<u64, u32>,
@@ -253,7 +292,6 @@ impl Tmem {
             clients: vec![Vec::new(); vms],
             client_stats: vec![ClientStats::default(); vms],
             pgps: Recycled::new(),
-            handles: FxHashMap::default(),
             objects: FxHashMap::default(),
             pcds: Recycled::new(),
             by_content: FxHashMap::default(),
@@ -369,10 +407,8 @@ impl Tmem {
                 d
             }
         };
-        let obj = self.objects.entry((pool, oid)).or_default();
-        let g = self.pgps.insert(Pgp { pool, oid, index, pcd, prev: NONE, next: NONE, obj_pos: obj.len() as u32, second_chance: false });
-        obj.push(g);
-        self.handles.insert((pool, oid, index), g);
+        let g = self.pgps.insert(Pgp { pool, oid, index, pcd, prev: NONE, next: NONE, second_chance: false });
+        self.objects.entry((pool, oid)).or_default().insert(index, g);
         if kind.ephemeral() {
             self.push_tail(g);
             self.stats.eph_pages += 1;
@@ -399,13 +435,9 @@ impl Tmem {
         let p = self.pgps[g].clone();
         let kind = self.pools[p.pool as usize].kind;
         let client = self.pools[p.pool as usize].client;
-        self.handles.remove(&(p.pool, p.oid, p.index));
         let obj = self.objects.get_mut(&(p.pool, p.oid)).expect("a page's object exists");
-        obj.swap_remove(p.obj_pos as usize);
-        if let Some(&moved) = obj.get(p.obj_pos as usize) {
-            self.pgps[moved].obj_pos = p.obj_pos;
-        }
-        if obj.is_empty() {
+        obj.remove(p.index);
+        if obj.pages == 0 {
             self.objects.remove(&(p.pool, p.oid));
         }
         let d = &mut self.pcds[p.pcd];
@@ -431,6 +463,11 @@ impl Tmem {
         }
         self.pools[p.pool as usize].stats.pages -= 1;
         self.pgps.free(g);
+    }
+
+    /// The descriptor stored under a handle, or `NONE`.
+    fn lookup(&self, pool: u32, oid: u64, index: u32) -> u32 {
+        self.objects.get(&(pool, oid)).map_or(NONE, |o| o.get(index))
     }
 
     fn push_tail(&mut self, g: u32) {
@@ -487,7 +524,10 @@ impl Tmem {
     pub fn get(&mut self, pool: u32, oid: u64, index: u32) -> (bool, u64) {
         let (kind, client) = (self.pools[pool as usize].kind, self.pools[pool as usize].client);
         self.pools[pool as usize].stats.gets += 1;
-        let Some(&g) = self.handles.get(&(pool, oid, index)) else { return (false, 0) };
+        let g = self.lookup(pool, oid, index);
+        if g == NONE {
+            return (false, 0);
+        }
         self.pools[pool as usize].stats.found_gets += 1;
         let bytes = self.pcds[self.pgps[g].pcd].bytes;
         let ns = self.settings.copy_ns + if bytes < PAGE_SIZE { self.settings.decompress_ns } else { 0 };
@@ -512,7 +552,8 @@ impl Tmem {
     pub fn flush_page(&mut self, pool: u32, oid: u64, index: u32) {
         let s = &mut self.pools[pool as usize].stats;
         s.flushes += 1;
-        if let Some(&g) = self.handles.get(&(pool, oid, index)) {
+        let g = self.lookup(pool, oid, index);
+        if g != NONE {
             self.pools[pool as usize].stats.flushes_found += 1;
             self.remove(g);
         }
@@ -521,8 +562,8 @@ impl Tmem {
     /// `TMEM_FLUSH_OBJECT`: every page of the object.
     pub fn flush_object(&mut self, pool: u32, oid: u64) {
         self.pools[pool as usize].stats.flush_objs += 1;
-        let Some(pages) = self.objects.get(&(pool, oid)) else { return };
-        let pages = pages.clone();
+        let Some(obj) = self.objects.get(&(pool, oid)) else { return };
+        let pages = obj.descriptors();
         self.pools[pool as usize].stats.flush_objs_found += 1;
         for g in pages {
             self.remove(g);
@@ -540,12 +581,13 @@ impl Tmem {
 
     /// Pages held under a handle.
     pub fn contains(&self, pool: u32, oid: u64, index: u32) -> bool {
-        self.handles.contains_key(&(pool, oid, index))
+        self.lookup(pool, oid, index) != NONE
     }
 
     /// The content stored under a handle (for tests: what a get would copy back).
     pub fn content_of(&self, pool: u32, oid: u64, index: u32) -> Option<u64> {
-        self.handles.get(&(pool, oid, index)).map(|&g| self.pcds[self.pgps[g].pcd].content)
+        let g = self.lookup(pool, oid, index);
+        (g != NONE).then(|| self.pcds[self.pgps[g].pcd].content)
     }
 
     /// Bytes of data stored (after dedup and compression), ephemeral and persistent.
@@ -559,27 +601,30 @@ impl Tmem {
         let mut refs: FxHashMap<u32, u32> = FxHashMap::default();
         let mut pool_pages = vec![0u64; self.pools.len()];
         let (mut eph, mut pers) = (vec![0u64; self.clients.len()], vec![0u64; self.clients.len()]);
-        for (&(pool, oid, index), &g) in &self.handles {
-            let p = &self.pgps[g];
-            if (p.pool, p.oid, p.index) != (pool, oid, index) {
-                return Err(format!("tmem: handle ({pool}, {oid}, {index}) names a descriptor of another handle"));
+        for (&(pool, oid), obj) in &self.objects {
+            let mut found = 0;
+            for (&key, block) in &obj.blocks {
+                for (i, &g) in block.iter().enumerate().filter(|&(_, &g)| g != NONE) {
+                    let index = key * OBJ_BLOCK as u32 + i as u32;
+                    let p = &self.pgps[g];
+                    if (p.pool, p.oid, p.index) != (pool, oid, index) {
+                        return Err(format!("tmem: handle ({pool}, {oid}, {index}) names a descriptor of another handle"));
+                    }
+                    found += 1;
+                    *refs.entry(p.pcd).or_default() += 1;
+                    pool_pages[pool as usize] += 1;
+                    let c = self.pools[pool as usize].client as usize;
+                    if self.pools[pool as usize].kind.ephemeral() { eph[c] += 1 } else { pers[c] += 1 }
+                }
             }
-            if self.objects.get(&(pool, oid)).and_then(|o| o.get(p.obj_pos as usize)) != Some(&g) {
-                return Err(format!("tmem: page ({pool}, {oid}, {index}) is not in its object"));
+            if found == 0 || found != obj.pages || obj.blocks.values().any(|b| b.iter().all(|&g| g == NONE)) {
+                return Err(format!("tmem: object ({pool}, {oid}) counts {} pages, holds {found}, or keeps an empty block", obj.pages));
             }
-            *refs.entry(p.pcd).or_default() += 1;
-            pool_pages[pool as usize] += 1;
-            let c = self.pools[pool as usize].client as usize;
-            if self.pools[pool as usize].kind.ephemeral() { eph[c] += 1 } else { pers[c] += 1 }
-        }
-        let in_objects: usize = self.objects.values().map(Vec::len).sum();
-        if in_objects != self.handles.len() {
-            return Err(format!("tmem: {in_objects} pages in objects, {} handles", self.handles.len()));
         }
         let (mut listed, mut g, mut prev) = (0u64, self.head, NONE);
         while g != NONE {
             let p = &self.pgps[g];
-            if p.prev != prev || !self.pools[p.pool as usize].kind.ephemeral() || self.handles.get(&(p.pool, p.oid, p.index)) != Some(&g) {
+            if p.prev != prev || !self.pools[p.pool as usize].kind.ephemeral() || self.lookup(p.pool, p.oid, p.index) != g {
                 return Err(format!("tmem: ephemeral list broken at descriptor {g}"));
             }
             listed += 1;
@@ -664,10 +709,11 @@ impl Host {
     /// `TMEM_PUT_PAGE` from guest `vm`: page `index` of object `oid` of `pool`, holding `content`
     /// (of compression class `class`). Returns the outcome and the CPU it took.
     pub fn tmem_put(&mut self, vm: u32, pool: u32, oid: u64, index: u32, content: u64, class: Content) -> (Put, u64) {
-        let size = Compressibility::measured().size_of(self.compressor, class, content);
         let Some(t) = &mut self.tmem else { return (Put::Refused, 0) };
+        // Only compression looks at a page's compressed size.
+        let size = if t.settings.compress { Compressibility::measured().size_of(self.compressor, class, content) } else { 0 };
         t.pools[pool as usize].stats.puts += 1;
-        let dup = t.handles.get(&(pool, oid, index)).copied();
+        let dup = Some(t.lookup(pool, oid, index)).filter(|&g| g != NONE);
         if let Some(g) = dup {
             t.remove(g);
             self.tmem_settle();
