@@ -190,6 +190,7 @@ pub struct RawWorkload {
     pub visit: Option<Spanned<Qty>>,
     pub tree: Option<Spanned<String>>,
     pub arch: Option<Spanned<String>>,
+    pub config: Option<Spanned<String>>,
     pub jobs: Option<Spanned<i64>>,
     pub builds: Option<Spanned<i64>>,
     pub units: Option<Spanned<i64>>,

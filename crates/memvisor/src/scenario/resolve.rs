@@ -13,8 +13,8 @@ use crate::host::{Content, HostCosts, HostKsm, HostProfile, PshareSettings, Tmem
 use crate::policy::{ESX_STATE_TABLES, POLICY_NAMES, PolicySpec};
 use crate::units::{self, PAGE_SIZE};
 use crate::workloads::{
-    Arch, Bonnie, DotnetHeap, FileIo, Idle, KernelBuild, Load, Random, Stress, StressVm, TraceReplay, WebServer, WorkloadEntry,
-    WorkloadSpec,
+    Arch, Bonnie, Config, DotnetHeap, FileIo, Idle, KernelBuild, Load, Random, Stress, StressVm, TraceReplay, TreeShape, WebServer,
+    WorkloadEntry, WorkloadSpec,
 };
 
 /// Host settings.
@@ -826,7 +826,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         "stress-vm" => &["workers", "bytes", "keep", "rounds"],
         "bonnie" => &["size"],
         "dotnet-heap" => &["live", "object", "cycles", "replace_percent", "visit"],
-        "kernel-build" => &["tree", "arch", "jobs", "builds", "units", "compute"],
+        "kernel-build" => &["tree", "arch", "config", "jobs", "builds", "units", "compute"],
         "web-server" => &["pool", "rate", "clients", "think", "zipf", "document", "compute", "rtt", "path", "mbufs", "clusters"],
         _ => {
             return c.err(
@@ -962,6 +962,8 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         }
         "kernel-build" => {
             let arch = Arch::parse(c.choice(&r.arch, &f("arch"), "x86_64", Arch::NAMES)?).expect("checked");
+            // defconfig, as the project first measured; seed 002 does not say which.
+            let config = Config::parse(c.choice(&r.config, &f("config"), "defconfig", Config::NAMES)?).expect("checked");
             let tree = r.tree.as_ref().map_or("linux-2.6.32".to_string(), |t| t.get_ref().clone());
             if tree.is_empty() {
                 return c.err(r.tree.as_ref().expect("given").span(), &f("tree"), "must be a non-empty name");
@@ -969,10 +971,11 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
             WorkloadSpec::KernelBuild(KernelBuild {
                 tree,
                 arch,
+                config,
                 // Seed 002: `make -j8`, twice.
                 jobs: c.int(&r.jobs, &f("jobs"), 8, 1, 256)? as u32,
                 builds: c.int(&r.builds, &f("builds"), 2, 1, 1_000)? as u32,
-                units: c.int(&r.units, &f("units"), arch.units() as u64, 1, 100_000)? as u32,
+                units: c.int(&r.units, &f("units"), TreeShape::of(config, arch).units() as u64, 1, 100_000)? as u32,
                 // 0.71 s: the 1,650 defconfig units built by gcc 12 on this machine's two cores in
                 // 9 min 43 s (bench/compressibility.md).
                 compile_ns: c.opt_ns(&r.compute, &f("compute"), 710_000_000)?,

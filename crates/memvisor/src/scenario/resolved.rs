@@ -218,6 +218,7 @@ impl Scenario {
                         WorkloadSpec::KernelBuild(k) => {
                             e.push(("tree", s(&k.tree)));
                             e.push(("arch", s(k.arch.name())));
+                            e.push(("config", s(k.config.name())));
                             e.push(("jobs", i(k.jobs as u64)));
                             e.push(("builds", i(k.builds as u64)));
                             e.push(("units", i(k.units as u64)));

@@ -21,7 +21,7 @@ pub use bonnie::Bonnie;
 pub use dotnet_heap::{ClrHeap, DotnetHeap};
 pub use fileio::FileIo;
 pub use idle::Idle;
-pub use kernel_build::{Arch, KernelBuild, KernelBuildJob};
+pub use kernel_build::{Arch, Config, KernelBuild, KernelBuildJob, TreeShape};
 pub use random::Random;
 pub use stress::Stress;
 pub use stressvm::StressVm;
@@ -227,7 +227,7 @@ impl WorkloadSpec {
             Self::StressVm(s) => (0..s.workers).map(|_| Box::new(s.clone()) as Box<dyn Workload>).collect(),
             Self::Bonnie(b) => vec![Box::new(b.clone())],
             Self::DotnetHeap(d) => vec![Box::new(d.process(seed))],
-            Self::KernelBuild(k) => (0..k.jobs).map(|j| Box::new(k.process(j)) as Box<dyn Workload>).collect(),
+            Self::KernelBuild(k) => k.processes().into_iter().map(|p| Box::new(p) as Box<dyn Workload>).collect(),
             // Requests, not an operation stream: the Denali host serves it (`backend::DenaliHost`).
             Self::WebServer(_) => return Err("a web-server workload runs only in an ilwaco guest on a denali host".into()),
         })
