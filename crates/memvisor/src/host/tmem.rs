@@ -205,26 +205,36 @@ struct Pgp {
 /// descriptor numbers, made when a page of theirs is first stored and dropped when emptied.
 #[derive(Clone, Debug, Default)]
 struct Object {
-    blocks: FxHashMap<u32, Box<[u32; OBJ_BLOCK]>>,
+    blocks: FxHashMap<u32, Box<Block>>,
     pages: u32,
+}
+
+/// `OBJ_BLOCK` consecutive indices of an object, and how many hold a page.
+#[derive(Clone, Debug)]
+struct Block {
+    slots: [u32; OBJ_BLOCK],
+    used: u32,
 }
 
 impl Object {
     /// The descriptor under `index`, or `NONE`.
     fn get(&self, index: u32) -> u32 {
-        self.blocks.get(&(index / OBJ_BLOCK as u32)).map_or(NONE, |b| b[index as usize % OBJ_BLOCK])
+        self.blocks.get(&(index / OBJ_BLOCK as u32)).map_or(NONE, |b| b.slots[index as usize % OBJ_BLOCK])
     }
 
     fn insert(&mut self, index: u32, g: u32) {
-        self.blocks.entry(index / OBJ_BLOCK as u32).or_insert_with(|| Box::new([NONE; OBJ_BLOCK]))[index as usize % OBJ_BLOCK] = g;
+        let b = self.blocks.entry(index / OBJ_BLOCK as u32).or_insert_with(|| Box::new(Block { slots: [NONE; OBJ_BLOCK], used: 0 }));
+        b.slots[index as usize % OBJ_BLOCK] = g;
+        b.used += 1;
         self.pages += 1;
     }
 
     fn remove(&mut self, index: u32) {
         let key = index / OBJ_BLOCK as u32;
         let b = self.blocks.get_mut(&key).expect("a stored page's block exists");
-        b[index as usize % OBJ_BLOCK] = NONE;
-        if b.iter().all(|&g| g == NONE) {
+        b.slots[index as usize % OBJ_BLOCK] = NONE;
+        b.used -= 1;
+        if b.used == 0 {
             self.blocks.remove(&key);
         }
         self.pages -= 1;
@@ -234,7 +244,7 @@ impl Object {
     fn descriptors(&self) -> Vec<u32> {
         let mut keys: Vec<u32> = self.blocks.keys().copied().collect();
         keys.sort_unstable();
-        keys.iter().flat_map(|k| self.blocks[k].iter().copied().filter(|&g| g != NONE)).collect()
+        keys.iter().flat_map(|k| self.blocks[k].slots.iter().copied().filter(|&g| g != NONE)).collect()
     }
 }
 
@@ -604,7 +614,10 @@ impl Tmem {
         for (&(pool, oid), obj) in &self.objects {
             let mut found = 0;
             for (&key, block) in &obj.blocks {
-                for (i, &g) in block.iter().enumerate().filter(|&(_, &g)| g != NONE) {
+                if block.used == 0 || block.slots.iter().filter(|&&g| g != NONE).count() != block.used as usize {
+                    return Err(format!("tmem: object ({pool}, {oid}) block {key} counts {} pages wrongly", block.used));
+                }
+                for (i, &g) in block.slots.iter().enumerate().filter(|&(_, &g)| g != NONE) {
                     let index = key * OBJ_BLOCK as u32 + i as u32;
                     let p = &self.pgps[g];
                     if (p.pool, p.oid, p.index) != (pool, oid, index) {
@@ -617,8 +630,8 @@ impl Tmem {
                     if self.pools[pool as usize].kind.ephemeral() { eph[c] += 1 } else { pers[c] += 1 }
                 }
             }
-            if found == 0 || found != obj.pages || obj.blocks.values().any(|b| b.iter().all(|&g| g == NONE)) {
-                return Err(format!("tmem: object ({pool}, {oid}) counts {} pages, holds {found}, or keeps an empty block", obj.pages));
+            if found == 0 || found != obj.pages {
+                return Err(format!("tmem: object ({pool}, {oid}) counts {} pages, holds {found}", obj.pages));
             }
         }
         let (mut listed, mut g, mut prev) = (0u64, self.head, NONE);
