@@ -464,7 +464,7 @@ impl KernelBuildJob {
 
     /// `ld`: reads `inputs` (name, pages) whole and writes `output`, their sum; `final_link`
     /// applies the relocations (vmlinux), otherwise it is `ld -r`.
-    fn link(&mut self, inputs: &[(u64, u32)], output: u64, final_link: bool) -> u32 {
+    fn link(&mut self, inputs: &[(u64, u32)], output: u64, final_link: bool) {
         let mut total = 0;
         for &(key, n) in inputs {
             let f = self.open(key, n, false);
@@ -475,7 +475,6 @@ impl KernelBuildJob {
         self.ops.push_back(Op::Compute { ns: LD_START_NS + (total as f64 * PAGE_SIZE as f64 * per_byte) as u64 });
         let out = self.open(output, total, true);
         self.ops.push_back(Op::Write { file: out, first: 0, count: total });
-        total
     }
 
     fn object(&self, u: u32) -> (u64, u32) {
