@@ -130,7 +130,7 @@ impl Guest {
                     return false;
                 }
                 let p = pte & PTE_MASK;
-                if write && (!pg.has(p, PG_DIRTY) || pg.swap[p as usize] != NONE) {
+                if write && (!pg.has(p, PG_DIRTY) || pg[p as usize].swap != NONE) {
                     return false;
                 }
                 lru.touch_head(p);

@@ -33,8 +33,8 @@ impl Guest {
                     if on_lru[p as usize] != NR_LISTS as u8 {
                         return err(format!("page {p} on two LRU lists"));
                     }
-                    if self.pages.memcg[p as usize] != v {
-                        return err(format!("page {p} of cgroup {} on cgroup {v}'s {l:?} list", self.pages.memcg[p as usize]));
+                    if self.pages[p as usize].memcg != v {
+                        return err(format!("page {p} of cgroup {} on cgroup {v}'s {l:?} list", self.pages[p as usize].memcg));
                     }
                     on_lru[p as usize] = l as u8;
                     len += 1;
@@ -47,8 +47,8 @@ impl Guest {
         // Memory cgroups: charges add up and stay within the limit.
         let mut charged = vec![0u64; self.memcgs.len()];
         for p in 0..n {
-            if self.pages.kind[p] != PageKind::Free {
-                charged[self.pages.memcg[p] as usize] += 1;
+            if self.pages[p].kind != PageKind::Free {
+                charged[self.pages[p].memcg as usize] += 1;
             }
         }
         for (v, cg) in self.memcgs.iter().enumerate() {
@@ -60,14 +60,14 @@ impl Guest {
             }
         }
         let reclaim_wb = (0..n as u32)
-            .filter(|&p| self.pages.kind[p as usize] == PageKind::Anon && self.pages.has(p, PG_WRITEBACK) && self.pages.has(p, PG_RECLAIM))
+            .filter(|&p| self.pages[p as usize].kind == PageKind::Anon && self.pages.has(p, PG_WRITEBACK) && self.pages.has(p, PG_RECLAIM))
             .count() as u64;
         if reclaim_wb != self.nr_reclaim_wb {
             return err(format!("{reclaim_wb} anonymous pages under reclaim writeback but counted {}", self.nr_reclaim_wb));
         }
         // A swap write not yet submitted waits in the plug of a reclaim that stopped, and nowhere else.
         let unsubmitted = (0..n)
-            .filter(|&i| self.pages.kind[i] == PageKind::Anon && self.pages.has(i as u32, PG_WRITEBACK) && self.pages.io[i] == NONE)
+            .filter(|&i| self.pages[i].kind == PageKind::Anon && self.pages.has(i as u32, PG_WRITEBACK) && self.pages[i].io == NONE)
             .count();
         if unsubmitted != self.plugged_writes() {
             return err(format!("{unsubmitted} anonymous pages under writeback with no request, {} held in plugs", self.plugged_writes()));
@@ -76,7 +76,7 @@ impl Guest {
         let (mut dirty_file, mut wb_file) = (0u64, 0u64);
         for p in 0..n as u32 {
             let i = p as usize;
-            let kind = self.pages.kind[i];
+            let kind = self.pages[i].kind;
             counts[kind as usize] += 1;
             let lru = on_lru[i] != NR_LISTS as u8;
             if (kind == PageKind::Free) != on_free[i] {
@@ -84,7 +84,7 @@ impl Guest {
             }
             let evictable = if self.cfg.replacement == Replacement::Windows && kind == PageKind::Anon {
                 // Windows: only trimmed pages with no I/O in flight are on a list.
-                !self.pages.has(p, PG_MAPPED) && self.pages.io[i] == NONE && self.pages.owner[i] != NONE
+                !self.pages.has(p, PG_MAPPED) && self.pages[i].io == NONE && self.pages[i].owner != NONE
             } else {
                 matches!(kind, PageKind::Anon | PageKind::File)
             };
@@ -118,14 +118,14 @@ impl Guest {
                 }
                 _ => {}
             }
-            let io = self.pages.io[i];
+            let io = self.pages[i].io;
             if io != NONE && self.bios.iter().all(|(b, bio)| b != io || !bio.pages.contains(&p)) {
                 return err(format!("page {p} claims request {io} which does not hold it"));
             }
             match kind {
                 PageKind::Anon => {
-                    let owner = self.pages.owner[i];
-                    let slot = self.pages.swap[i];
+                    let owner = self.pages[i].owner;
+                    let slot = self.pages[i].swap;
                     if slot != NONE && self.swap.cached(slot) != p {
                         return err(format!("page {p} says slot {slot} but the swap cache disagrees"));
                     }
@@ -135,7 +135,7 @@ impl Guest {
                         }
                         continue;
                     }
-                    let vpn = self.pages.index[i] as usize;
+                    let vpn = self.pages[i].index as usize;
                     let pte = self.procs[owner as usize].mm.pte[vpn];
                     if self.pages.has(p, PG_MAPPED) {
                         if pte != PTE_PRESENT | p {
@@ -150,7 +150,7 @@ impl Guest {
                     }
                 }
                 PageKind::File => {
-                    let (f, idx) = (self.pages.owner[i], self.pages.index[i]);
+                    let (f, idx) = (self.pages[i].owner, self.pages[i].index);
                     if self.files[f as usize].pages[idx as usize] != p {
                         return err(format!("file page {p} not in its file's index"));
                     }
@@ -205,13 +205,13 @@ impl Guest {
                 if pte & PTE_PRESENT != 0 {
                     let p = pte & PTE_MASK;
                     rss += 1;
-                    if self.pages.kind[p as usize] != PageKind::Anon
-                        || self.pages.owner[p as usize] != proc.pid
-                        || self.pages.index[p as usize] != vpn as u32
+                    if self.pages[p as usize].kind != PageKind::Anon
+                        || self.pages[p as usize].owner != proc.pid
+                        || self.pages[p as usize].index != vpn as u32
                     {
                         return err(format!("pte {}:{vpn} -> page {p} which does not point back", proc.pid));
                     }
-                    if mm.wfast.get(vpn) && self.pages.content[p as usize] != self.written(proc.pid, vpn as u32) {
+                    if mm.wfast.get(vpn) && self.pages[p as usize].content != self.written(proc.pid, vpn as u32) {
                         return err(format!("page {}:{vpn} is write-fast but does not hold what its owner writes", proc.pid));
                     }
                 } else if pte & PTE_SWAP != 0 {
@@ -240,8 +240,8 @@ impl Guest {
         }
         // Every used slot is referenced by exactly one page-table entry or one swap-cache page.
         let cache_only = (0..n).filter(|&i| {
-            let s = self.pages.swap[i];
-            s != NONE && self.pages.kind[i] == PageKind::Anon && self.pages.has(i as u32, PG_MAPPED)
+            let s = self.pages[i].swap;
+            s != NONE && self.pages[i].kind == PageKind::Anon && self.pages.has(i as u32, PG_MAPPED)
         });
         let used = slot_refs + cache_only.count() as u64;
         if used != self.swap.nr_used() {

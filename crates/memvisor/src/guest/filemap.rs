@@ -50,6 +50,9 @@ pub(super) enum Progress {
     Killed,
 }
 
+/// How many pages ahead `file_read` fetches a cached page's state into the CPU's caches.
+const READ_AHEAD_FETCH: u32 = 8;
+
 impl Guest {
     /// Creates a file of `pages` pages, laid out contiguously after the previous one.
     pub(super) fn create_file(&mut self, pid: u32, pages: u32) {
@@ -87,7 +90,7 @@ impl Guest {
                 self.account_clean(p);
                 self.dirty_cancelled += 1;
             }
-            if self.pages.io[p as usize] == NONE && !self.pages.has(p, PG_LOCKED | PG_WRITEBACK) {
+            if self.pages[p as usize].io == NONE && !self.pages.has(p, PG_LOCKED | PG_WRITEBACK) {
                 self.drop_file_page(p);
             }
         }
@@ -124,19 +127,19 @@ impl Guest {
 
     /// Disk offset of a file page.
     pub(super) fn file_block_offset(&self, p: u32) -> u64 {
-        let f = &self.files[self.pages.owner[p as usize] as usize];
-        f.disk_off + self.pages.index[p as usize] as u64 * PAGE_SIZE
+        let f = &self.files[self.pages[p as usize].owner as usize];
+        f.disk_off + self.pages[p as usize].index as u64 * PAGE_SIZE
     }
 
     /// Removes a page from its file's index (the caller frees it).
     pub(super) fn remove_from_page_cache(&mut self, p: u32) {
-        let (f, i) = (self.pages.owner[p as usize], self.pages.index[p as usize]);
+        let (f, i) = (self.pages[p as usize].owner, self.pages[p as usize].index);
         self.files[f as usize].pages[i as usize] = NONE;
     }
 
     /// Removes a page reclaim frees from its file's index, leaving its shadow entry there.
     pub(super) fn evict_from_page_cache(&mut self, p: u32, shadow: Shadow) {
-        let (f, i) = (self.pages.owner[p as usize], self.pages.index[p as usize]);
+        let (f, i) = (self.pages[p as usize].owner, self.pages[p as usize].index);
         self.files[f as usize].pages[i as usize] = NONE;
         self.files[f as usize].shadows[i as usize] = shadow;
     }
@@ -147,7 +150,7 @@ impl Guest {
         let f = &mut self.files[file as usize];
         f.pages[index as usize] = p;
         if let Some(key) = f.key {
-            self.pages.content[p as usize] = crate::content::file_data(key, index as u64);
+            self.pages[p as usize].content = crate::content::file_data(key, index as u64);
         }
         let shadow = std::mem::replace(&mut f.shadows[index as usize], NO_SHADOW);
         let active = self.workingset_refault(shadow, true, p);
@@ -294,6 +297,17 @@ impl Guest {
                 return Progress::Yield;
             }
             let p = self.files[file as usize].pages[*first as usize];
+            // A file's cached pages lie scattered over memory: fetch the descriptor, list links and
+            // host map entry of a page a few on while this one is copied (a copy is quicker than
+            // a miss).
+            if *count > READ_AHEAD_FETCH {
+                let q = self.files[file as usize].pages[(*first + READ_AHEAD_FETCH) as usize];
+                if q != NONE {
+                    self.pages.prefetch(q);
+                    self.lru.prefetch(q);
+                    env.host.prefetch_entry(self.id, q);
+                }
+            }
             if p == NONE {
                 return match self.page_cache_ra(pid, file, *first, true, *now, env) {
                     Ok(Some(bio)) => {
@@ -314,7 +328,7 @@ impl Guest {
                 };
             }
             if self.pages.has(p, PG_LOCKED) {
-                let bio = self.pages.io[p as usize];
+                let bio = self.pages[p as usize].io;
                 self.bios.get_mut(bio).waiters.push(pid);
                 self.block(pid, *now, false);
                 return Progress::Blocked;

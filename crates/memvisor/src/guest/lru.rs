@@ -67,8 +67,8 @@ impl LruList {
 /// The lists of every memory cgroup.
 #[derive(Clone, Debug)]
 pub struct Lru {
-    next: Vec<u32>,
-    prev: Vec<u32>,
+    /// Link slots: the lists' heads, then the pages.
+    links: Vec<Link>,
     /// Per page: the list it is on, as `lruvec x NR_LISTS + list` (its head's slot), or `NO_LIST`.
     on: Vec<u8>,
     /// Pages per list of each lruvec, indexed like `on`.
@@ -77,6 +77,14 @@ pub struct Lru {
     total: [u64; NR_LISTS],
     /// Slots taken by the lists' heads (page `p` links at slot `heads + p`).
     heads: u32,
+}
+
+/// A slot's neighbours. Both in one record, so that unlinking a page costs one cache miss on its
+/// own slot, not two.
+#[derive(Clone, Copy, Debug)]
+struct Link {
+    next: u32,
+    prev: u32,
 }
 
 /// Link slot of list `l`'s head in lruvec `v`.
@@ -90,8 +98,8 @@ impl Lru {
     pub fn new(lruvecs: u8) -> Self {
         assert!((1..=MAX_LRUVECS).contains(&lruvecs), "1..={MAX_LRUVECS} lruvecs");
         let heads = lruvecs as u32 * NR_LISTS as u32;
-        let s: Vec<u32> = (0..heads).collect();
-        Self { next: s.clone(), prev: s, on: Vec::new(), len: vec![0; heads as usize], total: [0; NR_LISTS], heads }
+        let links = (0..heads).map(|s| Link { next: s, prev: s }).collect();
+        Self { links, on: Vec::new(), len: vec![0; heads as usize], total: [0; NR_LISTS], heads }
     }
 
     /// Link slot of page `p`.
@@ -126,7 +134,7 @@ impl Lru {
 
     /// Adds a page at the tail of a list of lruvec `v` (reclaimed first).
     pub fn add_tail(&mut self, v: u8, l: LruList, p: u32) {
-        let last = self.prev[sentinel(v, l) as usize];
+        let last = self.links[sentinel(v, l) as usize].prev;
         self.link_after(last, p, sentinel(v, l));
     }
 
@@ -134,15 +142,14 @@ impl Lru {
         if p as usize >= self.on.len() {
             self.on.resize(p as usize + 1, NO_LIST);
             let n = self.slot(p) as usize + 1;
-            self.next.resize(n, NONE);
-            self.prev.resize(n, NONE);
+            self.links.resize(n, Link { next: NONE, prev: NONE });
         }
         debug_assert_eq!(self.on[p as usize], NO_LIST);
-        let (sp, nx) = (self.slot(p), self.next[at as usize]);
-        self.next[sp as usize] = nx;
-        self.prev[sp as usize] = at;
-        self.prev[nx as usize] = sp;
-        self.next[at as usize] = sp;
+        let (sp, nx) = (self.slot(p), self.links[at as usize].next);
+        self.links[sp as usize].next = nx;
+        self.links[sp as usize].prev = at;
+        self.links[nx as usize].prev = sp;
+        self.links[at as usize].next = sp;
         self.on[p as usize] = list as u8;
         self.len[list as usize] += 1;
         self.total[list as usize % NR_LISTS] += 1;
@@ -160,9 +167,9 @@ impl Lru {
         let l = self.on[p as usize];
         debug_assert_ne!(l, NO_LIST);
         let sp = self.slot(p) as usize;
-        let (pv, nx) = (self.prev[sp], self.next[sp]);
-        self.next[pv as usize] = nx;
-        self.prev[nx as usize] = pv;
+        let (pv, nx) = (self.links[sp].prev, self.links[sp].next);
+        self.links[pv as usize].next = nx;
+        self.links[nx as usize].prev = pv;
         self.on[p as usize] = NO_LIST;
         self.len[l as usize] -= 1;
         self.total[l as usize % NR_LISTS] -= 1;
@@ -173,9 +180,8 @@ impl Lru {
         if let Some(l) = self.on.get(p as usize) {
             crate::prefetch(l);
             let sp = self.slot(p) as usize;
-            if let Some(x) = self.prev.get(sp) {
+            if let Some(x) = self.links.get(sp) {
                 crate::prefetch(x);
-                crate::prefetch(&self.next[sp]);
             }
         }
     }
@@ -199,7 +205,7 @@ impl Lru {
     #[inline]
     pub fn touch_head(&mut self, p: u32) {
         let head = self.on[p as usize] as u32;
-        if self.next[head as usize] != self.slot(p) {
+        if self.links[head as usize].next != self.slot(p) {
             self.remove(p);
             self.link_after(head, p, head);
         }
@@ -216,20 +222,20 @@ impl Lru {
     #[inline]
     pub fn tail(&self, v: u8, l: LruList) -> Option<u32> {
         let s = sentinel(v, l);
-        let t = self.prev[s as usize];
+        let t = self.links[s as usize].prev;
         (t != s).then(|| t - self.heads)
     }
 
     /// Walks a list of lruvec `v` from head to tail (for invariant checks).
     pub fn iter(&self, v: u8, l: LruList) -> impl Iterator<Item = u32> + '_ {
         let s = sentinel(v, l);
-        let mut cur = self.next[s as usize];
+        let mut cur = self.links[s as usize].next;
         std::iter::from_fn(move || {
             if cur == s {
                 None
             } else {
                 let p = cur - self.heads;
-                cur = self.next[cur as usize];
+                cur = self.links[cur as usize].next;
                 Some(p)
             }
         })

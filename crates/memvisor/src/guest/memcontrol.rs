@@ -335,28 +335,28 @@ mod tests {
                 .map(|v| g.procs[b].mm.pte[g.procs[b].mm.regions[0].start as usize + v])
                 .filter(|&e| e & PTE_PRESENT != 0)
                 .map(|e| e & PTE_MASK)
-                .find(|&p| g.pages.has(p, PG_MAPPED | PG_DIRTY) && g.pages.io[p as usize] == NONE)
+                .find(|&p| g.pages.has(p, PG_MAPPED | PG_DIRTY) && g.pages[p as usize].io == NONE)
                 .expect("a dirty mapped page");
             let mut sc = g.scan_control(SWAP_CLUSTER_MAX, false, now).timed();
             sc.target = Some(g.procs[a].memcg);
             sc.held = true;
             assert!(!g.reclaim_anon_page(p, &mut sc), "a dirty page is written, not freed");
-            assert_eq!(sc.plug.writes, vec![(g.pages.swap[p as usize], p)]);
+            assert_eq!(sc.plug.writes, vec![(g.pages[p as usize].swap, p)]);
             sc.stop();
             g.procs[a].limit_reclaim = Some(Box::new(LimitReclaim { call: Some(sc), retries: MAX_RECLAIM_RETRIES }));
             g.exit_process(b as u32, now, true, env);
-            assert_eq!(g.pages.kind[p as usize], PageKind::Anon, "a plugged page is not freed");
-            assert_eq!(g.pages.owner[p as usize], NONE, "but orphaned");
+            assert_eq!(g.pages[p as usize].kind, PageKind::Anon, "a plugged page is not freed");
+            assert_eq!(g.pages[p as usize].owner, NONE, "but orphaned");
             p
         });
         sim.check_invariants().unwrap();
         sim.with_guest(0, |g, env| {
             g.exit_process(a as u32, now, true, env);
-            assert!(g.pages.has(p, PG_WRITEBACK) && g.pages.io[p as usize] != NONE, "A's end submits the write");
+            assert!(g.pages.has(p, PG_WRITEBACK) && g.pages[p as usize].io != NONE, "A's end submits the write");
         });
         sim.check_invariants().unwrap();
         sim.run_until(now + 10_000_000).unwrap();
         sim.check_invariants().unwrap();
-        sim.with_guest(0, |g, _| assert_eq!(g.pages.kind[p as usize], PageKind::Free, "the write's completion frees it"));
+        sim.with_guest(0, |g, _| assert_eq!(g.pages[p as usize].kind, PageKind::Free, "the write's completion frees it"));
     }
 }

@@ -72,15 +72,15 @@ impl Guest {
         }
         if write {
             self.pages.set(p, PG_DIRTY);
-            self.pages.content[p as usize] = self.written(pid, vpn);
+            self.pages[p as usize].content = self.written(pid, vpn);
             // A written page's swap copy is stale: release the slot (the kernel's write-fault
             // `folio_free_swap`), unless a write-out of it is in flight or plugged.
-            if self.pages.swap[p as usize] != NONE && self.pages.io[p as usize] == NONE && !self.pages.has(p, PG_WRITEBACK) {
+            if self.pages[p as usize].swap != NONE && self.pages[p as usize].io == NONE && !self.pages.has(p, PG_WRITEBACK) {
                 self.delete_from_swap_cache(p, true);
             }
         }
         if linux && plain {
-            self.update_fast(pid, vpn, p);
+            self.update_fast(pid, vpn, p, write);
         } else if linux {
             self.procs[pid as usize].mm.set_fast(vpn, false, false);
         }
@@ -124,12 +124,13 @@ impl Guest {
     /// Recomputes a mapped page's fast bits from its state. Exact-LRU mode has no fast path: every
     /// reference must move the page in the recency list. A write that changes what the page holds
     /// (its first since the page was zeroed) takes the slow path, so the content is recorded.
-    pub(super) fn update_fast(&mut self, pid: u32, vpn: u32, p: u32) {
+    /// `written`: the page's content was just set to what `pid` writes there (no need to compare).
+    fn update_fast(&mut self, pid: u32, vpn: u32, p: u32, written: bool) {
         let read = self.cfg.replacement != Replacement::ExactLru && self.pages.has(p, PG_YOUNG) && self.pages.has(p, PG_MAPPED);
         let write = read
             && self.pages.has(p, PG_DIRTY)
-            && self.pages.swap[p as usize] == NONE
-            && self.pages.content[p as usize] == self.written(pid, vpn);
+            && self.pages[p as usize].swap == NONE
+            && (written || self.pages[p as usize].content == self.written(pid, vpn));
         self.procs[pid as usize].mm.set_fast(vpn, read, write);
     }
 
@@ -164,7 +165,7 @@ impl Guest {
     /// Puts a newly allocated page on its cgroup's LRU list: inactive, as `folio_add_lru` does since
     /// 5.9, unless refault detection activated it. A Windows page in a working set is on no list.
     pub(super) fn lru_add(&mut self, p: u32, file: bool, active: bool) {
-        let v = self.pages.memcg[p as usize];
+        let v = self.pages[p as usize].memcg;
         match self.cfg.replacement {
             Replacement::Linux if active => self.lru.add_head(v, LruList::active(file), p),
             Replacement::Linux => self.lru.add_head(v, LruList::inactive(file), p),
@@ -177,9 +178,9 @@ impl Guest {
     fn do_swap_page(&mut self, pid: u32, vpn: u32, slot: u32, write: bool, now: u64, env: &mut Env) -> Touch {
         let p = self.swap.cached(slot);
         if p != NONE {
-            if self.pages.io[p as usize] != NONE && !self.pages.has(p, super::page::PG_WRITEBACK) {
+            if self.pages[p as usize].io != NONE && !self.pages.has(p, super::page::PG_WRITEBACK) {
                 // Being read in (readahead or another fault): wait for that read.
-                let io = self.pages.io[p as usize];
+                let io = self.pages[p as usize].io;
                 self.bios.get_mut(io).waiters.push(pid);
                 self.block(pid, now, true);
                 return Touch::Blocked(0);
@@ -200,7 +201,7 @@ impl Guest {
             if self.windows() {
                 // A transition fault: the page leaves the standby or modified list (or is mapped
                 // while the writer still writes it) with no read.
-                if self.pages.io[p as usize] == NONE {
+                if self.pages[p as usize].io == NONE {
                     self.lru.remove(p);
                 }
                 self.vmstat.inc(Counter::TransitionFaults);
@@ -231,8 +232,8 @@ impl Guest {
     pub(super) fn free_swap_if_full(&mut self, p: u32) {
         // Windows keeps the pagefile copy of a clean page until the page is written to.
         if !self.windows()
-            && self.pages.swap[p as usize] != NONE
-            && self.pages.io[p as usize] == NONE
+            && self.pages[p as usize].swap != NONE
+            && self.pages[p as usize].io == NONE
             && !self.pages.has(p, PG_WRITEBACK)
             && self.swap.nr_used() * 2 > self.swap.size()
         {
@@ -243,7 +244,7 @@ impl Guest {
 
     /// Unmaps one page of `pid` because reclaim is taking it; the entry now holds its swap slot.
     pub(super) fn unmap_to_swap(&mut self, p: u32, slot: u32) {
-        let (pid, vpn) = (self.pages.owner[p as usize], self.pages.index[p as usize]);
+        let (pid, vpn) = (self.pages[p as usize].owner, self.pages[p as usize].index);
         let mm = &mut self.procs[pid as usize].mm;
         mm.pte[vpn as usize] = PTE_SWAP | slot;
         mm.set_fast(vpn, false, false);
@@ -295,12 +296,12 @@ impl Guest {
     /// Frees an anonymous page whose mapping is gone, with its swap slot. A page with I/O in flight,
     /// or a write waiting under a plug, is orphaned: its write's completion frees it.
     fn free_anon_page(&mut self, p: u32) {
-        if self.pages.swap[p as usize] != NONE {
+        if self.pages[p as usize].swap != NONE {
             self.delete_from_swap_cache(p, true);
         }
         self.pages.clear(p, PG_MAPPED);
-        if self.pages.io[p as usize] != NONE || self.pages.has(p, PG_WRITEBACK) {
-            self.pages.owner[p as usize] = NONE;
+        if self.pages[p as usize].io != NONE || self.pages.has(p, PG_WRITEBACK) {
+            self.pages[p as usize].owner = NONE;
         } else {
             self.lru.remove_if_on(p);
             self.pages.release(p);

@@ -439,17 +439,17 @@ pub struct Guest {
 
 impl GuestMemory for Guest {
     fn invalidate(&mut self, ppn: u32) {
-        if (ppn as usize) < self.pages.len() && self.pages.kind[ppn as usize] == PageKind::Anon && self.pages.has(ppn, page::PG_MAPPED) {
-            let (pid, vpn) = (self.pages.owner[ppn as usize], self.pages.index[ppn as usize]);
+        if (ppn as usize) < self.pages.len() && self.pages[ppn as usize].kind == PageKind::Anon && self.pages.has(ppn, page::PG_MAPPED) {
+            let (pid, vpn) = (self.pages[ppn as usize].owner, self.pages[ppn as usize].index);
             self.procs[pid as usize].mm.set_fast(vpn, false, false);
         }
     }
 
     fn touched_after(&self, ppn: u32, t: u64) -> bool {
         (ppn as usize) < self.pages.len()
-            && self.pages.kind[ppn as usize] == PageKind::Anon
+            && self.pages[ppn as usize].kind == PageKind::Anon
             && self.pages.has(ppn, page::PG_MAPPED)
-            && self.procs[self.pages.owner[ppn as usize] as usize].ahead.touched_after(self.pages.index[ppn as usize], t)
+            && self.procs[self.pages[ppn as usize].owner as usize].ahead.touched_after(self.pages[ppn as usize].index, t)
     }
 
     fn content_id(&self, ppn: u32) -> u64 {
@@ -463,11 +463,11 @@ impl GuestMemory for Guest {
             };
         }
         // A page the guest never allocated holds zeros (untouched, or zeroed at boot).
-        self.pages.content.get(ppn as usize).copied().unwrap_or(crate::content::ZERO)
+        self.pages.get(ppn as usize).map_or(crate::content::ZERO, |d| d.content)
     }
 
     fn prefetch_content(&self, ppn: u32) {
-        if let Some(c) = self.pages.content.get(ppn as usize) {
+        if let Some(c) = self.pages.get(ppn as usize).map(|d| &d.content) {
             crate::prefetch(c);
         }
     }
@@ -476,12 +476,12 @@ impl GuestMemory for Guest {
         if ppn as usize >= self.pages.len() {
             return Content::Generic;
         }
-        let workload = match self.pages.kind[ppn as usize] {
-            PageKind::Anon if self.pages.owner[ppn as usize] != NONE => self.procs[self.pages.owner[ppn as usize] as usize].workload_index,
-            PageKind::File => self.files[self.pages.owner[ppn as usize] as usize].workload,
+        let workload = match self.pages[ppn as usize].kind {
+            PageKind::Anon if self.pages[ppn as usize].owner != NONE => self.procs[self.pages[ppn as usize].owner as usize].workload_index,
+            PageKind::File => self.files[self.pages[ppn as usize].owner as usize].workload,
             _ => return Content::Generic,
         };
-        self.cfg.workloads[workload].content(self.pages.kind[ppn as usize] == PageKind::File)
+        self.cfg.workloads[workload].content(self.pages[ppn as usize].kind == PageKind::File)
     }
 }
 
@@ -641,12 +641,12 @@ impl Guest {
     /// The name of the workload whose process or file owns guest page `ppn`, if any.
     pub fn page_owner_workload(&self, ppn: u32) -> Option<&str> {
         let i = ppn as usize;
-        if i >= self.pages.len() || self.pages.owner[i] == NONE {
+        if i >= self.pages.len() || self.pages[i].owner == NONE {
             return None;
         }
-        let w = match self.pages.kind[i] {
-            PageKind::Anon => self.procs[self.pages.owner[i] as usize].workload_index,
-            PageKind::File => self.files[self.pages.owner[i] as usize].workload,
+        let w = match self.pages[i].kind {
+            PageKind::Anon => self.procs[self.pages[i].owner as usize].workload_index,
+            PageKind::File => self.files[self.pages[i].owner as usize].workload,
             _ => return None,
         };
         Some(&self.cfg.workloads[w].name)
@@ -705,7 +705,7 @@ impl Guest {
 
     /// Pages in the swap cache.
     pub fn nr_swapcached(&self) -> u64 {
-        (0..self.pages.len() as u32).filter(|&p| self.pages.swap[p as usize] != NONE).count() as u64
+        (0..self.pages.len() as u32).filter(|&p| self.pages[p as usize].swap != NONE).count() as u64
     }
 
     /// Sum of anonymous memory processes have mapped (pages), the guest's `Committed_AS`.
@@ -895,7 +895,7 @@ impl Guest {
             };
             let id = self.bios.next_id();
             for &p in &pages {
-                self.pages.io[p as usize] = id;
+                self.pages[p as usize].io = id;
             }
             if is_key.is_some() {
                 holder = Some(id);
@@ -910,7 +910,7 @@ impl Guest {
     fn io_done(&mut self, id: u32, now: u64, env: &mut Env) {
         let bio = self.bios.take(id);
         for &p in &bio.pages {
-            self.pages.io[p as usize] = NONE;
+            self.pages[p as usize].io = NONE;
         }
         match bio.kind {
             BioKind::SwapRead => self.swap_read_done(&bio, env),

@@ -46,29 +46,46 @@ pub const PG_WORKINGSET: u8 = 1 << 7;
 /// The owner of kernel allocations' data (`crate::content::private`): the last process number.
 pub const KERNEL_OWNER: u64 = crate::content::FILE_OWNER - 1;
 
+/// One page's descriptor. The fields a page's allocation, fault, reclaim and free read together
+/// share one 32-byte record (two to a cache line), so that a page scattered over a large guest
+/// costs one cache miss rather than one per field.
+#[derive(Clone, Copy, Debug)]
+pub struct Page {
+    /// What the page holds (`crate::content`), set when it is allocated (`Pages::take_free`) and
+    /// when its owner writes it or a read fills it. A freed page keeps it.
+    pub content: u64,
+    /// Owning process (anon) or file (file); `NONE` otherwise.
+    pub owner: u32,
+    /// Virtual page number (anon) or page index in the file (file).
+    pub index: u32,
+    /// Swap slot of an anonymous page in the swap cache; `NONE` otherwise.
+    pub swap: u32,
+    /// In-flight I/O request the page is part of; `NONE` otherwise.
+    pub io: u32,
+    /// State of the page.
+    pub kind: PageKind,
+    /// `PG_*` flags.
+    pub flags: u8,
+    /// The memory cgroup the page is charged to (0: the root).
+    pub memcg: u8,
+}
+
+// Two descriptors to a 64-byte cache line.
+const _: () = assert!(std::mem::size_of::<Page>() == 32);
+
+impl Page {
+    /// A page never allocated.
+    const UNUSED: Self =
+        Self { content: crate::content::ZERO, owner: NONE, index: NONE, swap: NONE, io: NONE, kind: PageKind::Free, flags: 0, memcg: 0 };
+}
+
 /// The page descriptor array. Descriptors exist for the pages the guest has used (page numbers
 /// are handed out from 0 up, freed ones first), so its size follows use, not configured memory.
 /// The kernel's boot-time reservation is the range `managed..` and has no descriptors: those pages
-/// are kernel pages for good.
+/// are kernel pages for good. Indexing with a page number gives its descriptor.
 #[derive(Clone, Debug)]
 pub struct Pages {
-    /// State of each page.
-    pub kind: Vec<PageKind>,
-    /// `PG_*` flags.
-    pub flags: Vec<u8>,
-    /// Owning process (anon) or file (file); `NONE` otherwise.
-    pub owner: Vec<u32>,
-    /// Virtual page number (anon) or page index in the file (file).
-    pub index: Vec<u32>,
-    /// Swap slot of an anonymous page in the swap cache; `NONE` otherwise.
-    pub swap: Vec<u32>,
-    /// In-flight I/O request the page is part of; `NONE` otherwise.
-    pub io: Vec<u32>,
-    /// The memory cgroup the page is charged to (0: the root).
-    pub memcg: Vec<u8>,
-    /// What the page holds (`crate::content`), set when it is allocated (`Pages::take_free`) and
-    /// when its owner writes it or a read fills it. A freed page keeps it.
-    pub content: Vec<u64>,
+    desc: Vec<Page>,
     /// The guest's number, for the identities of what its pages hold.
     vm: u32,
     /// Pages charged to each memory cgroup (`memory.usage_in_bytes` / 4 KiB), root first.
@@ -81,19 +98,27 @@ pub struct Pages {
     pub count: [u64; 5],
 }
 
+impl std::ops::Index<usize> for Pages {
+    type Output = Page;
+    #[inline]
+    fn index(&self, i: usize) -> &Page {
+        &self.desc[i]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Pages {
+    #[inline]
+    fn index_mut(&mut self, i: usize) -> &mut Page {
+        &mut self.desc[i]
+    }
+}
+
 impl Pages {
     /// `managed` free pages followed by `reserved` kernel pages, for `memcgs` memory cgroups, of
     /// guest `vm`.
     pub fn new(vm: u32, managed: u32, reserved: u32, memcgs: u8) -> Self {
         Self {
-            kind: Vec::new(),
-            flags: Vec::new(),
-            owner: Vec::new(),
-            index: Vec::new(),
-            swap: Vec::new(),
-            io: Vec::new(),
-            memcg: Vec::new(),
-            content: Vec::new(),
+            desc: Vec::new(),
             vm,
             charged: vec![0; memcgs as usize],
             free_list: Vec::new(),
@@ -104,7 +129,12 @@ impl Pages {
 
     /// Pages with a descriptor (every page the guest has allocated at least once).
     pub fn len(&self) -> usize {
-        self.kind.len()
+        self.desc.len()
+    }
+
+    /// The descriptor of page `i`, if it has one.
+    pub fn get(&self, i: usize) -> Option<&Page> {
+        self.desc.get(i)
     }
 
     /// Pages the kernel manages (MemTotal).
@@ -139,27 +169,21 @@ impl Pages {
     pub fn take_free(&mut self, kind: PageKind, owner: u32, index: u32, memcg: u8) -> Option<u32> {
         let p = match self.free_list.pop() {
             Some(p) => p,
-            None if (self.kind.len() as u32) < self.managed => {
-                self.kind.push(PageKind::Free);
-                self.flags.push(0);
-                self.owner.push(NONE);
-                self.index.push(NONE);
-                self.swap.push(NONE);
-                self.io.push(NONE);
-                self.memcg.push(0);
-                self.content.push(crate::content::ZERO);
-                (self.kind.len() - 1) as u32
+            None if (self.desc.len() as u32) < self.managed => {
+                self.desc.push(Page::UNUSED);
+                (self.desc.len() - 1) as u32
             }
             None => return None,
         };
-        let i = p as usize;
-        debug_assert_eq!(self.kind[i], PageKind::Free);
-        self.kind[i] = kind;
-        self.flags[i] = 0;
-        self.owner[i] = owner;
-        self.index[i] = index;
-        self.memcg[i] = memcg;
-        self.content[i] = self.filled(kind, owner, index, p);
+        let content = self.filled(kind, owner, index, p);
+        let d = &mut self.desc[p as usize];
+        debug_assert_eq!(d.kind, PageKind::Free);
+        d.kind = kind;
+        d.flags = 0;
+        d.owner = owner;
+        d.index = index;
+        d.memcg = memcg;
+        d.content = content;
         self.charged[memcg as usize] += 1;
         self.count[0] -= 1;
         self.count[kind as usize] += 1;
@@ -167,28 +191,27 @@ impl Pages {
     }
 
     /// A hint that page `p`'s descriptor is about to be used.
+    #[inline]
     pub fn prefetch(&self, p: u32) {
-        let i = p as usize;
-        crate::prefetch(&self.flags[i]);
-        crate::prefetch(&self.kind[i]);
-        crate::prefetch(&self.owner[i]);
-        crate::prefetch(&self.content[i]);
+        if let Some(d) = self.desc.get(p as usize) {
+            crate::prefetch(d);
+        }
     }
 
     /// Returns a page to the free list. The caller has already unlinked it from every list.
     pub fn release(&mut self, p: u32) {
-        let i = p as usize;
-        debug_assert_ne!(self.kind[i], PageKind::Free);
-        debug_assert_eq!(self.swap[i], NONE);
-        debug_assert_eq!(self.io[i], NONE);
-        self.count[self.kind[i] as usize] -= 1;
+        let d = &mut self.desc[p as usize];
+        debug_assert_ne!(d.kind, PageKind::Free);
+        debug_assert_eq!(d.swap, NONE);
+        debug_assert_eq!(d.io, NONE);
+        self.count[d.kind as usize] -= 1;
         self.count[0] += 1;
-        self.charged[self.memcg[i] as usize] -= 1;
-        self.memcg[i] = 0;
-        self.kind[i] = PageKind::Free;
-        self.flags[i] = 0;
-        self.owner[i] = NONE;
-        self.index[i] = NONE;
+        self.charged[d.memcg as usize] -= 1;
+        d.memcg = 0;
+        d.kind = PageKind::Free;
+        d.flags = 0;
+        d.owner = NONE;
+        d.index = NONE;
         self.free_list.push(p);
     }
 
@@ -200,19 +223,19 @@ impl Pages {
     /// Tests a flag.
     #[inline]
     pub fn has(&self, p: u32, f: u8) -> bool {
-        self.flags[p as usize] & f != 0
+        self.desc[p as usize].flags & f != 0
     }
 
     /// Sets flags.
     #[inline]
     pub fn set(&mut self, p: u32, f: u8) {
-        self.flags[p as usize] |= f;
+        self.desc[p as usize].flags |= f;
     }
 
     /// Clears flags.
     #[inline]
     pub fn clear(&mut self, p: u32, f: u8) {
-        self.flags[p as usize] &= !f;
+        self.desc[p as usize].flags &= !f;
     }
 
     /// Clears a flag and says whether it was set.

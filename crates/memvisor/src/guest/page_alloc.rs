@@ -140,9 +140,11 @@ impl Guest {
             let floor = if self.cfg.replacement == Replacement::Linux { self.wmark.min } else { 0 };
             if self.pages.nr_free() > floor {
                 let p = self.pages.take_free(kind, owner, index, memcg).expect("free page");
-                // The next allocation most likely takes the next free page: over a large guest
-                // its descriptors and host map entry are not in the CPU's caches.
-                if let Some(&q) = self.pages.free_list().last() {
+                // The next allocations most likely take the next free pages: over a large guest
+                // their descriptors and host map entries are not in the CPU's caches, and one
+                // allocation's time is too short to fetch them in.
+                let free = self.pages.free_list();
+                for &q in &free[free.len().saturating_sub(2)..] {
                     self.pages.prefetch(q);
                     env.host.prefetch_entry(self.id, q);
                 }
@@ -230,10 +232,10 @@ impl Guest {
             self.zero_next += 1;
             let i = p as usize;
             if i < self.pages.len() {
-                if self.pages.kind[i] != PageKind::Free {
+                if self.pages[i].kind != PageKind::Free {
                     continue;
                 }
-                self.pages.content[i] = crate::content::ZERO;
+                self.pages[i].content = crate::content::ZERO;
             }
             let (wait, plain) = self.host_touch(p, true, now, false, env);
             if env.host.fatal.is_some() {

@@ -16,7 +16,7 @@ const PMD_PAGES: u32 = 512;
 impl Guest {
     /// Puts page `p` in the swap cache under `slot`.
     pub(super) fn add_to_swap_cache(&mut self, p: u32, slot: u32) {
-        self.pages.swap[p as usize] = slot;
+        self.pages[p as usize].swap = slot;
         self.swap.set_cached(slot, p);
     }
 
@@ -31,9 +31,9 @@ impl Guest {
 
     /// Removes page `p` from the swap cache; frees its slot too if asked.
     pub(super) fn delete_from_swap_cache(&mut self, p: u32, free_slot: bool) {
-        let slot = self.pages.swap[p as usize];
+        let slot = self.pages[p as usize].swap;
         self.swap.set_cached(slot, NONE);
-        self.pages.swap[p as usize] = NONE;
+        self.pages[p as usize].swap = NONE;
         if free_slot && self.swap_free(slot) {
             self.vmstat.inc(Counter::SwapDiscard);
         }
@@ -124,7 +124,7 @@ impl Guest {
             self.swap_ra_commit(pid, vpn, win);
         }
         // The read brings back what the owner wrote before the page went out.
-        self.pages.content[p as usize] = self.written(pid, vpn);
+        self.pages[p as usize].content = self.written(pid, vpn);
         self.add_to_swap_cache(p, slot);
         self.pages.set(p, PG_LOCKED);
         self.swapin_lru_add(p, slot);
@@ -136,7 +136,7 @@ impl Guest {
             next = v + 1;
             let Some((q, ns)) = self.alloc_page_nowait(PageKind::Anon, pid, v, memcg, now + spent, env) else { break };
             spent += ns;
-            self.pages.content[q as usize] = self.written(pid, v);
+            self.pages[q as usize].content = self.written(pid, v);
             self.add_to_swap_cache(q, s);
             self.pages.set(q, PG_LOCKED | PG_READAHEAD);
             self.swapin_lru_add(q, s);
@@ -168,7 +168,7 @@ impl Guest {
         let fault_page = bio.fault.map_or(NONE, |(p, _)| p);
         for &p in &bio.pages {
             self.pages.clear(p, PG_LOCKED);
-            if self.pages.owner[p as usize] == NONE {
+            if self.pages[p as usize].owner == NONE {
                 self.pages.clear(p, PG_READAHEAD);
                 self.lru.remove_if_on(p);
                 self.pages.release(p);
@@ -178,11 +178,11 @@ impl Guest {
             }
         }
         if let Some((p, write)) = bio.fault {
-            if self.pages.kind[p as usize] != PageKind::Anon || self.pages.owner[p as usize] == NONE {
+            if self.pages[p as usize].kind != PageKind::Anon || self.pages[p as usize].owner == NONE {
                 return;
             }
-            let (pid, vpn) = (self.pages.owner[p as usize], self.pages.index[p as usize]);
-            let slot = self.pages.swap[p as usize];
+            let (pid, vpn) = (self.pages[p as usize].owner, self.pages[p as usize].index);
+            let slot = self.pages[p as usize].swap;
             if self.procs[pid as usize].mm.pte[vpn as usize] == PTE_SWAP | slot {
                 self.procs[pid as usize].mm.swapents -= 1;
                 let plain = env.host.is_plain(self.id, p);

@@ -72,8 +72,8 @@ impl Guest {
     /// Reclaim dropped clean page-cache page `p`: cleancache will be offered it.
     pub(super) fn cleancache_note_eviction(&mut self, p: u32) {
         if self.tmem.cleancache.is_some() {
-            let (f, i) = (self.pages.owner[p as usize], self.pages.index[p as usize]);
-            self.tmem.to_put.push((f, i, self.pages.content[p as usize]));
+            let (f, i) = (self.pages[p as usize].owner, self.pages[p as usize].index);
+            self.tmem.to_put.push((f, i, self.pages[p as usize].content));
         }
     }
 
@@ -133,7 +133,7 @@ impl Guest {
                 items.retain(|&(slot, p)| {
                     let (oid, index) = swizzle(slot);
                     let class = crate::host::GuestMemory::content(self, p);
-                    let (r, t) = env.host.tmem_put(self.id, pool, oid, index, self.pages.content[p as usize], class);
+                    let (r, t) = env.host.tmem_put(self.id, pool, oid, index, self.pages[p as usize].content, class);
                     ns += t;
                     // A refused put to a slot frontswap held flushed the old copy.
                     let stored = r == Put::Stored;

@@ -445,7 +445,7 @@ impl Guest {
         if !self.pages.has(p, PG_MAPPED) || !self.pages.test_and_clear(p, PG_YOUNG) {
             return false;
         }
-        let (pid, vpn) = (self.pages.owner[p as usize], self.pages.index[p as usize]);
+        let (pid, vpn) = (self.pages[p as usize].owner, self.pages[p as usize].index);
         if self.procs[pid as usize].ahead.touched_after(vpn, now) {
             self.pages.set(p, PG_YOUNG);
         } else {
@@ -511,14 +511,14 @@ impl Guest {
                 }
                 // Cases 1 and 2 (since 4.11): moved out of the way to the active list, tagged so
                 // that its completion rotates it to the inactive tail.
-                if !self.pages.has(p, PG_RECLAIM) && !file && self.pages.kind[p as usize] == PageKind::Anon {
+                if !self.pages.has(p, PG_RECLAIM) && !file && self.pages[p as usize].kind == PageKind::Anon {
                     self.nr_reclaim_wb += 1;
                 }
                 self.pages.set(p, PG_RECLAIM);
                 self.putback_active(p, file);
                 continue;
             }
-            if self.pages.io[p as usize] != NONE || self.pages.has(p, PG_LOCKED) {
+            if self.pages[p as usize].io != NONE || self.pages.has(p, PG_LOCKED) {
                 // Locked for a read: not reclaimable now (`folio_trylock` fails: keep).
                 self.lru.move_head(l, p);
                 continue;
@@ -544,13 +544,13 @@ impl Guest {
     fn putback_active(&mut self, p: u32, file: bool) {
         self.lru.move_head(LruList::active(file), p);
         self.vmstat.inc(Counter::PgActivate);
-        self.age_nonresident(self.pages.memcg[p as usize]);
+        self.age_nonresident(self.pages[p as usize].memcg);
     }
 
     /// Reclaims an anonymous page: give it a swap slot, unmap it, write it if dirty, free it if
     /// clean. Returns whether it was freed now.
     pub(super) fn reclaim_anon_page(&mut self, p: u32, sc: &mut ScanControl) -> bool {
-        let mut slot = self.pages.swap[p as usize];
+        let mut slot = self.pages[p as usize].swap;
         if slot == NONE {
             let Some(s) = self.swap.alloc() else {
                 // Swap full: the page stays (`activate_locked`).
@@ -690,7 +690,7 @@ impl Guest {
         let mut victim = None;
         for _ in 0..self.lru.len(LruList::Exact) {
             let Some(p) = self.lru.tail(0, LruList::Exact) else { break };
-            if self.pages.io[p as usize] == NONE {
+            if self.pages[p as usize].io == NONE {
                 victim = Some(p);
                 break;
             }
@@ -698,9 +698,9 @@ impl Guest {
         }
         let p = victim?;
         let dirty = self.pages.test_and_clear(p, PG_DIRTY);
-        let offset = match self.pages.kind[p as usize] {
+        let offset = match self.pages[p as usize].kind {
             PageKind::Anon => {
-                let mut slot = self.pages.swap[p as usize];
+                let mut slot = self.pages[p as usize].swap;
                 if slot == NONE {
                     let Some(s) = self.swap.alloc() else {
                         return Some(self.oom_kill(now, None, env));
@@ -742,11 +742,11 @@ impl Guest {
     /// and swap-cache entry) into the CPU cache, ahead of the next fault.
     fn prefetch_next_victim(&self) {
         let Some(q) = self.lru.tail(0, LruList::Exact) else { return };
-        let (pid, vpn) = (self.pages.owner[q as usize], self.pages.index[q as usize]);
+        let (pid, vpn) = (self.pages[q as usize].owner, self.pages[q as usize].index);
         if let Some(pte) = self.procs.get(pid as usize).and_then(|pr| pr.mm.pte.get(vpn as usize)) {
             crate::prefetch(pte);
         }
-        self.swap.prefetch(self.pages.swap[q as usize]);
+        self.swap.prefetch(self.pages[q as usize].swap);
     }
 
     /// A write completed: the pages are clean; those reclaim was waiting for are freed now (the
@@ -758,14 +758,14 @@ impl Guest {
             if reclaim && bio.kind == BioKind::SwapWrite {
                 self.nr_reclaim_wb -= 1;
             }
-            if self.pages.kind[p as usize] == PageKind::File {
+            if self.pages[p as usize].kind == PageKind::File {
                 self.file_write_done(p);
-                if self.files[self.pages.owner[p as usize] as usize].deleted {
+                if self.files[self.pages[p as usize].owner as usize].deleted {
                     self.drop_file_page(p);
                     continue;
                 }
             }
-            if self.pages.owner[p as usize] == NONE {
+            if self.pages[p as usize].owner == NONE {
                 self.lru.remove(p);
                 self.pages.release(p);
                 continue;
@@ -776,7 +776,7 @@ impl Guest {
             // `folio_rotate_reclaimable` + `lru_move_tail`: a clean, unlocked page on an LRU list
             // (active ones too, which are deactivated) goes to the inactive tail, where the next
             // scan frees it unless it was referenced meanwhile.
-            let file = self.pages.kind[p as usize] == PageKind::File;
+            let file = self.pages[p as usize].kind == PageKind::File;
             if self.lru.list_of(p).is_some() && !self.pages.has(p, PG_DIRTY) && !self.pages.has(p, PG_LOCKED) {
                 self.lru.move_tail(LruList::inactive(file), p);
                 self.vmstat.inc(Counter::PgRotated);
@@ -822,13 +822,13 @@ mod tests {
         let mut sim = super::super::idle_guest_with_100_pages();
         sim.with_guest(0, |g, env| {
             let pages: Vec<u32> = g.lru.iter(0, LruList::InactiveAnon).collect();
-            let (pid, start) = (g.pages.owner[pages[0] as usize], g.procs[0].mm.regions[0].start);
+            let (pid, start) = (g.pages[pages[0] as usize].owner, g.procs[0].mm.regions[0].start);
             // From t = 20 ms, one visit every 10 ns from page 0: pages 0..50 are visited by 20.0005 ms.
             g.procs[pid as usize].ahead.record(start, 100, 0, 50, 20_000_000, 10);
             let mut sc = ScanControl::new(1_000, true, 20_000_250, ReclaimCosts::default());
             g.shrink_inactive_list(0, LruList::InactiveAnon, 100, &mut sc);
             for &p in &pages {
-                let vpn = g.pages.index[p as usize] - start;
+                let vpn = g.pages[p as usize].index - start;
                 let after = vpn < 50 && 20_000_000 + vpn as u64 * 10 > 20_000_250;
                 assert_eq!(g.pages.has(p, PG_YOUNG), after, "page {vpn}");
                 assert_eq!(g.procs[pid as usize].mm.rfast.get((start + vpn) as usize), after, "page {vpn}");

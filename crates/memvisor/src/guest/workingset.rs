@@ -76,7 +76,7 @@ impl Guest {
         }
         self.age_nonresident(v);
         self.vmstat.inc(if file { Counter::WorkingsetActivateFile } else { Counter::WorkingsetActivateAnon });
-        let m = self.pages.memcg[p as usize];
+        let m = self.pages[p as usize].memcg;
         self.memcgs[m as usize].workingset_activate[file as usize] += 1;
         if m != 0 {
             self.memcgs[0].workingset_activate[file as usize] += 1;

@@ -81,7 +81,7 @@ impl Guest {
 
     /// Marks a dirty page clean for the counters (its write has been issued).
     pub(super) fn account_clean(&mut self, p: u32) {
-        let f = self.pages.owner[p as usize] as usize;
+        let f = self.pages[p as usize].owner as usize;
         self.nr_dirty -= 1;
         self.files[f].nr_dirty -= 1;
         if self.files[f].nr_dirty == 0 {
@@ -97,7 +97,7 @@ impl Guest {
             if batch.len() as u64 >= budget {
                 break;
             }
-            if p != NONE && self.pages.has(p, PG_DIRTY) && self.pages.io[p as usize] == NONE {
+            if p != NONE && self.pages.has(p, PG_DIRTY) && self.pages[p as usize].io == NONE {
                 batch.push((i as u32, p));
             }
         }
@@ -154,7 +154,7 @@ impl Guest {
 
     /// A file page's write completed.
     pub(super) fn file_write_done(&mut self, p: u32) {
-        let f = self.pages.owner[p as usize] as usize;
+        let f = self.pages[p as usize].owner as usize;
         self.files[f].nr_writeback -= 1;
         self.nr_writeback_file -= 1;
     }

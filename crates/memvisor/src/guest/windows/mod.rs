@@ -158,7 +158,7 @@ impl Guest {
     /// pagefile slot, and the page goes to the modified list if its contents are not on disk, else
     /// to standby. Returns false if the pagefile is full (a dirty page then stays).
     pub(super) fn trim_page(&mut self, p: u32) -> bool {
-        let mut slot = self.pages.swap[p as usize];
+        let mut slot = self.pages[p as usize].swap;
         if slot == NONE {
             let Some(s) = self.swap.alloc() else { return false };
             slot = s;
@@ -278,7 +278,7 @@ mod tests {
             // Use every free page, then one more: the oldest standby page is repurposed, and its
             // owner's next touch reads the pagefile.
             let victim = g.lru.tail(0, LruList::Standby).unwrap();
-            let victim_vpn = g.pages.index[victim as usize];
+            let victim_vpn = g.pages[victim as usize].index;
             while g.pages.nr_free() > 0 {
                 g.windows_take_page(PageKind::Kernel, NONE, NONE).unwrap();
             }
@@ -304,7 +304,7 @@ mod tests {
         sim.run_until(400_000_000).unwrap();
         sim.with_guest(0, |g, _| {
             let q = g.lru.tail(0, LruList::Standby).expect("written pages are on standby");
-            let (slot, vpn) = (g.pages.swap[q as usize], g.pages.index[q as usize]);
+            let (slot, vpn) = (g.pages[q as usize].swap, g.pages[q as usize].index);
             assert!(g.swap.is_written(slot), "the page's contents are on the pagefile");
             assert_eq!(g.windows_take_page(PageKind::Kernel, NONE, NONE), Some(q));
             assert_eq!(g.procs[0].mm.pte[vpn as usize], PTE_SWAP | slot, "its owner finds it on the pagefile");

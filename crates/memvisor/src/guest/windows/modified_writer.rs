@@ -49,7 +49,7 @@ impl Guest {
                 self.lru.remove(p);
                 self.pages.clear(p, PG_DIRTY);
                 self.pages.set(p, PG_WRITEBACK);
-                batch.push((self.pages.swap[p as usize], p));
+                batch.push((self.pages[p as usize].swap, p));
             }
             // The writer allocates pagefile space for the whole write at once (WRK
             // `MiGatherPagefilePages`: a run of clear bits in the pagefile's bitmap), so pages
@@ -60,7 +60,7 @@ impl Guest {
                     self.delete_from_swap_cache(*p, true);
                     *slot = base + i as u32;
                     self.add_to_swap_cache(*p, *slot);
-                    let (pid, vpn) = (self.pages.owner[*p as usize], self.pages.index[*p as usize]);
+                    let (pid, vpn) = (self.pages[*p as usize].owner, self.pages[*p as usize].index);
                     self.procs[pid as usize].mm.pte[vpn as usize] = PTE_SWAP | *slot;
                 }
             }
@@ -80,8 +80,8 @@ impl Guest {
     pub(in crate::guest) fn modified_write_done(&mut self, pages: &[u32], now: u64, env: &mut Env) {
         for &p in pages {
             self.pages.clear(p, PG_WRITEBACK);
-            if self.pages.owner[p as usize] == NONE {
-                if self.pages.swap[p as usize] != NONE {
+            if self.pages[p as usize].owner == NONE {
+                if self.pages[p as usize].swap != NONE {
                     self.delete_from_swap_cache(p, true);
                 }
                 self.pages.release(p);

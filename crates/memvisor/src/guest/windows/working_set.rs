@@ -82,7 +82,7 @@ impl Guest {
                 continue;
             }
             let p = pte & PTE_MASK;
-            if self.pages.io[p as usize] != NONE || self.test_clear_young(p, now) {
+            if self.pages[p as usize].io != NONE || self.test_clear_young(p, now) {
                 continue;
             }
             if self.trim_page(p) {
