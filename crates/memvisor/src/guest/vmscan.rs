@@ -460,6 +460,11 @@ impl Guest {
     fn shrink_active_list(&mut self, v: u8, l: LruList, n: u64, sc: &mut ScanControl) {
         for _ in 0..n.min(self.lru.len_in(v, l)) {
             let Some(p) = self.lru.tail(v, l) else { break };
+            // A long list's pages lie scattered over memory: fetch the next one's state while this
+            // one is scanned.
+            if let Some(q) = self.lru.prefetch_prev(p) {
+                self.pages.prefetch(q);
+            }
             self.vmstat.inc(Counter::PgRefill);
             self.test_clear_young(p, sc.now);
             self.pages.set(p, PG_WORKINGSET);
@@ -499,6 +504,11 @@ impl Guest {
             if sc.kswapd { (Counter::PgScanKswapd, Counter::PgStealKswapd) } else { (Counter::PgScanDirect, Counter::PgStealDirect) };
         for _ in 0..n.min(self.lru.len_in(v, l)) {
             let Some(p) = self.lru.tail(v, l) else { break };
+            // A long list's pages lie scattered over memory: fetch the next one's state while this
+            // one is scanned.
+            if let Some(q) = self.lru.prefetch_prev(p) {
+                self.pages.prefetch(q);
+            }
             sc.nr_scanned += 1;
             self.vmstat.inc(scan_ev);
             if self.pages.has(p, PG_WRITEBACK) {
