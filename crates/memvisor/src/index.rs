@@ -3,6 +3,17 @@
 /// "No page, frame, slot or owner": the empty value of every dense u32 index table.
 pub const NONE: u32 = u32::MAX;
 
+/// Extends `v` with `fill` to `n` entries, growing its allocation by an eighth (at least 64
+/// entries) rather than doubling it: tables indexed by page follow use, and a doubling would leave up
+/// to half of a small guest's table unused.
+pub fn grow_to<T: Clone>(v: &mut Vec<T>, n: usize, fill: T) {
+    if n > v.capacity() {
+        let want = n.max(v.len() + (v.len() / 8).max(64));
+        v.reserve_exact(want - v.len());
+    }
+    v.resize(n, fill);
+}
+
 /// A table of records addressed by u32 numbers that are reused once freed (KSM pages, shared
 /// frames): freeing is O(1) and numbers stay small.
 #[derive(Clone, Debug, Default)]

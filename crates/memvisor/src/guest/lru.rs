@@ -7,6 +7,7 @@
 //! first slots, page `p` the slot after them plus `p`), so the lists grow with use.
 
 use super::page::NONE;
+use crate::index::grow_to;
 
 /// Which list a page is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,9 +141,9 @@ impl Lru {
 
     fn link_after(&mut self, at: u32, p: u32, list: u32) {
         if p as usize >= self.on.len() {
-            self.on.resize(p as usize + 1, NO_LIST);
             let n = self.slot(p) as usize + 1;
-            self.links.resize(n, Link { next: NONE, prev: NONE });
+            grow_to(&mut self.on, p as usize + 1, NO_LIST);
+            grow_to(&mut self.links, n, Link { next: NONE, prev: NONE });
         }
         debug_assert_eq!(self.on[p as usize], NO_LIST);
         let (sp, nx) = (self.slot(p), self.links[at as usize].next);
