@@ -228,6 +228,38 @@ fn virtio_balloon_mem_total_and_deflate_on_oom() {
     assert_eq!((200 * MIB / 4096 - g.balloon().size()) % 256, 0, "deflations of 256 pages each");
 }
 
+/// A page the balloon gave back holds no frame until the guest touches it again, and that touch
+/// comes to the host, which backs it anew, even though the guest used the page (and the host
+/// answered for it) before the balloon took it: the guest's cached "backed" state for a page must
+/// not outlive its trip through the balloon.
+#[test]
+fn pages_back_from_the_balloon_are_backed_again_when_reused() {
+    let s = scenario(
+        "name = \"t\"\nduration = \"8s\"\n[host]\nmemory = \"4GiB\"\n\
+         [[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
+         [[vm]]\nname = \"g\"\nmemory = \"512MiB\"\nswap = \"0B\"\ndatastore = \"d\"\nballoon = \"virtio\"\n\
+         [[vm.workload]]\nkind = \"random\"\nname = \"early\"\npages = \"300MiB\"\ntouches = 1000\n\
+         [[vm.workload]]\nkind = \"idle\"\nname = \"late\"\nfootprint = \"300MiB\"\nstart = \"6s\"\n",
+    );
+    // `early` writes 300 MiB and exits; the balloon then takes 250 MiB of the freed pages and gives
+    // them back; `late` reuses them.
+    let mut sim = Simulation::new(&s).unwrap_or_else(|e| panic!("{e}"));
+    sim.run_until(2_000_000_000).unwrap();
+    sim.apply(&target(0, Action::SetBalloonTarget { bytes: 250 * MIB })).unwrap();
+    sim.run_until(4_000_000_000).unwrap();
+    assert_eq!(sim.world().guests()[0].balloon().size() * 4096, 250 * MIB, "the balloon inflated");
+    sim.apply(&target(0, Action::SetBalloonTarget { bytes: 0 })).unwrap();
+    sim.run_until(5_900_000_000).unwrap();
+    assert_eq!(sim.world().guests()[0].balloon().size(), 0, "the balloon deflated");
+    sim.run().unwrap();
+    sim.check_invariants().unwrap_or_else(|e| panic!("{e}"));
+    let (g, v) = (&sim.world().guests()[0], &sim.world().host().vms()[0]);
+    let late: Vec<u32> = (0..g.mem_total_configured() as u32).filter(|&p| g.page_owner_workload(p) == Some("late")).collect();
+    assert!(late.len() * 4096 >= 299 * MIB as usize, "late holds its 300 MiB ({} pages)", late.len());
+    let unbacked = late.iter().filter(|&&p| v.p2m().get(p).state() != PageState::Backed).count();
+    assert_eq!(unbacked, 0, "{unbacked} of late's {} pages are in use in the guest but not backed on the host", late.len());
+}
+
 /// The esx policy on an overcommitted host: it balloons and swaps the unreserved VM, never takes
 /// the reserved one below its reservation, and a run is the same bit for bit with the same seed.
 #[test]

@@ -93,6 +93,11 @@ impl Guest {
     /// page is not reclamation and is not counted. Pages the host took from this guest meanwhile
     /// are invalidated here.
     pub(super) fn host_touch(&mut self, p: u32, write: bool, now: u64, vcpu: bool, env: &mut Env) -> (u64, bool) {
+        // What the host said last time still holds: its map entry need not be read (a cache miss
+        // over a large guest).
+        if self.pages.get(p as usize).is_some_and(|d| d.host_plain) {
+            return (0, true);
+        }
         let r = match env.host_access(self.id, p, write, now) {
             Access::Ready => (0, true),
             Access::Shared => (0, false),
@@ -106,6 +111,10 @@ impl Guest {
             }
             Access::Refused => (0, false),
         };
+        if r.1 && (p as usize) < self.pages.len() {
+            // Before the invalidations: the access may itself have made the host take this page.
+            self.pages[p as usize].host_plain = true;
+        }
         if env.host.has_invalidations() {
             self.apply_invalidations(env);
         }

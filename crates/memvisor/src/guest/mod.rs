@@ -439,6 +439,9 @@ pub struct Guest {
 
 impl GuestMemory for Guest {
     fn invalidate(&mut self, ppn: u32) {
+        if (ppn as usize) < self.pages.len() {
+            self.pages[ppn as usize].host_plain = false;
+        }
         if (ppn as usize) < self.pages.len() && self.pages[ppn as usize].kind == PageKind::Anon && self.pages.has(ppn, page::PG_MAPPED) {
             let (pid, vpn) = (self.pages[ppn as usize].owner, self.pages[ppn as usize].index);
             self.procs[pid as usize].mm.set_fast(vpn, false, false);

@@ -68,6 +68,10 @@ pub struct Page {
     pub flags: u8,
     /// The memory cgroup the page is charged to (0: the root).
     pub memcg: u8,
+    /// The host backed the page with nothing pending at the guest's last touch and has not said
+    /// otherwise since (`GuestMemory::invalidate`; the guest clears it when it hands the page to
+    /// its balloon): a touch needs no host check. Cached state of the host's, not the guest's.
+    pub host_plain: bool,
 }
 
 // Two descriptors to a 64-byte cache line.
@@ -75,8 +79,17 @@ const _: () = assert!(std::mem::size_of::<Page>() == 32);
 
 impl Page {
     /// A page never allocated.
-    const UNUSED: Self =
-        Self { content: crate::content::ZERO, owner: NONE, index: NONE, swap: NONE, io: NONE, kind: PageKind::Free, flags: 0, memcg: 0 };
+    const UNUSED: Self = Self {
+        content: crate::content::ZERO,
+        owner: NONE,
+        index: NONE,
+        swap: NONE,
+        io: NONE,
+        kind: PageKind::Free,
+        flags: 0,
+        memcg: 0,
+        host_plain: false,
+    };
 }
 
 /// The page descriptor array. Descriptors exist for the pages the guest has used (page numbers
