@@ -1,5 +1,6 @@
-//! Guest-physical page descriptors (the guest's `struct page` array), kept as dense arrays indexed
-//! by page frame number so that a lookup is an index, never a search.
+//! Guest-physical page descriptors (the guest's `struct page` array): one record per page in a
+//! dense array indexed by page frame number, so that a lookup is an index, never a search, and a
+//! page's state is one cache line away.
 
 pub use crate::index::NONE;
 
