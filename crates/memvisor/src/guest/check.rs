@@ -118,6 +118,10 @@ impl Guest {
                 }
                 _ => {}
             }
+            // The guest's cached word on the host's entry holds unless the host has yet to tell it.
+            if self.pages[i].host_plain && !env.host.is_plain(self.id, p) && !env.host.has_invalidations() {
+                return err(format!("page {p} is taken as plainly backed, but the host has it {host:?} or marked"));
+            }
             let io = self.pages[i].io;
             if io != NONE && self.bios.iter().all(|(b, bio)| b != io || !bio.pages.contains(&p)) {
                 return err(format!("page {p} claims request {io} which does not hold it"));
