@@ -297,15 +297,13 @@ impl Guest {
                 return Progress::Yield;
             }
             let p = self.files[file as usize].pages[*first as usize];
-            // A file's cached pages lie scattered over memory: fetch the descriptor, list links and
-            // host map entry of a page a few on while this one is copied (a copy is quicker than
-            // a miss).
+            // A file's cached pages lie scattered over memory: fetch the descriptor and list links
+            // of a page a few on while this one is copied (a copy is quicker than a miss).
             if *count > READ_AHEAD_FETCH {
                 let q = self.files[file as usize].pages[(*first + READ_AHEAD_FETCH) as usize];
                 if q != NONE {
                     self.pages.prefetch(q);
                     self.lru.prefetch(q);
-                    env.host.prefetch_entry(self.id, q);
                 }
             }
             if p == NONE {

@@ -141,12 +141,11 @@ impl Guest {
             if self.pages.nr_free() > floor {
                 let p = self.pages.take_free(kind, owner, index, memcg).expect("free page");
                 // The next allocations most likely take the next free pages: over a large guest
-                // their descriptors and host map entries are not in the CPU's caches, and one
-                // allocation's time is too short to fetch them in.
+                // their descriptors are not in the CPU's caches, and one allocation's time is too
+                // short to fetch them in.
                 let free = self.pages.free_list();
                 for &q in &free[free.len().saturating_sub(2)..] {
                     self.pages.prefetch(q);
-                    env.host.prefetch_entry(self.id, q);
                 }
                 // Zeroing the page touches it: the host backs it, or brings back what it took.
                 let (host, _) = self.host_touch(p, true, now + spent, true, env);

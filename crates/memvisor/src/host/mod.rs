@@ -471,11 +471,6 @@ impl Host {
         v.granted += unbacked.len() as u64;
     }
 
-    /// A hint that VM `vm`'s page `ppn` is about to be touched (`access`).
-    pub fn prefetch_entry(&self, vm: u32, ppn: u32) {
-        self.vms[vm as usize].p2m.prefetch(ppn);
-    }
-
     /// The guest of VM `vm` touches (`write`: stores to) page `ppn` at `now`. Backs it if it is
     /// unbacked, brings it back if it was compressed or swapped (the vCPU waits), gives a writer
     /// of a shared page its private copy, cancels a swap-out in flight, and notes a touch of a
