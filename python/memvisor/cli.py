@@ -100,13 +100,23 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None
     out.print(f"run folder: {final}")
 
 
+# Rows a run shows in the terminal; the rest are in its summary.json (a run of thousands of VMs
+# would otherwise print thousands of lines).
+REPORT_ROWS_SHOWN = 20
+
+
 def _print_report(results: list[api.RunResult]) -> None:
     cols = results[0].summary["report_columns"]
     t = Table(*(["variant"] if results[0].variant else []), "vm", *cols, "sim s", "wall s", title=results[0].name)
+    hidden = 0
     for r in results:
-        for row in r.report_rows():
+        rows = r.report_rows()
+        hidden += max(0, len(rows) - REPORT_ROWS_SHOWN)
+        for row in rows[:REPORT_ROWS_SHOWN]:
             cells = ([r.variant] if r.variant else []) + [row["vm"]] + [fmt(row.get(c)) for c in cols]
             t.add_row(*cells, fmt(r.summary["sim_time_s"]), f"{r.wall_s:.2f}")
+    if hidden:
+        t.caption = f"{hidden:,} more VM rows not shown (the first {REPORT_ROWS_SHOWN} of each run are); summary.json has every row"
     out.print(t)
 
 

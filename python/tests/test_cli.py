@@ -39,6 +39,19 @@ def test_run_writes_a_complete_run_folder(tmp_path, small_scenario):
     assert "small" in r.stdout and "run folder" in r.stdout
 
 
+def test_a_run_of_many_vms_shows_twenty_rows_and_says_how_many_more(tmp_path):
+    text = (
+        'name = "many"\nduration = "2s"\n[host]\nmemory = "8GiB"\n[[datastore]]\nname = "d"\ndevice = "ssd"\n'
+        '[[vm]]\nname = "v"\ncount = 25\nmemory = "128MiB"\noverhead = "1MiB"\ndatastore = "d"\n'
+        'workload = { kind = "idle", footprint = "1MiB" }\n'
+    )
+    (tmp_path / "many.toml").write_text(text)
+    r = memvisor("run", "many.toml", "--out", "out", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "v-20 " in r.stdout and "v-21 " not in r.stdout and "5 more VM rows not shown" in r.stdout
+    assert len(json.loads((tmp_path / "out" / "summary.json").read_text())["vms"]) == 25
+
+
 BAD = {
     "malformed TOML": (SMALL.replace("[host]", "[host"), "small.toml:3:"),
     "unknown field": (SMALL.replace('name = "g"', 'name = "g"\ncolour = "blue"'), "unknown field `colour`"),

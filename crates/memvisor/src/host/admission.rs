@@ -42,7 +42,8 @@ pub fn admit(host_memory: u64, hypervisor: u64, vms: &[AdmissionVm]) -> Result<(
             };
             return Err(format!(
                 "admission control refuses to power on VM '{}': {what} plus overhead {} needs {}, \
-                 but only {} of the host's {} is unreserved (the hypervisor keeps {}{})",
+                 but only {} of the host's {} is unreserved (the hypervisor keeps {}{}); a VM's overhead is its \
+                 host profile's estimate unless the scenario sets `overhead`",
                 vm.name,
                 human_bytes(vm.overhead),
                 human_bytes(need),

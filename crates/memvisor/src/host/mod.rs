@@ -447,7 +447,14 @@ impl Host {
         let v = &mut self.vms[vm as usize];
         let n = (end - start) as u64;
         if n > self.free {
-            self.fatal.get_or_insert_with(|| format!("host machine memory exhausted while booting VM '{}'", v.name));
+            let (need, free) = (human_bytes(n * PAGE_SIZE), human_bytes(self.free * PAGE_SIZE));
+            self.fatal.get_or_insert_with(|| {
+                format!(
+                    "host machine memory exhausted while booting VM '{}': its kernel's boot backs {need} at once and {free} is free \
+                     (the VMs booted before it hold the rest; fewer or smaller VMs, or a larger host)",
+                    v.name
+                )
+            });
             return;
         }
         v.p2m.set_range(start, end, Entry::new(PageState::Backed));
