@@ -105,7 +105,8 @@ fn pages_a_program_holds_in_common_stay_shared_when_guests_write() {
     let mut s = hosts(2, &["img"], 0, Some("40MiB"), "300s");
     let private = shared(&run_checked(&s, 10_000_000_000), 0);
     for v in &mut s.vms {
-        v.guest.workloads[0].mix.common = 0.5;
+        let m = &mut v.guest.workloads[0].mix;
+        m.set_shares(m.zero(), 0.5, m.duplicate());
     }
     let common = shared(&run_checked(&s, 10_000_000_000), 0);
     let gained = common - private;

@@ -1112,7 +1112,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         .map(|_| c.choice(&r.content, &f("content"), "", &names).map(|n| Content::parse(n).expect("checked")))
         .transpose()?;
     let mut mix = crate::content::ContentMix::new(kind, content, spec.content(false), r.program.as_ref().map(|p| p.get_ref().clone()));
-    let mut declared = 0.0;
+    let (mut declared, mut zero, mut common, mut duplicate) = (0.0, None, 0.0, 0.0);
     for (q, field) in [(&r.zero_pages, "zero_pages"), (&r.common_pages, "common_pages"), (&r.duplicate_pages, "duplicate_pages")] {
         let Some(q) = q else { continue };
         let x = *q.get_ref();
@@ -1128,11 +1128,12 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
             );
         }
         match field {
-            "zero_pages" => mix.zero = Some(x),
-            "common_pages" => mix.common = x,
-            _ => mix.duplicate = x,
+            "zero_pages" => zero = Some(x),
+            "common_pages" => common = x,
+            _ => duplicate = x,
         }
     }
+    mix.set_shares(zero, common, duplicate);
     if let Some(p) = &r.captured {
         // Read now, so a missing or bad file is named before the run; kept by its full path so
         // the resolved scenario runs from anywhere.

@@ -159,14 +159,14 @@ impl Scenario {
                     if let Some(c) = w.mix.class {
                         e.push(("content", s(c.key())));
                     }
-                    if let Some(z) = w.mix.zero {
+                    if let Some(z) = w.mix.zero() {
                         e.push(("zero_pages", Value::Float(z)));
                     }
-                    if w.mix.common > 0.0 {
-                        e.push(("common_pages", Value::Float(w.mix.common)));
+                    if w.mix.common() > 0.0 {
+                        e.push(("common_pages", Value::Float(w.mix.common())));
                     }
-                    if w.mix.duplicate > 0.0 {
-                        e.push(("duplicate_pages", Value::Float(w.mix.duplicate)));
+                    if w.mix.duplicate() > 0.0 {
+                        e.push(("duplicate_pages", Value::Float(w.mix.duplicate())));
                     }
                     if let Some(p) = &w.mix.program {
                         e.push(("program", s(p)));
