@@ -188,6 +188,13 @@ impl Guest {
         if dirty_file != self.nr_dirty {
             return err(format!("{dirty_file} dirty file pages but nr_dirty = {}", self.nr_dirty));
         }
+        // The flusher's dirty list holds exactly the files with dirty pages, at their dirtying time.
+        let listed: std::collections::BTreeSet<(u64, u32)> =
+            self.files.iter().enumerate().filter_map(|(i, f)| f.dirtied_when.map(|t| (t, i as u32))).collect();
+        let dirty_files = self.files.iter().filter(|f| f.nr_dirty > 0).count();
+        if listed.len() != dirty_files || listed != *self.dirty_files() {
+            return err(format!("the flusher lists {} dirty files, {dirty_files} have dirty pages", self.dirty_files().len()));
+        }
         // A dirty page is written before it is dropped, unless its file is deleted: every page ever
         // dirtied was written back, cancelled by an unlink, or is still dirty in the cache.
         let (dirtied, written) = (self.vmstat.get(Counter::NrDirtied), self.vmstat.get(Counter::NrWritten));

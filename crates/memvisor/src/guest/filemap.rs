@@ -219,11 +219,8 @@ impl Guest {
             };
             if !self.pages.has(p, PG_DIRTY) {
                 self.pages.set(p, PG_DIRTY);
-                self.nr_dirty += 1;
                 self.vmstat.inc(Counter::NrDirtied);
-                let f = &mut self.files[file as usize];
-                f.nr_dirty += 1;
-                f.dirtied_when.get_or_insert(*now);
+                self.account_dirtied(file, *now);
                 self.arm_flusher_timer(*now, env);
             }
             self.mark_page_accessed(p);

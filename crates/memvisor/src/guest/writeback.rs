@@ -7,6 +7,8 @@
 //! Simplification: a writer below the dirty limit is never paused (the kernel starts pausing
 //! proportionally halfway between the background and the hard limit).
 
+use std::collections::BTreeSet;
+
 use super::bio::{Bio, BioKind, MAX_REQUEST_PAGES, Submission};
 use super::lru::LruList;
 use super::page::{NONE, PG_DIRTY, PG_WRITEBACK};
@@ -27,6 +29,9 @@ pub struct Flusher {
     write_all: bool,
     /// Pages of the flusher's own writes still in flight.
     in_flight: u64,
+    /// The dirty files, oldest first (`b_dirty`, ordered by `dirtied_when`), so a run visits
+    /// only those: a kernel build has tens of thousands of clean files.
+    dirty: BTreeSet<(u64, u32)>,
 }
 
 impl Guest {
@@ -79,14 +84,32 @@ impl Guest {
         self.kick_flusher(now, env);
     }
 
+    /// Counts a newly dirtied page of `file`; a file clean until now joins the dirty list.
+    pub(super) fn account_dirtied(&mut self, file: u32, now: u64) {
+        self.nr_dirty += 1;
+        let f = &mut self.files[file as usize];
+        f.nr_dirty += 1;
+        if f.dirtied_when.is_none() {
+            f.dirtied_when = Some(now);
+            self.flusher.dirty.insert((now, file));
+        }
+    }
+
     /// Marks a dirty page clean for the counters (its write has been issued).
     pub(super) fn account_clean(&mut self, p: u32) {
         let f = self.pages[p as usize].owner as usize;
         self.nr_dirty -= 1;
         self.files[f].nr_dirty -= 1;
-        if self.files[f].nr_dirty == 0 {
-            self.files[f].dirtied_when = None;
+        if self.files[f].nr_dirty == 0
+            && let Some(t) = self.files[f].dirtied_when.take()
+        {
+            self.flusher.dirty.remove(&(t, f as u32));
         }
+    }
+
+    /// The dirty files, oldest first, as (`dirtied_when`, file).
+    pub(super) fn dirty_files(&self) -> &BTreeSet<(u64, u32)> {
+        &self.flusher.dirty
     }
 
     /// Issues writes for up to `budget` dirty pages of a file, in page order, merged into requests
@@ -130,8 +153,8 @@ impl Guest {
             self.flusher.timer = None;
         }
         let expire = self.cfg.sysctl.dirty_expire_centisecs as u64 * 10_000_000;
-        let mut order: Vec<(u64, u32)> = self.files.iter().enumerate().filter_map(|(i, f)| f.dirtied_when.map(|t| (t, i as u32))).collect();
-        order.sort_unstable();
+        // Writing cleans files, so the list is read before it changes.
+        let order: Vec<(u64, u32)> = self.flusher.dirty.iter().copied().collect();
         for (dirtied, file) in order {
             let (bg, _) = self.dirty_limits();
             let background = self.nr_dirty + self.nr_writeback_file > bg || self.flusher.write_all;
