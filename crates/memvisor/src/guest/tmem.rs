@@ -85,6 +85,7 @@ impl Guest {
         }
         let mut ns = 0;
         if let Some(pool) = self.tmem.frontswap {
+            env.host.tmem_prefetch(pool, self.tmem.to_invalidate.iter().map(|&slot| swizzle(slot)));
             for slot in self.tmem.to_invalidate.drain(..) {
                 let (oid, index) = swizzle(slot);
                 env.host.tmem_flush_page(pool, oid, index);
@@ -117,6 +118,7 @@ impl Guest {
         match sub.kind {
             BioKind::FileRead => {
                 let Some(pool) = self.tmem.cleancache else { return 0 };
+                env.host.tmem_prefetch(pool, items.iter().map(|&(i, _)| (sub.file as u64, i)));
                 items.retain(|&(i, p)| {
                     let (hit, t) = env.host.tmem_get(pool, sub.file as u64, i);
                     ns += t;
@@ -148,6 +150,8 @@ impl Guest {
             }
             BioKind::SwapRead => {
                 let Some(pool) = self.tmem.frontswap else { return 0 };
+                let held = items.iter().filter(|&&(slot, _)| self.tmem.frontswap_map.get(slot as usize));
+                env.host.tmem_prefetch(pool, held.map(|&(slot, _)| swizzle(slot)));
                 items.retain(|&(slot, p)| {
                     if !self.tmem.frontswap_map.get(slot as usize) {
                         return true;

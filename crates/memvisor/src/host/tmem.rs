@@ -475,6 +475,26 @@ impl Tmem {
         self.pgps.free(g);
     }
 
+    /// Fetches into the CPU's caches what gets or flushes of these handles of `pool` will read:
+    /// their page descriptors first, then their data descriptors and ephemeral-list neighbours. A batch's
+    /// cache misses then overlap instead of coming one after another (a large pool's descriptors
+    /// lie scattered over memory). Changes nothing.
+    pub fn prefetch(&self, pool: u32, handles: impl Iterator<Item = (u64, u32)> + Clone) {
+        let found = |(oid, index): (u64, u32)| self.lookup(pool, oid, index);
+        for g in handles.clone().map(found).filter(|&g| g != NONE) {
+            crate::prefetch(&self.pgps[g]);
+        }
+        for g in handles.map(found).filter(|&g| g != NONE) {
+            let p = &self.pgps[g];
+            crate::prefetch(&self.pcds[p.pcd]);
+            for n in [p.prev, p.next] {
+                if n != NONE {
+                    crate::prefetch(&self.pgps[n]);
+                }
+            }
+        }
+    }
+
     /// The descriptor stored under a handle, or `NONE`.
     fn lookup(&self, pool: u32, oid: u64, index: u32) -> u32 {
         self.objects.get(&(pool, oid)).map_or(NONE, |o| o.get(index))
@@ -764,6 +784,14 @@ impl Host {
         let r = t.get(pool, oid, index);
         self.tmem_settle();
         r
+    }
+
+    /// Fetches what gets or flushes of these handles will read into the CPU's caches
+    /// (`Tmem::prefetch`).
+    pub fn tmem_prefetch(&self, pool: u32, handles: impl Iterator<Item = (u64, u32)> + Clone) {
+        if let Some(t) = &self.tmem {
+            t.prefetch(pool, handles);
+        }
     }
 
     /// `TMEM_FLUSH_PAGE`.
