@@ -268,6 +268,10 @@ pub enum Put {
     Refused,
 }
 
+/// Handles `Tmem::prefetch` takes at a time: a readahead window at its largest (128 KiB, the
+/// default `read_ahead_kb`); longer batches go in pieces.
+const PREFETCH_BATCH: usize = 32;
+
 /// The pools of one host.
 #[derive(Clone, Debug)]
 pub struct Tmem {
@@ -476,20 +480,30 @@ impl Tmem {
     }
 
     /// Fetches into the CPU's caches what gets or flushes of these handles of `pool` will read:
-    /// their page descriptors first, then their data descriptors and ephemeral-list neighbours. A batch's
-    /// cache misses then overlap instead of coming one after another (a large pool's descriptors
-    /// lie scattered over memory). Changes nothing.
-    pub fn prefetch(&self, pool: u32, handles: impl Iterator<Item = (u64, u32)> + Clone) {
-        let found = |(oid, index): (u64, u32)| self.lookup(pool, oid, index);
-        for g in handles.clone().map(found).filter(|&g| g != NONE) {
-            crate::prefetch(&self.pgps[g]);
-        }
-        for g in handles.map(found).filter(|&g| g != NONE) {
-            let p = &self.pgps[g];
-            crate::prefetch(&self.pcds[p.pcd]);
-            for n in [p.prev, p.next] {
-                if n != NONE {
-                    crate::prefetch(&self.pgps[n]);
+    /// their page descriptors first, then their data descriptors and ephemeral-list neighbours. A
+    /// batch's cache misses then overlap instead of coming one after another (a large pool's
+    /// descriptors lie scattered over memory). Changes nothing.
+    pub fn prefetch(&self, pool: u32, handles: impl Iterator<Item = (u64, u32)>) {
+        let mut handles = handles.peekable();
+        // Each handle is looked up once; what it found waits in a buffer for the second pass.
+        let mut found = [NONE; PREFETCH_BATCH];
+        while handles.peek().is_some() {
+            let mut n = 0;
+            for (oid, index) in handles.by_ref().take(PREFETCH_BATCH) {
+                let g = self.lookup(pool, oid, index);
+                if g != NONE {
+                    crate::prefetch(&self.pgps[g]);
+                    found[n] = g;
+                    n += 1;
+                }
+            }
+            for &g in &found[..n] {
+                let p = &self.pgps[g];
+                crate::prefetch(&self.pcds[p.pcd]);
+                for q in [p.prev, p.next] {
+                    if q != NONE {
+                        crate::prefetch(&self.pgps[q]);
+                    }
                 }
             }
         }
@@ -788,7 +802,7 @@ impl Host {
 
     /// Fetches what gets or flushes of these handles will read into the CPU's caches
     /// (`Tmem::prefetch`).
-    pub fn tmem_prefetch(&self, pool: u32, handles: impl Iterator<Item = (u64, u32)> + Clone) {
+    pub fn tmem_prefetch(&self, pool: u32, handles: impl Iterator<Item = (u64, u32)>) {
         if let Some(t) = &self.tmem {
             t.prefetch(pool, handles);
         }
