@@ -83,6 +83,15 @@ fn type_errors_name_the_key_in_plain_words() {
     assert!(e.contains(": name: duplicate key"), "{e}");
     let e = load_err(&base("").replacen("sample_interval", "seed = 3\nsample_interval", 1));
     assert!(e.contains("unknown field `seed`") && e.contains("'seed' is a top-level key"), "{e}");
+    // A misspelt field is named with the one it most likely means, not every field there is.
+    let e = load_err(&base("").replace("passes = 1", "passess = 1"));
+    assert!(e.contains("unknown field `passess`; did you mean `passes`?") && !e.contains("expected one of"), "{e}");
+    // Two equally close: both named, neither guessed.
+    let e = load_err(&base("").replace("passes = 1", "pases = 1"));
+    assert!(e.contains("did you mean `pages` or `passes`?"), "{e}");
+    // A name close to none keeps the list.
+    let e = load_err(&base("").replace("passes = 1", "colour = 1"));
+    assert!(e.contains("unknown field `colour`, expected one of"), "{e}");
 }
 
 #[test]

@@ -95,6 +95,18 @@ pub fn load(text: &str, origin: &str, sets: &[String]) -> Result<Vec<Scenario>, 
 /// The keys a scenario file has at its top level.
 const TOP_LEVEL: [&str; 9] = ["name", "description", "seed", "duration", "host", "costs", "datastore", "vm", "report"];
 
+/// The fields of serde's "expected one of `a`, `b`, ..." list that `name` most likely misspells:
+/// those closest to it, if at most one edit in four characters away (at least one edit), as
+/// "`a`" or "`a` or `b`".
+fn nearest_field(name: &str, msg: &str) -> Option<String> {
+    let (_, list) = msg.split_once("expected one of ")?;
+    let near: Vec<(usize, &str)> =
+        list.split('`').skip(1).step_by(2).map(|c| (strsim::levenshtein(name, c), c)).filter(|&(d, c)| d <= (c.len() / 4).max(1)).collect();
+    let best = near.iter().map(|&(d, _)| d).min()?;
+    let names: Vec<String> = near.iter().filter(|&&(d, _)| d == best).map(|&(_, c)| format!("`{c}`")).collect();
+    Some(names.join(" or "))
+}
+
 /// A TOML or serde error in the user's words: the key it is about, "an integer" rather than
 /// "i64", "a table" rather than the name of a Rust type, and a hint when a top-level key was
 /// written under a table header (TOML puts everything after `[host]` into the host table).
@@ -119,12 +131,16 @@ fn plain_error(src: &Source, e: toml::de::Error) -> ScenarioError {
         let key = before.trim_end().rsplit(|c: char| c == '{' || c == ',' || c.is_whitespace()).next()?;
         (!key.is_empty()).then(|| key.trim_matches('"').to_string())
     });
-    if let Some(name) = msg.strip_prefix("unknown field `").and_then(|m| m.split('`').next())
-        && TOP_LEVEL.contains(&name)
-    {
-        msg.push_str(&format!(
-            "; '{name}' is a top-level key: write it above the first [table] header, since everything after a header belongs to that table"
-        ));
+    if let Some(name) = msg.strip_prefix("unknown field `").and_then(|m| m.split('`').next()).map(str::to_string) {
+        if TOP_LEVEL.contains(&name.as_str()) {
+            msg.push_str(&format!(
+                "; '{name}' is a top-level key: write it above the first [table] header, since everything after a header belongs to that table"
+            ));
+        } else if let Some(near) = nearest_field(&name, &msg) {
+            // A misspelling: the one name meant says more than the list of every field the table
+            // may hold (a workload table lists the fields of every kind).
+            msg = format!("unknown field `{name}`; did you mean {near}?");
+        }
     }
     src.error(span, key.as_deref().unwrap_or(""), msg)
 }
