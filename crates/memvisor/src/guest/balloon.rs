@@ -305,7 +305,7 @@ impl Guest {
         }
         let p = self.pages.take_free(PageKind::Balloon, super::NONE, super::NONE, 0)?;
         self.balloon.pages.push(p);
-        self.pages[p as usize].host_plain = false;
+        self.pages.set_host_plain(p, false);
         env.host.balloon(self.id, p);
         self.vmstat.inc(Counter::BalloonInflate);
         Some(spent + self.cfg.costs.balloon_page_ns)
@@ -320,7 +320,7 @@ impl Guest {
         }
         let p = self.windows_take_page(PageKind::Balloon, super::NONE, super::NONE)?;
         self.balloon.pages.push(p);
-        self.pages[p as usize].host_plain = false;
+        self.pages.set_host_plain(p, false);
         env.host.balloon(self.id, p);
         self.vmstat.inc(Counter::BalloonInflate);
         Some(self.cfg.costs.balloon_page_ns)

@@ -119,7 +119,7 @@ impl Guest {
                 _ => {}
             }
             // The guest's cached word on the host's entry holds unless the host has yet to tell it.
-            if self.pages[i].host_plain && !env.host.is_plain(self.id, p) && !env.host.has_invalidations() {
+            if self.pages.host_plain(p) && !env.host.is_plain(self.id, p) && !env.host.has_invalidations() {
                 return err(format!("page {p} is taken as plainly backed, but the host has it {host:?} or marked"));
             }
             let io = self.pages[i].io;
@@ -235,8 +235,11 @@ impl Guest {
                     if self.swap.cached(s) == NONE && !self.swap.is_written(s) {
                         return err(format!("pte {}:{vpn} -> slot {s} with neither cache page nor data", proc.pid));
                     }
-                } else if mm.rfast.get(vpn) || mm.wfast.get(vpn) {
-                    return err(format!("unmapped page {}:{vpn} has fast bits", proc.pid));
+                } else if mm.rfast.get(vpn) || mm.wfast.get(vpn) || mm.young.get(vpn) {
+                    return err(format!("unmapped page {}:{vpn} has fast or accessed bits", proc.pid));
+                }
+                if mm.rfast.get(vpn) && !mm.young.get(vpn) {
+                    return err(format!("page {}:{vpn} read-fast but not accessed", proc.pid));
                 }
                 if mm.wfast.get(vpn) && !mm.rfast.get(vpn) {
                     return err(format!("page {}:{vpn} write-fast but not read-fast", proc.pid));

@@ -3,7 +3,7 @@
 //! read back; unmapping tears a region down.
 
 use super::lru::LruList;
-use super::page::{NONE, PG_DIRTY, PG_MAPPED, PG_READAHEAD, PG_WRITEBACK, PG_YOUNG, PageKind};
+use super::page::{NONE, PG_DIRTY, PG_MAPPED, PG_READAHEAD, PG_WRITEBACK, PageKind};
 use super::page_alloc::Stall;
 use super::process::{PTE_MASK, PTE_PRESENT, PTE_SWAP};
 use super::{Counter, Env, Guest, Replacement};
@@ -66,7 +66,7 @@ impl Guest {
         // Linux and Windows age pages by the accessed bit; exact-LRU keeps a recency list.
         let linux = self.cfg.replacement != Replacement::ExactLru;
         if linux {
-            self.pages.set(p, PG_YOUNG);
+            self.procs[pid as usize].mm.young.set(vpn as usize);
         } else {
             self.lru.move_head(LruList::Exact, p);
         }
@@ -95,7 +95,7 @@ impl Guest {
     pub(super) fn host_touch(&mut self, p: u32, write: bool, now: u64, vcpu: bool, env: &mut Env) -> (u64, bool) {
         // What the host said last time still holds: its map entry need not be read (a cache miss
         // over a large guest).
-        if self.pages.get(p as usize).is_some_and(|d| d.host_plain) {
+        if self.pages.host_plain(p) {
             return (0, true);
         }
         let r = match env.host_access(self.id, p, write, now) {
@@ -111,9 +111,9 @@ impl Guest {
             }
             Access::Refused => (0, false),
         };
-        if r.1 && (p as usize) < self.pages.len() {
+        if r.1 {
             // Before the invalidations: the access may itself have made the host take this page.
-            self.pages[p as usize].host_plain = true;
+            self.pages.set_host_plain(p, true);
         }
         if env.host.has_invalidations() {
             self.apply_invalidations(env);
@@ -130,17 +130,14 @@ impl Guest {
         w.mix.written(self.id as u64, pid as u64, vpn as u64)
     }
 
-    /// Recomputes a mapped page's fast bits from its state. Exact-LRU mode has no fast path: every
-    /// reference must move the page in the recency list. A write that changes what the page holds
-    /// (its first since the page was zeroed) takes the slow path, so the content is recorded.
-    /// `written`: the page's content was just set to what `pid` writes there (no need to compare).
-    fn update_fast(&mut self, pid: u32, vpn: u32, p: u32, written: bool) {
-        let read = self.cfg.replacement != Replacement::ExactLru && self.pages.has(p, PG_YOUNG) && self.pages.has(p, PG_MAPPED);
-        let write = read
-            && self.pages.has(p, PG_DIRTY)
-            && self.pages[p as usize].swap == NONE
-            && (written || self.pages[p as usize].content == self.written(pid, vpn));
-        self.procs[pid as usize].mm.set_fast(vpn, read, write);
+    /// Sets a mapped, just-referenced page's fast bits (Linux mode: its accessed bit is set). A read
+    /// makes it read-fast only: whether a write would change nothing (dirty, no swap copy, holding
+    /// what `pid` writes there) is left to the next write's slow path, so that a read touches the
+    /// page table and not the page's descriptor. `write`: this reference wrote the page, its
+    /// content is what `pid` writes there.
+    fn update_fast(&mut self, pid: u32, vpn: u32, p: u32, write: bool) {
+        let write = write && self.pages.has(p, PG_DIRTY) && self.pages[p as usize].swap == NONE;
+        self.procs[pid as usize].mm.set_fast(vpn, true, write);
     }
 
     /// Maps page `p` at `vpn` of its owner, as a fault completes.
@@ -148,7 +145,7 @@ impl Guest {
         let mm = &mut self.procs[pid as usize].mm;
         mm.pte[vpn as usize] = PTE_PRESENT | p;
         mm.rss += 1;
-        self.pages.set(p, PG_MAPPED | PG_YOUNG);
+        self.pages.set(p, PG_MAPPED);
         self.vmstat.inc(Counter::PgFault);
         self.reference(pid, vpn, p, write, plain);
     }
@@ -255,11 +252,10 @@ impl Guest {
     pub(super) fn unmap_to_swap(&mut self, p: u32, slot: u32) {
         let (pid, vpn) = (self.pages[p as usize].owner, self.pages[p as usize].index);
         let mm = &mut self.procs[pid as usize].mm;
-        mm.pte[vpn as usize] = PTE_SWAP | slot;
-        mm.set_fast(vpn, false, false);
+        mm.unmap_entry(vpn, PTE_SWAP | slot);
         mm.rss -= 1;
         mm.swapents += 1;
-        self.pages.clear(p, PG_MAPPED | PG_YOUNG);
+        self.pages.clear(p, PG_MAPPED);
     }
 
     /// Tears down a region: frees its pages and swap slots. Pages with I/O in flight are orphaned
@@ -284,8 +280,7 @@ impl Guest {
             }
             let pte = self.procs[pid as usize].mm.pte[vpn as usize];
             let mm = &mut self.procs[pid as usize].mm;
-            mm.pte[vpn as usize] = 0;
-            mm.set_fast(vpn, false, false);
+            mm.unmap_entry(vpn, 0);
             if pte & PTE_PRESENT != 0 {
                 mm.rss -= 1;
                 self.free_anon_page(pte & PTE_MASK);

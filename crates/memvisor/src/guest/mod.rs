@@ -439,9 +439,7 @@ pub struct Guest {
 
 impl GuestMemory for Guest {
     fn invalidate(&mut self, ppn: u32) {
-        if (ppn as usize) < self.pages.len() {
-            self.pages[ppn as usize].host_plain = false;
-        }
+        self.pages.set_host_plain(ppn, false);
         if (ppn as usize) < self.pages.len() && self.pages[ppn as usize].kind == PageKind::Anon && self.pages.has(ppn, page::PG_MAPPED) {
             let (pid, vpn) = (self.pages[ppn as usize].owner, self.pages[ppn as usize].index);
             self.procs[pid as usize].mm.set_fast(vpn, false, false);

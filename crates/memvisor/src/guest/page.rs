@@ -2,6 +2,7 @@
 //! dense array indexed by page frame number, so that a lookup is an index, never a search, and a
 //! page's state is one cache line away.
 
+use crate::bitmap::Bitmap;
 pub use crate::index::NONE;
 
 /// What a guest-physical page currently holds. Every page is in exactly one of these states.
@@ -22,8 +23,6 @@ pub enum PageKind {
 
 /// `PG_referenced`: set by `mark_page_accessed` and by reclaim when it finds a young mapping.
 pub const PG_REFERENCED: u8 = 1 << 0;
-/// Hardware accessed bit of the page's one mapping (anonymous pages map exactly once here).
-pub const PG_YOUNG: u8 = 1 << 1;
 /// Contents differ from the backing store (swap slot or file block).
 pub const PG_DIRTY: u8 = 1 << 2;
 /// A write of the page to its backing store is in flight.
@@ -69,10 +68,6 @@ pub struct Page {
     pub flags: u8,
     /// The memory cgroup the page is charged to (0: the root).
     pub memcg: u8,
-    /// The host backed the page with nothing pending at the guest's last touch and has not said
-    /// otherwise since (`GuestMemory::invalidate`; the guest clears it when it hands the page to
-    /// its balloon): a touch needs no host check. Cached state of the host's, not the guest's.
-    pub host_plain: bool,
 }
 
 // Two descriptors to a 64-byte cache line.
@@ -80,17 +75,8 @@ const _: () = assert!(std::mem::size_of::<Page>() == 32);
 
 impl Page {
     /// A page never allocated.
-    const UNUSED: Self = Self {
-        content: crate::content::ZERO,
-        owner: NONE,
-        index: NONE,
-        swap: NONE,
-        io: NONE,
-        kind: PageKind::Free,
-        flags: 0,
-        memcg: 0,
-        host_plain: false,
-    };
+    const UNUSED: Self =
+        Self { content: crate::content::ZERO, owner: NONE, index: NONE, swap: NONE, io: NONE, kind: PageKind::Free, flags: 0, memcg: 0 };
 }
 
 /// The page descriptor array. Descriptors exist for the pages the guest has used (page numbers
@@ -100,6 +86,12 @@ impl Page {
 #[derive(Clone, Debug)]
 pub struct Pages {
     desc: Vec<Page>,
+    /// Per page: the host backed it with nothing pending at the guest's last touch and has not
+    /// said otherwise since (`GuestMemory::invalidate`; the guest clears it when it hands the page
+    /// to its balloon), so a touch needs no host check. Cached state of the host's, not the
+    /// guest's; a bitmap beside the descriptors, so that a reference that needs nothing else of
+    /// the page does not reach its descriptor.
+    host_plain: Bitmap,
     /// The guest's number, for the identities of what its pages hold.
     vm: u32,
     /// Pages charged to each memory cgroup (`memory.usage_in_bytes` / 4 KiB), root first.
@@ -133,6 +125,7 @@ impl Pages {
     pub fn new(vm: u32, managed: u32, reserved: u32, memcgs: u8) -> Self {
         Self {
             desc: Vec::new(),
+            host_plain: Bitmap::default(),
             vm,
             charged: vec![0; memcgs as usize],
             free_list: Vec::new(),
@@ -149,6 +142,20 @@ impl Pages {
     /// The descriptor of page `i`, if it has one.
     pub fn get(&self, i: usize) -> Option<&Page> {
         self.desc.get(i)
+    }
+
+    /// Whether the host is known to back page `p` plainly (no check needed on a touch).
+    #[inline]
+    pub fn host_plain(&self, p: u32) -> bool {
+        (p as usize) < self.host_plain.len() && self.host_plain.get(p as usize)
+    }
+
+    /// Records what the host said of page `p` (a page without a descriptor is never plain).
+    #[inline]
+    pub fn set_host_plain(&mut self, p: u32, plain: bool) {
+        if (p as usize) < self.host_plain.len() {
+            self.host_plain.assign(p as usize, plain);
+        }
     }
 
     /// Pages the kernel manages (MemTotal).
@@ -185,6 +192,7 @@ impl Pages {
             Some(p) => p,
             None if (self.desc.len() as u32) < self.managed => {
                 self.desc.push(Page::UNUSED);
+                self.host_plain.grow(self.desc.len());
                 (self.desc.len() - 1) as u32
             }
             None => return None,

@@ -26,6 +26,10 @@ pub struct Region {
 pub struct Mm {
     /// Page table: 0 (never touched or unmapped), `PTE_PRESENT | pfn` or `PTE_SWAP | slot`.
     pub pte: Vec<u32>,
+    /// The hardware accessed bit of each entry (meaningful for present entries only): set by a
+    /// reference, cleared by reclaim's `page_referenced`. Kept beside the table, not in the page's
+    /// descriptor, as the MMU keeps it in the PTE: a reference need not reach the descriptor.
+    pub young: Bitmap,
     /// Bit set when a read of the page would change nothing (present, accessed, backed by the host).
     pub rfast: Bitmap,
     /// Bit set when a write would change nothing (also dirty and not sharing a swap copy).
@@ -63,6 +67,7 @@ impl Mm {
                     return None;
                 }
                 self.pte.resize(end, 0);
+                self.young.grow(end);
                 self.rfast.grow(end);
                 self.wfast.grow(end);
                 start
@@ -77,6 +82,15 @@ impl Mm {
         let r = &mut self.regions[region as usize];
         r.live = false;
         self.holes.push((r.start, r.pages));
+    }
+
+    /// Replaces a present entry with `pte` (a swap entry, or 0 for none): its accessed and fast bits go
+    /// with the mapping.
+    #[inline]
+    pub fn unmap_entry(&mut self, vpn: u32, pte: u32) {
+        self.pte[vpn as usize] = pte;
+        self.young.clear(vpn as usize);
+        self.set_fast(vpn, false, false);
     }
 
     /// Marks the fast bits of a page after its state changed.

@@ -14,7 +14,7 @@
 use super::bio::{Bio, BioKind, MAX_REQUEST_PAGES, Plug, Submission};
 use super::lru::LruList;
 use super::oom_kill::Oom;
-use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_MAPPED, PG_RECLAIM, PG_REFERENCED, PG_WORKINGSET, PG_WRITEBACK, PG_YOUNG, PageKind};
+use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_MAPPED, PG_RECLAIM, PG_REFERENCED, PG_WORKINGSET, PG_WRITEBACK, PageKind};
 use super::page_alloc::SWAP_CLUSTER_MAX;
 use super::{CgroupVersion, Counter, Env, Guest};
 use crate::units::PAGE_SIZE;
@@ -442,14 +442,17 @@ impl Guest {
     /// If the owner, running ahead, referenced the page after `now`, the bit is set again at once:
     /// the scan saw it set, and the later reference set it anew.
     pub(super) fn test_clear_young(&mut self, p: u32, now: u64) -> bool {
-        if !self.pages.has(p, PG_MAPPED) || !self.pages.test_and_clear(p, PG_YOUNG) {
+        if !self.pages.has(p, PG_MAPPED) {
             return false;
         }
         let (pid, vpn) = (self.pages[p as usize].owner, self.pages[p as usize].index);
-        if self.procs[pid as usize].ahead.touched_after(vpn, now) {
-            self.pages.set(p, PG_YOUNG);
-        } else {
-            self.procs[pid as usize].mm.set_fast(vpn, false, false);
+        let proc = &mut self.procs[pid as usize];
+        if !proc.mm.young.get(vpn as usize) {
+            return false;
+        }
+        if !proc.ahead.touched_after(vpn, now) {
+            proc.mm.young.clear(vpn as usize);
+            proc.mm.set_fast(vpn, false, false);
         }
         true
     }
@@ -815,7 +818,8 @@ mod tests {
             // The MMU sets the accessed bit of half of them again; the second scan activates those
             // and reclaims the rest (their swap writes start).
             for &p in &pages[..50] {
-                g.pages.set(p, PG_YOUNG);
+                let (pid, vpn) = (g.pages[p as usize].owner, g.pages[p as usize].index);
+                g.procs[pid as usize].mm.young.set(vpn as usize);
             }
             g.shrink_inactive_list(0, LruList::InactiveAnon, 100, &mut sc);
             assert!(pages[..50].iter().all(|&p| g.lru.list_of(p) == Some(LruList::ActiveAnon)));
@@ -840,7 +844,7 @@ mod tests {
             for &p in &pages {
                 let vpn = g.pages[p as usize].index - start;
                 let after = vpn < 50 && 20_000_000 + vpn as u64 * 10 > 20_000_250;
-                assert_eq!(g.pages.has(p, PG_YOUNG), after, "page {vpn}");
+                assert_eq!(g.procs[pid as usize].mm.young.get((start + vpn) as usize), after, "page {vpn}");
                 assert_eq!(g.procs[pid as usize].mm.rfast.get((start + vpn) as usize), after, "page {vpn}");
             }
             g.finish_reclaim(&mut sc, 20_000_250, env);
