@@ -33,6 +33,11 @@ impl<T> Recycled<T> {
         match self.free.pop() {
             Some(i) => {
                 self.items[i as usize] = t;
+                // A freed record lies anywhere in a large table: fetch the next one to be reused
+                // now, so that the next insert does not wait for it.
+                if let Some(&j) = self.free.last() {
+                    crate::prefetch(&self.items[j as usize]);
+                }
                 i
             }
             None => {

@@ -201,52 +201,27 @@ struct Pgp {
     second_chance: bool,
 }
 
-/// An object's pages by index (`obj->tree_root`, a radix tree in Xen): blocks of `OBJ_BLOCK`
-/// descriptor numbers, made when a page of theirs is first stored and dropped when emptied.
-#[derive(Clone, Debug, Default)]
+/// An object (`tmem_object_t`): which blocks of its index hold pages. Its pages themselves are
+/// found through `Tmem::blocks`, one lookup by handle, as Xen finds them through the object's
+/// radix tree; this record changes only when a block is made or emptied.
+#[derive(Clone, Copy, Debug, Default)]
 struct Object {
-    blocks: FxHashMap<u32, Box<Block>>,
-    pages: u32,
+    /// Blocks holding at least one page.
+    blocks: u32,
+    /// The highest block number it has held (its blocks lie in `0..=last_block`).
+    last_block: u32,
 }
 
-/// `OBJ_BLOCK` consecutive indices of an object, and how many hold a page.
+/// `OBJ_BLOCK` consecutive indices of an object (a leaf of Xen's radix tree), and how many hold a
+/// page.
 #[derive(Clone, Debug)]
 struct Block {
     slots: [u32; OBJ_BLOCK],
     used: u32,
 }
 
-impl Object {
-    /// The descriptor under `index`, or `NONE`.
-    fn get(&self, index: u32) -> u32 {
-        self.blocks.get(&(index / OBJ_BLOCK as u32)).map_or(NONE, |b| b.slots[index as usize % OBJ_BLOCK])
-    }
-
-    fn insert(&mut self, index: u32, g: u32) {
-        let b = self.blocks.entry(index / OBJ_BLOCK as u32).or_insert_with(|| Box::new(Block { slots: [NONE; OBJ_BLOCK], used: 0 }));
-        b.slots[index as usize % OBJ_BLOCK] = g;
-        b.used += 1;
-        self.pages += 1;
-    }
-
-    fn remove(&mut self, index: u32) {
-        let key = index / OBJ_BLOCK as u32;
-        let b = self.blocks.get_mut(&key).expect("a stored page's block exists");
-        b.slots[index as usize % OBJ_BLOCK] = NONE;
-        b.used -= 1;
-        if b.used == 0 {
-            self.blocks.remove(&key);
-        }
-        self.pages -= 1;
-    }
-
-    /// Its descriptors in index order (the order Xen's `obj_destroy` walks its tree).
-    fn descriptors(&self) -> Vec<u32> {
-        let mut keys: Vec<u32> = self.blocks.keys().copied().collect();
-        keys.sort_unstable();
-        keys.iter().flat_map(|k| self.blocks[k].slots.iter().copied().filter(|&g| g != NONE)).collect()
-    }
-}
+/// A block's key: pool, object id, block number (index / `OBJ_BLOCK`).
+type BlockKey = (u32, u64, u32);
 
 /// Stored data (`pcd_t` with dedup; one per page without).
 #[derive(Clone, Debug)]
@@ -285,6 +260,9 @@ pub struct Tmem {
     pgps: Recycled<Pgp>,
     /// Objects by (pool, object id); every stored page is in its object.
     objects: FxHashMap<(u32, u64), Object>,
+    /// Every object's index blocks, in one table: a handle's lookup is one probe, not a probe for
+    /// the object and another for its block.
+    blocks: FxHashMap<BlockKey, Block>,
     pcds: Recycled<Pcd>,
     /// Deduplicated ephemeral data by content.
     by_content: FxHashMap<u64, u32>,
@@ -307,6 +285,7 @@ impl Tmem {
             client_stats: vec![ClientStats::default(); vms],
             pgps: Recycled::new(),
             objects: FxHashMap::default(),
+            blocks: FxHashMap::default(),
             pcds: Recycled::new(),
             by_content: FxHashMap::default(),
             head: NONE,
@@ -422,7 +401,7 @@ impl Tmem {
             }
         };
         let g = self.pgps.insert(Pgp { pool, oid, index, pcd, prev: NONE, next: NONE, second_chance: false });
-        self.objects.entry((pool, oid)).or_default().insert(index, g);
+        self.index_insert(pool, oid, index, g);
         if kind.ephemeral() {
             self.push_tail(g);
             self.stats.eph_pages += 1;
@@ -449,11 +428,7 @@ impl Tmem {
         let p = self.pgps[g].clone();
         let kind = self.pools[p.pool as usize].kind;
         let client = self.pools[p.pool as usize].client;
-        let obj = self.objects.get_mut(&(p.pool, p.oid)).expect("a page's object exists");
-        obj.remove(p.index);
-        if obj.pages == 0 {
-            self.objects.remove(&(p.pool, p.oid));
-        }
+        self.index_remove(p.pool, p.oid, p.index);
         let d = &mut self.pcds[p.pcd];
         d.refs -= 1;
         if d.refs == 0 {
@@ -511,7 +486,44 @@ impl Tmem {
 
     /// The descriptor stored under a handle, or `NONE`.
     fn lookup(&self, pool: u32, oid: u64, index: u32) -> u32 {
-        self.objects.get(&(pool, oid)).map_or(NONE, |o| o.get(index))
+        self.blocks.get(&(pool, oid, index / OBJ_BLOCK as u32)).map_or(NONE, |b| b.slots[index as usize % OBJ_BLOCK])
+    }
+
+    /// Enters descriptor `g` under a handle; an object's first page makes the object.
+    fn index_insert(&mut self, pool: u32, oid: u64, index: u32, g: u32) {
+        let key = index / OBJ_BLOCK as u32;
+        let b = self.blocks.entry((pool, oid, key)).or_insert_with(|| Block { slots: [NONE; OBJ_BLOCK], used: 0 });
+        if b.used == 0 {
+            let o = self.objects.entry((pool, oid)).or_default();
+            o.blocks += 1;
+            o.last_block = o.last_block.max(key);
+        }
+        b.slots[index as usize % OBJ_BLOCK] = g;
+        b.used += 1;
+    }
+
+    /// Takes the descriptor under a handle out of the index; an object's last page ends it.
+    fn index_remove(&mut self, pool: u32, oid: u64, index: u32) {
+        let key = index / OBJ_BLOCK as u32;
+        let b = self.blocks.get_mut(&(pool, oid, key)).expect("a stored page's block exists");
+        b.slots[index as usize % OBJ_BLOCK] = NONE;
+        b.used -= 1;
+        if b.used == 0 {
+            self.blocks.remove(&(pool, oid, key));
+            let o = self.objects.get_mut(&(pool, oid)).expect("a block's object exists");
+            o.blocks -= 1;
+            if o.blocks == 0 {
+                self.objects.remove(&(pool, oid));
+            }
+        }
+    }
+
+    /// An object's descriptors in index order (the order Xen's `obj_destroy` walks its tree).
+    fn descriptors(&self, pool: u32, oid: u64, obj: Object) -> Vec<u32> {
+        (0..=obj.last_block)
+            .filter_map(|k| self.blocks.get(&(pool, oid, k)))
+            .flat_map(|b| b.slots.iter().copied().filter(|&g| g != NONE))
+            .collect()
     }
 
     fn push_tail(&mut self, g: u32) {
@@ -606,8 +618,8 @@ impl Tmem {
     /// `TMEM_FLUSH_OBJECT`: every page of the object.
     pub fn flush_object(&mut self, pool: u32, oid: u64) {
         self.pools[pool as usize].stats.flush_objs += 1;
-        let Some(obj) = self.objects.get(&(pool, oid)) else { return };
-        let pages = obj.descriptors();
+        let Some(&obj) = self.objects.get(&(pool, oid)) else { return };
+        let pages = self.descriptors(pool, oid, obj);
         self.pools[pool as usize].stats.flush_objs_found += 1;
         for g in pages {
             self.remove(g);
@@ -645,27 +657,34 @@ impl Tmem {
         let mut refs: FxHashMap<u32, u32> = FxHashMap::default();
         let mut pool_pages = vec![0u64; self.pools.len()];
         let (mut eph, mut pers) = (vec![0u64; self.clients.len()], vec![0u64; self.clients.len()]);
-        for (&(pool, oid), obj) in &self.objects {
-            let mut found = 0;
-            for (&key, block) in &obj.blocks {
-                if block.used == 0 || block.slots.iter().filter(|&&g| g != NONE).count() != block.used as usize {
-                    return Err(format!("tmem: object ({pool}, {oid}) block {key} counts {} pages wrongly", block.used));
-                }
-                for (i, &g) in block.slots.iter().enumerate().filter(|&(_, &g)| g != NONE) {
-                    let index = key * OBJ_BLOCK as u32 + i as u32;
-                    let p = &self.pgps[g];
-                    if (p.pool, p.oid, p.index) != (pool, oid, index) {
-                        return Err(format!("tmem: handle ({pool}, {oid}, {index}) names a descriptor of another handle"));
-                    }
-                    found += 1;
-                    *refs.entry(p.pcd).or_default() += 1;
-                    pool_pages[pool as usize] += 1;
-                    let c = self.pools[pool as usize].client as usize;
-                    if self.pools[pool as usize].kind.ephemeral() { eph[c] += 1 } else { pers[c] += 1 }
-                }
+        let mut blocks_of: FxHashMap<(u32, u64), Object> = FxHashMap::default();
+        for (&(pool, oid, key), block) in &self.blocks {
+            if block.used == 0 || block.slots.iter().filter(|&&g| g != NONE).count() != block.used as usize {
+                return Err(format!("tmem: object ({pool}, {oid}) block {key} counts {} pages wrongly", block.used));
             }
-            if found == 0 || found != obj.pages {
-                return Err(format!("tmem: object ({pool}, {oid}) counts {} pages, holds {found}", obj.pages));
+            let o = blocks_of.entry((pool, oid)).or_default();
+            o.blocks += 1;
+            o.last_block = o.last_block.max(key);
+            for (i, &g) in block.slots.iter().enumerate().filter(|&(_, &g)| g != NONE) {
+                let index = key * OBJ_BLOCK as u32 + i as u32;
+                let p = &self.pgps[g];
+                if (p.pool, p.oid, p.index) != (pool, oid, index) {
+                    return Err(format!("tmem: handle ({pool}, {oid}, {index}) names a descriptor of another handle"));
+                }
+                *refs.entry(p.pcd).or_default() += 1;
+                pool_pages[pool as usize] += 1;
+                let c = self.pools[pool as usize].client as usize;
+                if self.pools[pool as usize].kind.ephemeral() { eph[c] += 1 } else { pers[c] += 1 }
+            }
+        }
+        // Every object has exactly its blocks, and no block lies beyond its last.
+        if blocks_of.len() != self.objects.len() {
+            return Err(format!("tmem: {} objects, {} with blocks", self.objects.len(), blocks_of.len()));
+        }
+        for (&(pool, oid), o) in &blocks_of {
+            match self.objects.get(&(pool, oid)) {
+                Some(obj) if obj.blocks == o.blocks && obj.last_block >= o.last_block => {}
+                _ => return Err(format!("tmem: object ({pool}, {oid}) has {} blocks up to {}, counted otherwise", o.blocks, o.last_block)),
             }
         }
         let (mut listed, mut g, mut prev) = (0u64, self.head, NONE);
