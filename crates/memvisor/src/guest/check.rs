@@ -235,8 +235,9 @@ impl Guest {
                     if self.swap.cached(s) == NONE && !self.swap.is_written(s) {
                         return err(format!("pte {}:{vpn} -> slot {s} with neither cache page nor data", proc.pid));
                     }
-                } else if mm.rfast.get(vpn) || mm.wfast.get(vpn) || mm.young.get(vpn) {
-                    return err(format!("unmapped page {}:{vpn} has fast or accessed bits", proc.pid));
+                }
+                if pte & PTE_PRESENT == 0 && (mm.rfast.get(vpn) || mm.wfast.get(vpn) || mm.young.get(vpn)) {
+                    return err(format!("entry {}:{vpn} is not present but has fast or accessed bits", proc.pid));
                 }
                 if mm.rfast.get(vpn) && !mm.young.get(vpn) {
                     return err(format!("page {}:{vpn} read-fast but not accessed", proc.pid));
