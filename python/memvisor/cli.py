@@ -106,18 +106,52 @@ REPORT_ROWS_SHOWN = 20
 
 
 def _print_report(results: list[api.RunResult]) -> None:
+    """A row per run and VM, a column per report value. Where that is wider than the terminal (it
+    would cut names and numbers short), the same figures turned round: a row per report value and a
+    column per run and VM, in one table or, if that is too wide too, one per run."""
     cols = results[0].summary["report_columns"]
-    t = Table(*(["variant"] if results[0].variant else []), "vm", *cols, "sim s", "wall s", title=results[0].name)
-    hidden = 0
-    for r in results:
-        rows = r.report_rows()
-        hidden += max(0, len(rows) - REPORT_ROWS_SHOWN)
-        for row in rows[:REPORT_ROWS_SHOWN]:
+    shown = [(r, r.report_rows()[:REPORT_ROWS_SHOWN]) for r in results]
+    hidden = sum(max(0, len(r.report_rows()) - REPORT_ROWS_SHOWN) for r in results)
+    caption = f"{hidden:,} more VM rows not shown (the first {REPORT_ROWS_SHOWN} of each run are); summary.json has every row" if hidden else None
+    t = Table(*(["variant"] if results[0].variant else []), "vm", *cols, "sim s", "wall s", title=results[0].name, caption=caption)
+    for r, rows in shown:
+        for row in rows:
             cells = ([r.variant] if r.variant else []) + [row["vm"]] + [fmt(row.get(c)) for c in cols]
             t.add_row(*cells, fmt(r.summary["sim_time_s"]), f"{r.wall_s:.2f}")
-    if hidden:
-        t.caption = f"{hidden:,} more VM rows not shown (the first {REPORT_ROWS_SHOWN} of each run are); summary.json has every row"
+    if _fits(t):
+        out.print(t)
+        return
+    turned = _turned(results[0].name, shown, cols, caption)
+    if _fits(turned):
+        out.print(turned)
+        return
+    per_run = [_turned(results[0].name + (f": {r.variant}" if r.variant else ""), [(r, rows)], cols, None) for r, rows in shown]
+    if all(_fits(x) for x in per_run):
+        for x in per_run:
+            out.print(x)
+        if caption:
+            out.print(caption)
+        return
     out.print(t)
+
+
+def _fits(t: Table) -> bool:
+    """Whether a table shows in full at the terminal's width (measured unbounded: a measurement
+    is otherwise capped at the width it is checked against)."""
+    from rich.measure import Measurement
+
+    return Measurement.get(out, out.options.update(max_width=1 << 20), t).maximum <= out.width
+
+
+def _turned(title: str, shown: list, cols: list[str], caption: str | None) -> Table:
+    """The report turned round: a row per value, a column per run and VM."""
+    heads = [Column(f"{r.variant}\n{row['vm']}" if r.variant else row["vm"], justify="right") for r, rows in shown for row in rows]
+    t = Table("", *heads, title=title, caption=caption)
+    for c in cols:
+        t.add_row(c, *(fmt(row.get(c)) for _, rows in shown for row in rows))
+    t.add_row("sim s", *(fmt(r.summary["sim_time_s"]) for r, rows in shown for _ in rows))
+    t.add_row("wall s", *(f"{r.wall_s:.2f}" for r, rows in shown for _ in rows))
+    return t
 
 
 @main.command("sweep")

@@ -52,6 +52,32 @@ def test_a_run_of_many_vms_shows_twenty_rows_and_says_how_many_more(tmp_path):
     assert len(json.loads((tmp_path / "out" / "summary.json").read_text())["vms"]) == 25
 
 
+def test_a_report_too_wide_for_the_terminal_is_turned_round_and_cuts_nothing(tmp_path):
+    # Eleven report columns, two variants of three VMs: a row per VM is far wider than the 160
+    # columns of a non-terminal, which would cut names and numbers short ("v-…", "42,7…").
+    cols = ["pgpgin_KiB", "pgpgout_KiB", "pswpin_pages", "pswpout_pages", "MemTotal_KiB", "MemFree_KiB",
+            "MCTLSZ_MiB", "SWCUR_MiB", "SWR_pages", "host_wait_ms", "GRANT_MiB"]
+    text = (
+        'name = "wide"\nduration = "1s"\n[host]\nmemory = "8GiB"\n[[datastore]]\nname = "d"\ndevice = "ssd"\n'
+        '[[vm]]\nname = "guest-with-a-long-name"\ncount = 3\nmemory = "128MiB"\ndatastore = "d"\n'
+        'workload = { kind = "idle", footprint = "1MiB" }\n'
+        f"[report]\ncolumns = {json.dumps(cols)}\n"
+        '[[variant]]\nname = "first-variant"\nset = { "host.memory" = "8GiB" }\n'
+        '[[variant]]\nname = "second-variant"\nset = { "host.memory" = "4GiB" }\n'
+    )
+    (tmp_path / "wide.toml").write_text(text)
+    r = memvisor("run", "wide.toml", "--out", "out", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "…" not in r.stdout
+    lines = r.stdout.splitlines()
+    assert max(len(x) for x in lines) <= 160
+    # A row per report value, whose label starts its line; every run and VM named in full.
+    for c in cols + ["sim s", "wall s"]:
+        assert any(x.startswith(f"│ {c} ") for x in lines), c
+    for v in ["first-variant", "second-variant", "guest-with-a-long-name-1", "guest-with-a-long-name-3"]:
+        assert v in r.stdout, v
+
+
 BAD = {
     "malformed TOML": (SMALL.replace("[host]", "[host"), "small.toml:3:"),
     "unknown field": (SMALL.replace('name = "g"', 'name = "g"\ncolour = "blue"'), "unknown field `colour`"),
