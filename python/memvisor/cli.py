@@ -110,8 +110,9 @@ def _print_report(results: list[api.RunResult]) -> None:
     would cut names and numbers short), the same figures turned round: a row per report value and a
     column per run and VM, in one table or, if that is too wide too, one per run."""
     cols = results[0].summary["report_columns"]
-    shown = [(r, r.report_rows()[:REPORT_ROWS_SHOWN]) for r in results]
-    hidden = sum(max(0, len(r.report_rows()) - REPORT_ROWS_SHOWN) for r in results)
+    every = [(r, r.report_rows()) for r in results]
+    shown = [(r, rows[:REPORT_ROWS_SHOWN]) for r, rows in every]
+    hidden = sum(max(0, len(rows) - REPORT_ROWS_SHOWN) for _, rows in every)
     caption = f"{hidden:,} more VM rows not shown (the first {REPORT_ROWS_SHOWN} of each run are); summary.json has every row" if hidden else None
     t = Table(*(["variant"] if results[0].variant else []), "vm", *cols, "sim s", "wall s", title=results[0].name, caption=caption)
     for r, rows in shown:
