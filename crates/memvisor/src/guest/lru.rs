@@ -188,7 +188,8 @@ impl Lru {
     }
 
     /// The page before `p` on its list (towards the head), if any, with its links fetched into the
-    /// CPU's caches: a scan from the tail takes it next.
+    /// CPU's caches: a scan from the tail takes it soon. Reading ahead of a scan, `p` may have
+    /// moved since it was read; the answer is then only a wasted hint.
     #[inline]
     pub fn prefetch_prev(&self, p: u32) -> Option<u32> {
         let q = self.links[self.slot(p) as usize].prev;

@@ -22,6 +22,47 @@ use crate::units::PAGE_SIZE;
 /// DEF_PRIORITY: reclaim starts by scanning 1/4096 of each list.
 pub const DEF_PRIORITY: u32 = 12;
 
+/// How many pages before the one being scanned a tail scan fetches links and descriptors. A long
+/// list's pages lie scattered over memory, and a page kept or rotated takes less time than a
+/// cache miss: fetched one page ahead, half of `shrink_lruvec`'s time was the wait for the next
+/// descriptor (perf, `tmem-kernel-build`). 6 and 12 measured alike, within the machine's noise.
+const SCAN_AHEAD: u32 = 12;
+
+/// The look-ahead of a scan from a list's tail: a page `lead` places before the page being
+/// scanned, whose links and descriptor are on their way. The list's order ahead of the scan does
+/// not change while it runs (only the scanned page moves), and a stale page is only a wasted hint.
+#[derive(Default)]
+struct ScanAhead {
+    page: Option<u32>,
+    lead: u32,
+}
+
+impl ScanAhead {
+    /// Called with each page as the scan reaches it: moves the look-ahead up to `SCAN_AHEAD`
+    /// pages before it, two steps at a time while it catches up (each step reads links fetched
+    /// the step before).
+    #[inline]
+    fn step(&mut self, g: &Guest, p: u32) {
+        if self.lead == 0 {
+            self.page = Some(p);
+        } else {
+            self.lead -= 1;
+        }
+        for _ in 0..2 {
+            if self.lead >= SCAN_AHEAD {
+                break;
+            }
+            let Some(q) = self.page.and_then(|c| g.lru.prefetch_prev(c)) else {
+                self.page = None;
+                break;
+            };
+            g.pages.prefetch(q);
+            self.page = Some(q);
+            self.lead += 1;
+        }
+    }
+}
+
 /// A lruvec's recent cost of reclaiming each type (`lruvec->anon_cost`, `file_cost`, 5.8+),
 /// index 0 anon, 1 file: pages written out or refaulting from the working set, at
 /// SWAP_CLUSTER_MAX each, plus pages scanned and not reclaimed (`lru_note_cost`).
@@ -461,13 +502,10 @@ impl Guest {
     /// clearing their accessed bits and marking them `PG_workingset` (they were active). Only
     /// referenced executable file pages stay active in the kernel; there are none here.
     fn shrink_active_list(&mut self, v: u8, l: LruList, n: u64, sc: &mut ScanControl) {
+        let mut ahead = ScanAhead::default();
         for _ in 0..n.min(self.lru.len_in(v, l)) {
             let Some(p) = self.lru.tail(v, l) else { break };
-            // A long list's pages lie scattered over memory: fetch the next one's state while this
-            // one is scanned.
-            if let Some(q) = self.lru.prefetch_prev(p) {
-                self.pages.prefetch(q);
-            }
+            ahead.step(self, p);
             self.vmstat.inc(Counter::PgRefill);
             self.test_clear_young(p, sc.now);
             self.pages.set(p, PG_WORKINGSET);
@@ -505,13 +543,10 @@ impl Guest {
         let file = l.is_file();
         let (scan_ev, steal_ev) =
             if sc.kswapd { (Counter::PgScanKswapd, Counter::PgStealKswapd) } else { (Counter::PgScanDirect, Counter::PgStealDirect) };
+        let mut ahead = ScanAhead::default();
         for _ in 0..n.min(self.lru.len_in(v, l)) {
             let Some(p) = self.lru.tail(v, l) else { break };
-            // A long list's pages lie scattered over memory: fetch the next one's state while this
-            // one is scanned.
-            if let Some(q) = self.lru.prefetch_prev(p) {
-                self.pages.prefetch(q);
-            }
+            ahead.step(self, p);
             sc.nr_scanned += 1;
             self.vmstat.inc(scan_ev);
             if self.pages.has(p, PG_WRITEBACK) {
