@@ -140,6 +140,9 @@ def simulate(
 
     ts = pd.DataFrame(r["timeseries"])
     decisions = pd.DataFrame(r["decisions"], columns=["time_s", "policy", "vm_id", "vm", "action", "reason", "outcome"])
+    # A host-wide decision has no VM: a nullable integer column keeps the ids integers (a float
+    # column would hold NaN, which decisions.jsonl cannot carry: NaN is not JSON).
+    decisions["vm_id"] = decisions["vm_id"].astype("Int64")
     return RunResult(
         name=scenario.name,
         variant=scenario.variant,

@@ -22,7 +22,7 @@ def _write_one(r: RunResult, d: Path) -> None:
     (d / "scenario.toml").write_text(r.scenario_toml, encoding="utf-8")
     with open(d / "decisions.jsonl", "w", encoding="utf-8") as f:
         for rec in r.decisions.to_dict(orient="records"):
-            f.write(json.dumps(rec) + "\n")
+            f.write(json.dumps(rec, allow_nan=False) + "\n")
 
 
 def top_summary(results: Sequence[RunResult]) -> dict:

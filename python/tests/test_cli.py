@@ -39,6 +39,29 @@ def test_run_writes_a_complete_run_folder(tmp_path, small_scenario):
     assert "small" in r.stdout and "run folder" in r.stdout
 
 
+def test_decisions_jsonl_is_strict_json_and_a_host_decision_has_no_vm_id(tmp_path):
+    # MOM's KSM tuning is a decision for the host, beside its balloon decisions for VMs: its
+    # missing VM id must be null (it was NaN, which JSON parsers other than Python's reject) and
+    # the others stay integers.
+    text = (
+        'name = "mom"\nduration = "11s"\n[host]\nmemory = "1GiB"\npolicy = "mom"\n[[datastore]]\nname = "d"\n'
+        'device = "ssd"\n[[vm]]\nname = "g"\ncount = 2\nmemory = "768MiB"\ndatastore = "d"\n'
+        'workload = { kind = "stress", pages = "400MiB", passes = 100 }\n'
+    )
+    (tmp_path / "mom.toml").write_text(text)
+    r = memvisor("run", "mom.toml", "--out", "out", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+
+    def not_json(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    lines = (tmp_path / "out" / "decisions.jsonl").read_text().splitlines()
+    recs = [json.loads(line, parse_constant=not_json) for line in lines]
+    assert any(rec["vm_id"] is None and rec["vm"] == "host" for rec in recs)
+    assert any(type(rec["vm_id"]) is int for rec in recs)
+    assert all(rec["vm_id"] is None or type(rec["vm_id"]) is int for rec in recs)
+
+
 def test_a_run_of_many_vms_shows_twenty_rows_and_says_how_many_more(tmp_path):
     text = (
         'name = "many"\nduration = "2s"\n[host]\nmemory = "8GiB"\n[[datastore]]\nname = "d"\ndevice = "ssd"\n'

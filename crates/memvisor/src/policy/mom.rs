@@ -49,6 +49,16 @@ fn cur(v: &VmView) -> u64 {
     v.memory - v.balloon_size
 }
 
+/// A guest's free margin as a decision's reason gives it: a share of its size beyond what it uses,
+/// or, when the host is nearly out of memory, below it.
+fn margin(pct: f64) -> String {
+    if pct < 0.0 {
+        format!("less {:.1} % of its size (the guest must swap)", -pct * 100.0)
+    } else {
+        format!("plus {:.1} % of its size free", pct * 100.0)
+    }
+}
+
 impl Mom {
     fn balloon(&self, view: &HostView, host_free_pct: f64, out: &mut Vec<Decision>) {
         let shrink = host_free_pct < PRESSURE_THRESHOLD;
@@ -78,11 +88,11 @@ impl Mom {
                 (
                     size,
                     format!(
-                        "host free {:.1} % < {:.0} %: shrink toward used {} + {:.1} % free, at most {:.0} % a round",
+                        "host free {:.1} % < {:.0} %: shrink toward used {} {}, at most {:.0} % a round",
                         host_free_pct * 100.0,
                         PRESSURE_THRESHOLD * 100.0,
                         human_bytes(used.max(0.0) as u64),
-                        guest_free_pct * 100.0,
+                        margin(guest_free_pct),
                         MAX_BALLOON_CHANGE_PERCENT * 100.0
                     ),
                 )
@@ -91,12 +101,12 @@ impl Mom {
                 (
                     size,
                     format!(
-                        "host free {:.1} % >= {:.0} %: grow by {:.0} % a round, at once to used {} + {:.1} % free",
+                        "host free {:.1} % >= {:.0} %: grow by {:.0} % a round, at once to used {} {}",
                         host_free_pct * 100.0,
                         PRESSURE_THRESHOLD * 100.0,
                         MAX_BALLOON_CHANGE_PERCENT * 100.0,
                         human_bytes(used.max(0.0) as u64),
-                        guest_free_pct * 100.0
+                        margin(guest_free_pct)
                     ),
                 )
             } else {
@@ -241,6 +251,9 @@ mod tests {
             }
         }
         assert!(1024 * MIB - balloon < 100 * MIB, "below the 100 MiB it uses: the guest must swap");
+        // The reason says so in words, not as "+ -1.0 % free".
+        let why = p.decide(&view(0.04, 0, 0)).into_iter().find(|d| matches!(d.action, Action::SetBalloonTarget { .. })).unwrap().reason;
+        assert!(why.contains("used 100 MiB less 1.0 % of its size (the guest must swap)"), "{why}");
     }
 
     #[test]
