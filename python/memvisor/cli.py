@@ -113,7 +113,9 @@ def _print_report(results: list[api.RunResult]) -> None:
     every = [(r, r.report_rows()) for r in results]
     shown = [(r, rows[:REPORT_ROWS_SHOWN]) for r, rows in every]
     hidden = sum(max(0, len(rows) - REPORT_ROWS_SHOWN) for _, rows in every)
-    caption = f"{hidden:,} more VM rows not shown (the first {REPORT_ROWS_SHOWN} of each run are); summary.json has every row" if hidden else None
+    notes = [f"{hidden:,} more VM rows not shown (the first {REPORT_ROWS_SHOWN} of each run are); summary.json has every row"] if hidden else []
+    notes += _unfinished(cols, [(r, row["vm"]) for r, rows in every for row in rows if row.get("runtime_s") is None])
+    caption = "\n".join(notes) or None
     t = Table(*(["variant"] if results[0].variant else []), "vm", *cols, "sim s", "wall s", title=results[0].name, caption=caption)
     for r, rows in shown:
         for row in rows:
@@ -134,6 +136,16 @@ def _print_report(results: list[api.RunResult]) -> None:
             out.print(caption)
         return
     out.print(t)
+
+
+def _unfinished(cols: list[str], runs_vms: list) -> list[str]:
+    """The note that explains a runtime shown as `-`: the VM's work had not ended when its run did
+    (the scenario's duration came first, or a process was killed), or it has no end."""
+    if "runtime_s" not in cols or not runs_vms:
+        return []
+    names = [f"{r.variant}/{vm}" if r.variant else vm for r, vm in runs_vms]
+    more = f" and {len(names) - 3:,} more" if len(names) > 3 else ""
+    return [f"runtime_s -: work not finished when the run ended: {', '.join(names[:3])}{more}"]
 
 
 def _fits(t: Table) -> bool:
@@ -170,7 +182,7 @@ def _turned(title: str, shown: list, cols: list[str], caption: str | None) -> Ta
 def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_dir, csv_path, quiet) -> None:
     """Run every variant of a case or scenario file at each point of a grid of overrides; show one
     report value of the first VM (of each VM, without variants) as a table, a row per point, with
-    the biggest jump between neighbouring columns. A run that fails shows its error in its cell;
+    the biggest jump between neighbouring variants. A run that fails shows its error in its cell;
     the others go on, and the exit status is then 1."""
     import pandas as pd
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -224,11 +236,14 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
         except OSError as e:
             raise MemvisorError(f"--csv {csv_path}: {e.strerror or e}", 1) from None
     cols = [c for c in df.columns if c != JUMP]
+    jump = [JUMP] if JUMP in df.columns else []
+    unfinished = grid.column == "runtime_s" and any(not isinstance(x, str) and pd.isna(x) for c in cols for x in df[c])
     # The key can be long (vm.kali.workload.desktop.active): folded, never cut short.
-    t = Table(Column(key, overflow="fold"), *cols, JUMP, title=f"{spec}: {grid.column}" + ("" if grid.scenarios[0][0].variant is None else f" of {vm or 'the first VM'}"))
+    t = Table(Column(key, overflow="fold"), *cols, *jump, title=f"{spec}: {grid.column}" + ("" if grid.scenarios[0][0].variant is None else f" of {vm or 'the first VM'}"),
+              caption="-: work not finished when the run ended" if unfinished else None)
     for value, row in df.iterrows():
         cells = [Text(x, style="red") if isinstance(x, str) else fmt(None if pd.isna(x) else x) for x in (row[c] for c in cols)]
-        t.add_row(str(value), *cells, row[JUMP])
+        t.add_row(str(value), *cells, *(row[c] for c in jump))
     out.print(t)
     if csv_path is not None:
         out.print(f"csv: {csv_path}")

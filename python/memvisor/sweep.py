@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 from memvisor import _core, api
 from memvisor.console import fmt
 
-#: The table's last column: the neighbouring columns whose values differ by the largest factor.
+#: The table's last column, with variants: the neighbouring variants whose values differ by the
+#: largest factor.
 JUMP = "biggest jump"
 
 # Characters that end a word in a variant or VM name (`6-instances`, `web_1`).
@@ -227,7 +228,9 @@ def run_points(
     rows = [row if error is None else dict.fromkeys(names, error) for row, error in zip(rows, errors)]
     table = [[row.get(c) for c in names] for row in rows]
     df = pd.DataFrame(table, index=pd.Index(grid.values, name=grid.key), columns=names)
-    df[JUMP] = [biggest_jump(names, cells) for cells in table]
+    if not by_vm:
+        # Variants are a series (1 to 8 instances, growing memory); the VMs of one scenario are not.
+        df[JUMP] = [biggest_jump(names, cells) for cells in table]
     df.columns.name = grid.column
     return df, runs
 

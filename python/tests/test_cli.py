@@ -62,6 +62,18 @@ def test_decisions_jsonl_is_strict_json_and_a_host_decision_has_no_vm_id(tmp_pat
     assert all(rec["vm_id"] is None or type(rec["vm_id"]) is int for rec in recs)
 
 
+def test_a_runtime_not_reached_is_explained_under_the_table(tmp_path):
+    # The run ends at its duration, before g's 64 MiB file is written and read back: its runtime
+    # shows as "-", which the table must explain.
+    (tmp_path / "short.toml").write_text(SMALL.replace('name = "small"', 'name = "small"\nduration = "50ms"'))
+    r = memvisor("run", "short.toml", "--out", "out", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "runtime_s -: work not finished when the run ended: g" in r.stdout
+    r = memvisor("run", "short.toml", "--out", "out2", "--quiet", "--set", "duration=60s", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "not finished" not in r.stdout
+
+
 def test_a_run_of_many_vms_shows_twenty_rows_and_says_how_many_more(tmp_path):
     text = (
         'name = "many"\nduration = "2s"\n[host]\nmemory = "8GiB"\n[[datastore]]\nname = "d"\ndevice = "ssd"\n'
