@@ -114,7 +114,7 @@ def _print_report(results: list[api.RunResult]) -> None:
     shown = [(r, rows[:REPORT_ROWS_SHOWN]) for r, rows in every]
     hidden = sum(max(0, len(rows) - REPORT_ROWS_SHOWN) for _, rows in every)
     notes = [f"{hidden:,} more VM rows not shown (the first {REPORT_ROWS_SHOWN} of each run are); summary.json has every row"] if hidden else []
-    notes += _unfinished(cols, [(r, row["vm"]) for r, rows in every for row in rows if row.get("runtime_s") is None])
+    notes += _unfinished(cols, [f"{r.variant}/{row['vm']}" if r.variant else row["vm"] for r, rows in every for row in rows if row.get("runtime_s") is None])
     caption = "\n".join(notes) or None
     t = Table(*(["variant"] if results[0].variant else []), "vm", *cols, "sim s", "wall s", title=results[0].name, caption=caption)
     for r, rows in shown:
@@ -138,12 +138,12 @@ def _print_report(results: list[api.RunResult]) -> None:
     out.print(t)
 
 
-def _unfinished(cols: list[str], runs_vms: list) -> list[str]:
-    """The note that explains a runtime shown as `-`: the VM's work had not ended when its run did
-    (the scenario's duration came first, or a process was killed), or it has no end."""
-    if "runtime_s" not in cols or not runs_vms:
+def _unfinished(cols: list[str], names: list[str]) -> list[str]:
+    """The note that explains a runtime shown as `-` for these VMs (run/VM names): their work had
+    not ended when the run did (the scenario's duration came first, or a process was killed), or
+    it has no end."""
+    if "runtime_s" not in cols or not names:
         return []
-    names = [f"{r.variant}/{vm}" if r.variant else vm for r, vm in runs_vms]
     more = f" and {len(names) - 3:,} more" if len(names) > 3 else ""
     return [f"runtime_s -: work not finished when the run ended: {', '.join(names[:3])}{more}"]
 
@@ -451,8 +451,10 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
     # Each run is set against the first folder's run of the same variant (or its first run).
     first_folder = report.runs_in(runs[0], label=runs[0].name)
     base_of = {r.path.name: r for r in first_folder}
-    keys = ["runtime_s"] + list(dict.fromkeys(k for r in loaded for vm in r.summary.get("vms", []) for k in (vm.get("report") or {})))
-    t = Table(Column("run", overflow="fold"), "vm", *keys, title=f"ratios against {runs[0].name}")
+    # The runtime first, once (it is often a report column too).
+    keys = list(dict.fromkeys(["runtime_s"] + [k for r in loaded for vm in r.summary.get("vms", []) for k in (vm.get("report") or {})]))
+    unfinished = _unfinished(keys, [f"{r.label}/{vm['name']}" for r in loaded for vm in r.summary.get("vms", []) if vm.get("runtime_s") is None])
+    t = Table(Column("run", overflow="fold"), "vm", *keys, title=f"ratios against {runs[0].name}", caption="\n".join(unfinished) or None)
     for i, r in enumerate(loaded):
         base = None if i < len(first_folder) else base_of.get(r.path.name, first_folder[0])
         ref_vms = {vm["name"]: vm for vm in (base.summary.get("vms", []) if base else [])}

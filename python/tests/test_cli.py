@@ -74,6 +74,17 @@ def test_a_runtime_not_reached_is_explained_under_the_table(tmp_path):
     assert "not finished" not in r.stdout
 
 
+def test_compare_shows_each_column_once_and_explains_an_unfinished_runtime(tmp_path, small_scenario):
+    # runtime_s is both compare's first column and the scenario's first report column.
+    assert memvisor("run", str(small_scenario), "--out", "a", "--quiet", cwd=tmp_path).returncode == 0
+    assert memvisor("run", str(small_scenario), "--out", "b", "--quiet", "--set", "duration=50ms", cwd=tmp_path).returncode == 0
+    r = memvisor("compare", "a", "b", "--out", "cmp.html", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    header = next(line for line in r.stdout.splitlines() if " vm " in line)
+    assert header.count("runtime_s") == 1, header
+    assert "runtime_s -: work not finished when the run ended: b/g" in r.stdout
+
+
 def test_a_run_of_many_vms_shows_twenty_rows_and_says_how_many_more(tmp_path):
     text = (
         'name = "many"\nduration = "2s"\n[host]\nmemory = "8GiB"\n[[datastore]]\nname = "d"\ndevice = "ssd"\n'
