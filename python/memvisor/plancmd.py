@@ -50,9 +50,14 @@ def plan_cmd(spec, vm, slowdown, question, group, lo, hi, step, seeds, sets, job
     except _core.ScenarioError as e:
         raise MemvisorError(str(e), USAGE) from None
     resolved = tomllib.loads(s.to_toml())
+    # The runs name a group of several VMs web-1, web-2, ...; the bound is on one of them.
     vms = {v["name"]: v for v in resolved.get("vm", [])}
-    if vm not in vms and not any(n.startswith(f"{vm}-") for n in vms):
-        raise MemvisorError(f"--vm {vm}: no such VM (VMs: {', '.join(vms)})", USAGE)
+    groups = {g: v.get("count", 1) for g, v in vms.items()}
+    names = [x for g, n in groups.items() for x in ([g] if n == 1 else [f"{g}-{i}" for i in range(1, n + 1)])]
+    if vm not in names:
+        what = f"a group of {groups[vm]} VMs, name one of them" if groups.get(vm, 1) > 1 else "no such VM"
+        more = f" and {len(names) - 12:,} more" if len(names) > 12 else ""
+        raise MemvisorError(f"--vm {vm}: {what} (VMs: {', '.join(names[:12])}{more})", USAGE)
 
     def size(text, what):
         try:
@@ -71,8 +76,10 @@ def plan_cmd(spec, vm, slowdown, question, group, lo, hi, step, seeds, sets, job
         grid_step = 1
         what = f"the largest count of '{group}'"
     elif question == "reservation":
+        if vm not in vms:
+            raise MemvisorError(f"--reservation sets one VM's reservation, but '{vm}' is one of a group whose VMs share their settings: give it a [[vm]] of its own", USAGE)
         key, fmt, high = f"vm.{vm}.reservation", _mib, True
-        mem = _core.parse_bytes(str(vms[vm]["memory"])) if vm in vms else None
+        mem = _core.parse_bytes(str(vms[vm]["memory"]))
         lo_v, hi_v = size(lo or "0B", "--min"), size(hi, "--max") if hi else mem
         grid_step = step
         what = f"the smallest reservation of '{vm}'"

@@ -62,4 +62,14 @@ def test_plan_command_prints_the_answer_and_its_runs(tmp_path: Path):
     assert "why no runtime" in p.stdout and "admission control" in p.stdout, "a value where the VMs cannot start says why"
     p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "nope", "--slowdown", "1.5", "--reservation"], capture_output=True, text=True)
     assert p.returncode == 2 and "no such VM" in p.stderr
+    # A group of VMs: the bound is on one of them, by the name its runs give it.
+    spec.write_text(SCENARIO.replace('name = "web"', 'name = "web"\ncount = 2'))
+    p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "web", "--slowdown", "1.5", "--host-memory", "--min", "256MiB"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "a group of 2 VMs, name one of them (VMs: web-1, web-2, batch)" in p.stderr, p.stderr
+    p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "web-2", "--slowdown", "1.5", "--reservation"], capture_output=True, text=True)
+    assert p.returncode == 2 and "give it a [[vm]] of its own" in p.stderr, p.stderr
+    p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "web-2", "--slowdown", "100", "--host-memory",
+                        "--min", "1536MiB", "--max", "2048MiB", "--step", "512MiB", "--seeds", "1"], capture_output=True, text=True)
+    assert p.returncode == 0 and "answer: host.memory = 1536MiB" in p.stdout, p.stdout + p.stderr
     assert _core.parse_bytes("1280MiB") == 1280 * MIB
