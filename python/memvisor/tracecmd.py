@@ -80,7 +80,8 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("dest", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--from", "src_fmt", type=click.Choice(FORMATS), help="Input format (default: detected).")
-@click.option("--to", "dst_fmt", type=click.Choice(["native", "oracleGeneral"]), default="native", show_default=True)
+@click.option("--to", "dst_fmt", type=click.Choice(["native", "oracleGeneral"]), default="native", show_default=True,
+              help="native: memvisor's own (zstd-compressed, reads told from writes); oracleGeneral: libCacheSim's binary format (every reference a read).")
 @click.option("--instructions", is_flag=True, help="lackey input: keep instruction fetches.")
 @click.option("--obj-id-col", default=2, show_default=True, help="csv input: 1-based object id column.")
 @click.option("--delimiter", default=",", show_default=True, help="csv input: field separator.")
@@ -133,8 +134,9 @@ def replay_trace(t, name: str, frames: int, mode: str, loops: int = 1, compute_n
 @trace.command()
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--frames", "-c", type=click.IntRange(min=1), required=True, help="Page frames available to the process.")
-@click.option("--mode", type=click.Choice(["exact-lru", "linux"]), default="exact-lru", show_default=True)
-@click.option("--loops", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--mode", type=click.Choice(["exact-lru", "linux"]), default="exact-lru", show_default=True,
+              help="exact-lru: every reference moves its page to the head of one recency list (libCacheSim's LRU); linux: the guest kernel's active and inactive lists and accessed bits.")
+@click.option("--loops", type=click.IntRange(min=1), default=1, show_default=True, help="Replay the trace this many times in a row.")
 @click.option("--compute", "compute_ns", type=click.IntRange(min=0), default=0, help="CPU ns between references.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def replay(source: Path, frames: int, mode: str, loops: int, compute_ns: int, as_json: bool) -> None:
