@@ -240,7 +240,7 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     unfinished = grid.column == "runtime_s" and any(not isinstance(x, str) and pd.isna(x) for c in cols for x in df[c])
     # The key can be long (vm.kali.workload.desktop.active): folded, never cut short.
     t = Table(Column(key, overflow="fold"), *cols, *jump, title=f"{spec}: {grid.column}" + ("" if grid.scenarios[0][0].variant is None else f" of {vm or 'the first VM'}"),
-              caption="-: work not finished when the run ended" if unfinished else None)
+              caption="-: the VM's work had not finished when the run ended, or the VM is not in that run" if unfinished else None)
     for value, row in df.iterrows():
         cells = [Text(x, style="red") if isinstance(x, str) else fmt(None if pd.isna(x) else x) for x in (row[c] for c in cols)]
         t.add_row(str(value), *cells, *(row[c] for c in jump))
