@@ -54,7 +54,10 @@ def plan_cmd(spec, vm, slowdown, question, group, lo, hi, step, seeds, sets, job
     vms = {v["name"]: v for v in resolved.get("vm", [])}
     groups = {g: v.get("count", 1) for g, v in vms.items()}
     names = [x for g, n in groups.items() for x in ([g] if n == 1 else [f"{g}-{i}" for i in range(1, n + 1)])]
-    if vm not in names:
+    # A VM of the group being counted: its name depends on the count (web alone, web-1 from two).
+    nth = vm.removeprefix(f"{group}-") if group in groups and vm.startswith(f"{group}-") else ""
+    in_counted = group in groups and (vm == group or nth.isdigit() and int(nth) >= 1)
+    if vm not in names and not in_counted:
         what = f"a group of {groups[vm]} VMs, name one of them" if groups.get(vm, 1) > 1 else "no such VM"
         more = f" and {len(names) - 12:,} more" if len(names) > 12 else ""
         raise MemvisorError(f"--vm {vm}: {what} (VMs: {', '.join(names[:12])}{more})", USAGE)
@@ -73,6 +76,14 @@ def plan_cmd(spec, vm, slowdown, question, group, lo, hi, step, seeds, sets, job
             raise MemvisorError("--min and --max are counts with --count", USAGE) from None
         if hi_v is None:
             raise MemvisorError("--count needs --max (the most guests to try)", USAGE)
+        if in_counted and (vm == group or lo_v < max(2, int(nth))):
+            first = 2 if vm == group else max(2, int(nth))
+            name = f"{group}-1" if vm == group else vm
+            raise MemvisorError(
+                f"--vm {vm}: the VMs of '{group}' are named by its count ('{group}' alone, {group}-1, {group}-2, ... from two on), "
+                f"so {name} exists from a count of {first}: bound {name} with --min {first}, or bound a VM of another group",
+                USAGE,
+            )
         grid_step = 1
         what = f"the largest count of '{group}'"
     elif question == "reservation":
@@ -97,15 +108,17 @@ def plan_cmd(spec, vm, slowdown, question, group, lo, hi, step, seeds, sets, job
         a = search(planner, lo_v, hi_v, grid_step, slowdown, generous_high=high)
     except (_core.ScenarioError, _core.RunError) as e:
         raise MemvisorError(str(e), 1) from None
-    failed = any(p.errors for p in a.probes.values())
-    t = Table(key, *[f"seed {x} runtime s" for x in seeds], "slowdowns", "within", *(["why no runtime"] if failed else []), title=f"{spec}: {what} keeping '{vm}' within {slowdown:g}x of {a.baseline:.1f} s")
+    t = Table(key, *[f"seed {x} runtime s" for x in seeds], "slowdowns", "within", title=f"{spec}: {what} keeping '{vm}' within {slowdown:g}x of {a.baseline:.1f} s")
     for v in sorted(a.probes):
         p = a.probes[v]
         mark = " <- answer" if v == a.value else (" <- bound" if v in a.bracket else "")
         t.add_row(fmt(v) + mark, *["-" if r is None else f"{r:.1f}" for r in p.runtimes],
-                  ", ".join("-" if x is None else f"{x:.2f}" for x in p.slowdowns), "yes" if p.within(slowdown) else "no",
-                  *([p.errors[0][:100] if p.errors else ""] if failed else []))
+                  ", ".join("-" if x is None else f"{x:.2f}" for x in p.slowdowns), "yes" if p.within(slowdown) else "no")
     out.print(t)
+    # Whole, under the table: a reason cut to a column's width loses what it says.
+    for v in sorted(a.probes):
+        for e in dict.fromkeys(a.probes[v].errors):
+            out.print(f"why no runtime at {fmt(v)}: {e}", soft_wrap=True)
     if a.value is None:
         raise MemvisorError("no answer: " + "; ".join(a.notes), 1)
     out.print(f"answer: {key} = {fmt(a.value)}" + ("" if a.bracket[1] is None else f" (bracketed by {fmt(a.bracket[1])}, outside the bound)"))

@@ -69,6 +69,9 @@ def test_plan_command_prints_the_answer_and_its_runs(tmp_path: Path):
     assert p.returncode == 2 and "a group of 2 VMs, name one of them (VMs: web-1, web-2, batch)" in p.stderr, p.stderr
     p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "web-2", "--slowdown", "1.5", "--reservation"], capture_output=True, text=True)
     assert p.returncode == 2 and "give it a [[vm]] of its own" in p.stderr, p.stderr
+    p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "web-3", "--slowdown", "2", "--count", "web", "--max", "4"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "web-3 exists from a count of 3: bound web-3 with --min 3" in p.stderr, p.stderr
     p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "web-2", "--slowdown", "100", "--host-memory",
                         "--min", "1536MiB", "--max", "2048MiB", "--step", "512MiB", "--seeds", "1"], capture_output=True, text=True)
     assert p.returncode == 0 and "answer: host.memory = 1536MiB" in p.stdout, p.stdout + p.stderr
