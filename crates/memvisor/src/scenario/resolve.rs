@@ -517,7 +517,11 @@ fn resolve_report(c: &Ctx, raw: &RawScenario, denali: bool) -> Result<ReportSpec
     let mut columns: Vec<String> = if denali {
         ["requests_per_s", "latency_p50_ms", "latency_p99_ms", "footprint_pages", "page_ins_per_s"].map(String::from).to_vec()
     } else {
-        vec!["runtime_s".to_string(), "pgmajfault/s".into(), "pswpin_pages/s".into(), "pswpout_pages/s".into()]
+        // The guest's own paging, then what the host took from it (balloon, host swap) and what
+        // that cost its vCPUs: a guest slowed by host reclamation alone pages nothing itself.
+        ["runtime_s", "pgmajfault/s", "pswpin_pages/s", "pswpout_pages/s", "MCTLSZ_MiB", "SWCUR_MiB", "host_wait_ms"]
+            .map(String::from)
+            .to_vec()
     };
     if let Some(r) = &raw.report {
         if let Some(w) = &r.window {
