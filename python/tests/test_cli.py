@@ -34,6 +34,8 @@ def test_run_writes_a_complete_run_folder(tmp_path, small_scenario):
     assert table.num_rows >= 3
     summary = json.loads((d / "summary.json").read_text())
     assert summary["vms"][0]["phases_s"]["write"] > 0
+    # Without [report] columns: the guest's paging, then what the host took and what it cost.
+    assert summary["report_columns"] == ["runtime_s", "pgmajfault/s", "pswpin_pages/s", "pswpout_pages/s", "MCTLSZ_MiB", "SWCUR_MiB", "host_wait_ms"]
     assert "static partitioning" in (d / "decisions.jsonl").read_text()
     assert 'name = "small"' in (d / "scenario.toml").read_text()
     assert "small" in r.stdout and "run folder" in r.stdout
