@@ -223,7 +223,7 @@ impl Backend for SimulatedHost {
                 swap_out: g.vmstat.get(Counter::PswpOut),
                 major_faults: g.vmstat.get(Counter::PgMajFault),
                 memory_stall_ns: Some(g.memory_stall_ns()),
-                host_stall_ns: Some(h.stats.host_wait_ns),
+                host_stall_ns: Some(h.stats.host_wait.ns_at(self.now)),
                 committed: g.committed_as() * PAGE_SIZE,
                 // One zone, no lowmem reserve: totalreserve_pages is its high watermark.
                 guest_reserve: Some(g.watermarks().high * PAGE_SIZE),

@@ -105,7 +105,7 @@ impl Guest {
             Access::Wait(t) => {
                 let ns = t.saturating_sub(now);
                 if vcpu && ns > 0 {
-                    env.host.note_wait(self.id, ns);
+                    env.host.note_wait(self.id, now, ns);
                 }
                 (ns, false)
             }

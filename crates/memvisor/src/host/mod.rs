@@ -70,6 +70,38 @@ impl Default for HostCosts {
     }
 }
 
+/// A VM's vCPU stalls on host reclamation, counted as they pass. A stall is known in full when it
+/// starts (the host says when the page will be ready), but a sample taken during it counts only
+/// what has passed, so the total never runs ahead of the time the vCPUs spent.
+#[derive(Clone, Debug, Default)]
+pub struct HostWaits {
+    /// Stalls over by the time the latest one began, ns.
+    done_ns: u64,
+    /// The others, (start, end): at most one a vCPU.
+    pending: Vec<(u64, u64)>,
+}
+
+impl HostWaits {
+    /// A vCPU stalls from `start` for `ns`.
+    pub fn note(&mut self, start: u64, ns: u64) {
+        let mut done = 0;
+        self.pending.retain(|&(s, e)| {
+            let over = e <= start;
+            if over {
+                done += e - s;
+            }
+            !over
+        });
+        self.done_ns += done;
+        self.pending.push((start, start + ns));
+    }
+
+    /// Stall time that has passed by `at`, ns.
+    pub fn ns_at(&self, at: u64) -> u64 {
+        self.done_ns + self.pending.iter().map(|&(s, e)| e.min(at).saturating_sub(s)).sum::<u64>()
+    }
+}
+
 /// Per-VM host counters (esxtop names in the comments).
 #[derive(Clone, Debug, Default)]
 pub struct HostVmStats {
@@ -86,9 +118,9 @@ pub struct HostVmStats {
     /// Swap-outs cancelled because the guest touched the page while it was being written.
     pub swap_out_cancelled: u64,
     /// Time the VM's vCPUs stalled on host reclamation: swap-ins, decompression, waiting for a
-    /// frame that host reclaim frees, ns. Backing a first-touched page is not counted, nor are
-    /// device reads and writes that wait for the host (no vCPU waits there).
-    pub host_wait_ns: u64,
+    /// frame that host reclaim frees. Backing a first-touched page is not counted, nor are device
+    /// reads and writes that wait for the host (no vCPU waits there).
+    pub host_wait: HostWaits,
     /// Pages the balloon driver handed over (cumulative).
     pub ballooned_total: u64,
     /// Pages the balloon driver took back (cumulative).
@@ -406,9 +438,9 @@ impl Host {
         }
     }
 
-    /// Records that a vCPU of `vm` stalled `ns` on host reclamation.
-    pub fn note_wait(&mut self, vm: u32, ns: u64) {
-        self.vms[vm as usize].stats.host_wait_ns += ns;
+    /// Records that a vCPU of `vm` stalls from `start` for `ns` on host reclamation.
+    pub fn note_wait(&mut self, vm: u32, start: u64, ns: u64) {
+        self.vms[vm as usize].stats.host_wait.note(start, ns);
     }
 
     /// Whether a guest page is backed.
@@ -703,5 +735,22 @@ impl Host {
         }
         self.check_sharing()?;
         self.check_tmem()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HostWaits;
+
+    #[test]
+    fn a_stall_counts_as_it_passes_and_stalls_of_two_vcpus_add_up() {
+        let mut w = HostWaits::default();
+        w.note(5, 10);
+        assert_eq!((w.ns_at(0), w.ns_at(10), w.ns_at(15), w.ns_at(100)), (0, 5, 10, 10), "known in full at 5, passed by 15");
+        w.note(8, 4); // another vCPU, meanwhile
+        assert_eq!(w.ns_at(10), 5 + 2);
+        w.note(30, 20); // both earlier stalls are over by then
+        assert_eq!((w.ns_at(30), w.ns_at(40), w.ns_at(60)), (14, 24, 34));
+        assert_eq!(w.pending.len(), 1, "finished stalls are folded into the total");
     }
 }

@@ -109,7 +109,7 @@ pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
         mib(h.zip().used()) / 2.0,
         h.stats.zip as f64,
         h.stats.unzip as f64,
-        h.stats.host_wait_ns as f64 / 1e6,
+        h.stats.host_wait.ns_at(sim.now) as f64 / 1e6,
         sim.blocked_ns(i) as f64 / 1e6,
         mib(g.available()),
         mib(g.lru_len(LruList::Standby)),
