@@ -17,6 +17,14 @@ from memvisor.params import IntList
 from memvisor.runfolder import RunFolder
 
 
+def run_ok(tmp_path: Path, text: str, *args: str, out: str = "out") -> subprocess.CompletedProcess:
+    """Writes `text` as a scenario file in `tmp_path` and runs it quietly into `out`; it must succeed."""
+    (tmp_path / "s.toml").write_text(text)
+    r = memvisor("run", "s.toml", "--out", out, "--quiet", *args, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
 def test_cases_lists_paging_stress(tmp_path):
     r = memvisor("cases", cwd=tmp_path)
     assert r.returncode == 0
@@ -50,9 +58,7 @@ def test_decisions_jsonl_is_strict_json_and_a_host_decision_has_no_vm_id(tmp_pat
         'device = "ssd"\n[[vm]]\nname = "g"\ncount = 2\nmemory = "768MiB"\ndatastore = "d"\n'
         'workload = { kind = "stress", pages = "400MiB", passes = 100 }\n'
     )
-    (tmp_path / "mom.toml").write_text(text)
-    r = memvisor("run", "mom.toml", "--out", "out", "--quiet", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    run_ok(tmp_path, text)
 
     def not_json(constant):
         raise ValueError(f"{constant} is not JSON")
@@ -67,13 +73,9 @@ def test_decisions_jsonl_is_strict_json_and_a_host_decision_has_no_vm_id(tmp_pat
 def test_a_runtime_not_reached_is_explained_under_the_table(tmp_path):
     # The run ends at its duration, before g's 64 MiB file is written and read back: its runtime
     # shows as "-", which the table must explain.
-    (tmp_path / "short.toml").write_text(SMALL.replace('name = "small"', 'name = "small"\nduration = "50ms"'))
-    r = memvisor("run", "short.toml", "--out", "out", "--quiet", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert "runtime_s -: work not finished when the run ended: g" in r.stdout
-    r = memvisor("run", "short.toml", "--out", "out2", "--quiet", "--set", "duration=60s", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert "not finished" not in r.stdout
+    short = SMALL.replace('name = "small"', 'name = "small"\nduration = "50ms"')
+    assert "runtime_s -: work not finished when the run ended: g" in run_ok(tmp_path, short).stdout
+    assert "not finished" not in run_ok(tmp_path, short, "--set", "duration=60s", out="out2").stdout
 
 
 def test_compare_shows_each_column_once_and_explains_an_unfinished_runtime(tmp_path, small_scenario):
@@ -93,9 +95,7 @@ def test_a_run_of_many_vms_shows_twenty_rows_and_says_how_many_more(tmp_path):
         '[[vm]]\nname = "v"\ncount = 25\nmemory = "128MiB"\noverhead = "1MiB"\ndatastore = "d"\n'
         'workload = { kind = "idle", footprint = "1MiB" }\n'
     )
-    (tmp_path / "many.toml").write_text(text)
-    r = memvisor("run", "many.toml", "--out", "out", "--quiet", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    r = run_ok(tmp_path, text)
     assert "v-20 " in r.stdout and "v-21 " not in r.stdout and "5 more VM rows not shown" in r.stdout
     assert len(json.loads((tmp_path / "out" / "summary.json").read_text())["vms"]) == 25
 
@@ -113,9 +113,7 @@ def test_a_report_too_wide_for_the_terminal_is_turned_round_and_cuts_nothing(tmp
         '[[variant]]\nname = "first-variant"\nset = { "host.memory" = "8GiB" }\n'
         '[[variant]]\nname = "second-variant"\nset = { "host.memory" = "4GiB" }\n'
     )
-    (tmp_path / "wide.toml").write_text(text)
-    r = memvisor("run", "wide.toml", "--out", "out", "--quiet", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    r = run_ok(tmp_path, text)
     assert "…" not in r.stdout
     lines = r.stdout.splitlines()
     assert max(len(x) for x in lines) <= 160
@@ -162,9 +160,7 @@ def test_unknown_case_names_the_cases(tmp_path):
 
 def test_names_with_brackets_print_as_they_are(tmp_path):
     text = SMALL.replace('name = "small"', 'name = "s[1]"').replace('name = "g"', 'name = "[g]"')
-    (tmp_path / "s.toml").write_text(text)
-    r = memvisor("run", "s.toml", "--out", "out", "--quiet", cwd=tmp_path)
-    assert r.returncode == 0, r.stderr
+    r = run_ok(tmp_path, text)
     assert "s[1]" in r.stdout and "[g]" in r.stdout, r.stdout
 
 
