@@ -46,6 +46,16 @@ fn reservation_above_memory_is_refused() {
 }
 
 #[test]
+fn a_guest_too_small_for_its_kernel_is_refused_in_plain_sizes() {
+    let e = load_err(&base("").replace("\"1GiB\"", "\"64MiB\""));
+    assert!(
+        e.contains("vm.g.kernel_reserved") && e.contains("of 69.5 MiB (the default for its size)") && e.contains("in a 64 MiB guest"),
+        "{e}"
+    );
+    assert!(e.contains("set kernel_reserved"), "{e}");
+}
+
+#[test]
 fn reservations_above_the_host_are_refused_by_admission_control() {
     let text = one_guest(
         "2GiB",

@@ -693,7 +693,12 @@ fn resolve_vm(
         return c.err(
             span,
             &f("kernel_reserved"),
-            format!("the kernel's {} leaves no memory in a {} guest", units::fmt_bytes(reserved), units::fmt_bytes(memory)),
+            format!(
+                "the kernel's boot reservation of {}{} leaves no memory in a {} guest: give it more memory, or set kernel_reserved",
+                units::human_bytes(reserved),
+                if v.kernel_reserved.is_none() { " (the default for its size)" } else { "" },
+                units::human_bytes(memory)
+            ),
         );
     }
     let mut sysctl = Sysctl::default();
