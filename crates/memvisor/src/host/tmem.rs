@@ -21,7 +21,8 @@
 //! Compressed data are counted in bytes and held in whole frames (the TLSF sub-page allocator's
 //! fragmentation is not modelled); a content's compressed size is fixed by its identity.
 
-use rustc_hash::FxHashMap;
+use hashbrown::HashTable;
+use rustc_hash::{FxHashMap, FxHasher};
 
 use super::{Compressibility, Content, Host};
 use crate::index::{NONE, Recycled};
@@ -247,6 +248,14 @@ pub enum Put {
 /// default `read_ahead_kb`); longer batches go in pieces.
 const PREFETCH_BATCH: usize = 32;
 
+/// The hash `by_content` files data under (Fx: contents are not chosen by an adversary here).
+fn content_hash(content: u64) -> u64 {
+    use std::hash::Hasher;
+    let mut h = FxHasher::default();
+    h.write_u64(content);
+    h.finish()
+}
+
 /// The pools of one host.
 #[derive(Clone, Debug)]
 pub struct Tmem {
@@ -264,8 +273,10 @@ pub struct Tmem {
     /// the object and another for its block.
     blocks: FxHashMap<BlockKey, Block>,
     pcds: Recycled<Pcd>,
-    /// Deduplicated ephemeral data by content.
-    by_content: FxHashMap<u64, u32>,
+    /// Deduplicated ephemeral data by content: the data's index alone, its content read from
+    /// `pcds` when a probe meets a match of the hash's tag. A quarter of a (content, index) map's
+    /// size, so more of a large pool's table stays in the CPU's caches (a put and a drop each probe it).
+    by_content: HashTable<u32>,
     /// Ephemeral list ends.
     head: u32,
     tail: u32,
@@ -287,7 +298,7 @@ impl Tmem {
             objects: FxHashMap::default(),
             blocks: FxHashMap::default(),
             pcds: Recycled::new(),
-            by_content: FxHashMap::default(),
+            by_content: HashTable::new(),
             head: NONE,
             tail: NONE,
             eph_bytes: 0,
@@ -361,7 +372,10 @@ impl Tmem {
 
     /// The ephemeral data page of this content already stored, if dedup finds one.
     fn dedup_match(&self, pool: u32, content: u64) -> Option<u32> {
-        (self.settings.dedup && self.pools[pool as usize].kind.ephemeral()).then(|| self.by_content.get(&content).copied()).flatten()
+        if !(self.settings.dedup && self.pools[pool as usize].kind.ephemeral()) {
+            return None;
+        }
+        self.by_content.find(content_hash(content), |&d| self.pcds[d].content == content).copied()
     }
 
     /// Stores a page whose room the caller has made; returns the CPU it took.
@@ -392,7 +406,8 @@ impl Tmem {
                 if kind.ephemeral() {
                     self.eph_bytes += bytes;
                     if self.settings.dedup {
-                        self.by_content.insert(content, d);
+                        let pcds = &self.pcds;
+                        self.by_content.insert_unique(content_hash(content), d, |&e| content_hash(pcds[e].content));
                     }
                 } else {
                     cs.pers_bytes += bytes;
@@ -436,8 +451,8 @@ impl Tmem {
             self.pcds.free(p.pcd);
             if kind.ephemeral() {
                 self.eph_bytes -= bytes;
-                if self.by_content.get(&content) == Some(&p.pcd) {
-                    self.by_content.remove(&content);
+                if let Ok(e) = self.by_content.find_entry(content_hash(content), |&e| e == p.pcd) {
+                    e.remove();
                 }
             } else {
                 self.client_stats[client as usize].pers_bytes -= bytes;
@@ -706,6 +721,17 @@ impl Tmem {
                 return Err(format!("tmem: data {d} has {} references counted, {n} found", pcd.refs));
             }
             if pcd.client == NONE { eph_bytes += pcd.bytes } else { pers_bytes[pcd.client as usize] += pcd.bytes }
+        }
+        // Dedup finds every ephemeral data page, and only those, by its content.
+        let eph_data = refs.keys().filter(|&&d| self.pcds[d].client == NONE).count();
+        if self.by_content.len() != if self.settings.dedup { eph_data } else { 0 } {
+            return Err(format!("tmem: {} data pages filed by content, {eph_data} ephemeral ones held", self.by_content.len()));
+        }
+        for &d in self.by_content.iter() {
+            let content = self.pcds[d].content;
+            if !refs.contains_key(&d) || self.by_content.find(content_hash(content), |&e| self.pcds[e].content == content) != Some(&d) {
+                return Err(format!("tmem: data {d} filed by content is not held, or its content finds another"));
+            }
         }
         if eph_bytes != self.eph_bytes {
             return Err(format!("tmem: {eph_bytes} ephemeral bytes stored, {} counted", self.eph_bytes));
