@@ -17,9 +17,17 @@ fn vm_view(d: &Bound<'_, PyDict>) -> PyResult<VmView> {
     let name: String = field(d, "a VM", "name")?;
     let w = format!("VM '{name}'");
     let f = |k: &str| field::<u64>(d, &w, k);
+    // What the policies subtract from `memory` must lie within it.
+    let memory = f("memory")?;
+    for k in ["reservation", "balloon_size", "balloon_target"] {
+        let x = f(k)?;
+        if x > memory {
+            return Err(PyValueError::new_err(format!("backend observe(): {w} '{k}' is {x} bytes, more than its memory ({memory} bytes)")));
+        }
+    }
     Ok(VmView {
         id: VmId(field(d, &w, "id")?),
-        memory: f("memory")?,
+        memory,
         reservation: f("reservation")?,
         limit: f("limit")?,
         shares: f("shares")?,

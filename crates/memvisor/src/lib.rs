@@ -8,7 +8,8 @@
 //! - [`clock`], [`simulation`]: simulated time and the engine; [`metrics`]: sampled counters;
 //! - [`scenario`]: scenario files and the shipped case studies.
 //!
-//! The core does no file or terminal I/O; the Python package around it does.
+//! The core does no terminal I/O and reads one kind of file only, the page sets a scenario's
+//! `captured` names (when it is resolved); the Python package does the rest.
 
 pub mod backend;
 pub mod bitmap;

@@ -8,6 +8,12 @@
 
 use rand::{RngCore, SeedableRng};
 
+/// The stream of the simulated host's own choices (host swap victims, sampling): a path no VM's
+/// index can take.
+pub const HOST_STREAM: u64 = u64::MAX;
+/// The stream of the Denali host's choices (the web servers' arrivals and clients).
+pub const DENALI_STREAM: u64 = u64::MAX - 4;
+
 /// The generator of every simulator stream.
 pub type Rng = rand_pcg::Pcg64Mcg;
 

@@ -83,18 +83,30 @@ fn parse_with(s: &str, units: &[(&str, f64)], what: &str, example: &str) -> Resu
         .ok_or_else(|| format!("'{s}': unknown {what} unit '{unit}' (allowed units: {})", allowed(units)))
 }
 
-/// Parses a size into bytes ("2GiB", "512 MiB", "1e6 B", "61036 pages").
+/// The largest size a scenario may give, 1 EiB: far beyond any host, and small enough that sums
+/// and small multiples of sizes cannot overflow.
+pub const MAX_BYTES: u64 = 1 << 60;
+/// The longest duration a scenario may give, 100 years (of 365.25 days), for the same reason.
+pub const MAX_DURATION_NS: u64 = 100 * 31_557_600 * 1_000_000_000;
+
+/// Parses a size into bytes ("2GiB", "512 MiB", "1e6 B", "61036 pages"), at most `MAX_BYTES`.
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
     let v = parse_with(s, SIZE_UNITS, "size", "2GiB")?;
     if v.fract() != 0.0 {
         return Err(format!("'{s}' is not a whole number of bytes"));
     }
+    if v > MAX_BYTES as f64 {
+        return Err(format!("'{s}' is too large (at most 1 EiB)"));
+    }
     Ok(v as u64)
 }
 
-/// Parses a duration into nanoseconds ("8ms", "2.25ms", "30s", "30min").
+/// Parses a duration into nanoseconds ("8ms", "2.25ms", "30s", "30min"), at most `MAX_DURATION_NS`.
 pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
     let v = parse_with(s, TIME_UNITS, "duration", "30s")?;
+    if v.round() > MAX_DURATION_NS as f64 {
+        return Err(format!("'{s}' is too long (at most 100 years)"));
+    }
     Ok(v.round() as u64)
 }
 
@@ -180,6 +192,10 @@ mod tests {
         assert!(parse_bytes("-1GiB").unwrap_err().contains("negative"));
         assert!(parse_bytes("2GB/s").unwrap_err().contains("unknown size unit"));
         assert!(parse_bytes("GiB").is_err());
+        // A size that would saturate (or overflow a sum of a few) is refused, not clamped.
+        assert_eq!(parse_bytes("1048576TiB").unwrap(), MAX_BYTES);
+        assert!(parse_bytes("1e30B").unwrap_err().contains("too large"));
+        assert!(parse_bytes("1048577TiB").unwrap_err().contains("at most 1 EiB"));
     }
 
     #[test]
@@ -189,6 +205,9 @@ mod tests {
         assert_eq!(parse_rate("2Gbit/s").unwrap(), 250e6);
         assert!(parse_rate("0MB/s").is_err());
         assert_eq!(parse_count("1e9 touches").unwrap(), 1_000_000_000);
+        assert!(parse_duration_ns("1e30s").unwrap_err().contains("at most 100 years"));
+        assert!(parse_duration_ns("876601h").unwrap_err().contains("too long"));
+        assert!(parse_duration_ns("876600h").is_ok());
     }
 
     #[test]

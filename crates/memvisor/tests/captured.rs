@@ -98,3 +98,15 @@ fn a_bad_capture_is_named() {
     let e = load(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"));
     assert!(e.contains("vm.g.workload.stress.captured") && e.contains("not a zstd-compressed page set"), "{e}");
 }
+
+#[test]
+fn a_relative_capture_is_found_beside_the_scenario_file_not_the_working_directory() {
+    let text = "name = \"t\"\nduration = \"1s\"\n[host]\nmemory = \"1GiB\"\n[[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
+                [[vm]]\nname = \"g\"\nmemory = \"256MiB\"\ndatastore = \"d\"\n\
+                workload = { kind = \"stress\", pages = \"1MiB\", captured = \"python-idle.mvpages\" }\n";
+    // Tests run in the crate's folder, where no such file is; the scenario's folder has it.
+    let beside = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/s.toml");
+    assert!(memvisor::scenario::load(text, beside, &[]).is_ok());
+    let e = memvisor::scenario::load(text, "s.toml", &[]).unwrap_err().to_string();
+    assert!(e.contains("cannot read python-idle.mvpages"), "{e}");
+}

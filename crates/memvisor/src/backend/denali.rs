@@ -106,18 +106,23 @@ impl DenaliHost {
     pub fn new(s: &Scenario) -> Result<Self, String> {
         let n = s.vms.len() as u64;
         let metadata_bytes = s.host.vm_metadata;
-        let pinned = s.host.hypervisor + n * metadata_bytes;
+        let pinned = n.checked_mul(metadata_bytes).and_then(|m| m.checked_add(s.host.hypervisor)).unwrap_or(u64::MAX);
         if pinned >= s.host.memory {
             return Err(format!(
                 "host.memory: {} VMs need {} MiB of kernel metadata ({} B each) and the kernel {} MiB, more than the host's {} MiB",
                 n,
-                (n * metadata_bytes) >> 20,
+                n.saturating_mul(metadata_bytes) >> 20,
                 metadata_bytes,
                 s.host.hypervisor >> 20,
                 s.host.memory >> 20
             ));
         }
-        let frames = ((s.host.memory - pinned) / PAGE_SIZE) as u32;
+        let frames = u32::try_from((s.host.memory - pinned) / PAGE_SIZE).map_err(|_| {
+            format!(
+                "host.memory: a denali host pages at most 16 TiB (its frames are numbered in 32 bits); {} is left after the metadata",
+                crate::units::human_bytes(s.host.memory - pinned)
+            )
+        })?;
         let swap = s.datastores.first().ok_or("a denali host needs a datastore for its VMs' swap regions")?;
         let mut pager = Pager::new(frames, Device::new(swap.device.clone()));
         let mut servers: Vec<(WebServer, Layout)> = Vec::new();
@@ -125,7 +130,7 @@ impl DenaliHost {
         let mut closed_vms = Vec::new();
         let mut closed: Option<(u32, u64, f64)> = None;
         let mut events = EventQueue::new();
-        let mut rng = rng::stream(s.seed, &[u64::MAX - 4]);
+        let mut rng = rng::stream(s.seed, &[rng::DENALI_STREAM]);
         for (i, v) in s.vms.iter().enumerate() {
             pager.add_vm(v.guest.memory_pages);
             let web = v.guest.workloads.iter().find_map(|w| match &w.spec {

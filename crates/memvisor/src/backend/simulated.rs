@@ -14,9 +14,6 @@ use crate::units::{PAGE_SIZE, pages};
 /// mechanisms work toward them.
 const APPLIED: &str = "applied";
 
-/// Stream of the host's random choices (victims, samples), under the scenario seed.
-const HOST_STREAM: u64 = u64::MAX;
-
 /// The simulated machine.
 pub struct SimulatedHost {
     pub(crate) host: Host,
@@ -61,7 +58,7 @@ impl SimulatedHost {
             datastores,
             events,
             now: 0,
-            rng: rng::stream(seed, &[HOST_STREAM]),
+            rng: rng::stream(seed, &[rng::HOST_STREAM]),
             sample_pages,
             sample_period_ns,
             memory_state: "",

@@ -669,11 +669,6 @@ impl Guest {
         self.finite_left == 0
     }
 
-    /// Whether any process is still alive.
-    pub fn any_live(&self) -> bool {
-        self.live > 0
-    }
-
     /// Pages on an LRU list.
     pub fn lru_len(&self, l: LruList) -> u64 {
         self.lru.len(l)
@@ -702,11 +697,6 @@ impl Guest {
     /// Pages under writeback (page cache and swap).
     pub fn nr_writeback(&self) -> u64 {
         self.bios.iter().filter(|(_, b)| matches!(b.kind, BioKind::FileWrite | BioKind::SwapWrite)).map(|(_, b)| b.pages.len() as u64).sum()
-    }
-
-    /// Pages in the swap cache.
-    pub fn nr_swapcached(&self) -> u64 {
-        (0..self.pages.len() as u32).filter(|&p| self.pages[p as usize].swap != NONE).count() as u64
     }
 
     /// Sum of anonymous memory processes have mapped (pages), the guest's `Committed_AS`.

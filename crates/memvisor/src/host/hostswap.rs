@@ -16,10 +16,11 @@ use crate::slots::Slots;
 use crate::units::PAGE_SIZE;
 use rand::Rng as _;
 
-/// Host CPU a reclaim step spends before yielding (the daemon's time slice): 1 ms.
+/// Host CPU a reclaim step spends before yielding (the daemon's time slice): 1 ms [assumed: neither
+/// ESX nor KVM publishes one; the rate of reclaim is set by the per-page costs, not by this].
 pub const STEP_NS: u64 = 1_000_000;
 /// When a step could take nothing (every candidate page busy, swap file full), the daemon looks
-/// again this much later: 100 ms.
+/// again this much later: 100 ms [assumed; a retry interval, not published].
 pub const BACKOFF_NS: u64 = 100_000_000;
 
 /// A VM's swap file: as large as the VM's memory (ESX creates a .vswp of the configured memory

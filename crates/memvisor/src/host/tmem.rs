@@ -133,8 +133,6 @@ pub struct Pool {
     pub kind: PoolKind,
     /// The guest that created it.
     pub client: u32,
-    /// Destroyed: its number is not reused, its handles are dead.
-    pub destroyed: bool,
     /// Counters.
     pub stats: PoolStats,
 }
@@ -320,7 +318,7 @@ impl Tmem {
         }
         let id = self.pools.len() as u32;
         c.push(id);
-        self.pools.push(Pool { kind, client, destroyed: false, stats: PoolStats::default() });
+        self.pools.push(Pool { kind, client, stats: PoolStats::default() });
         Some(id)
     }
 
@@ -347,11 +345,6 @@ impl Tmem {
     /// Frames tmem holds in all.
     pub fn frames(&self) -> u64 {
         self.eph_frames() + (0..self.client_stats.len() as u32).map(|c| self.pers_frames(c)).sum::<u64>()
-    }
-
-    /// Frames the host would get back by evicting every ephemeral page (`tmh_freeable_pages`).
-    pub fn freeable_frames(&self) -> u64 {
-        self.eph_frames()
     }
 
     /// Bytes a page of `content` occupies in the pool, and whether it compressed; `size` is its
@@ -641,15 +634,6 @@ impl Tmem {
         }
     }
 
-    /// `TMEM_DESTROY_POOL`: every page, then the pool.
-    pub fn destroy_pool(&mut self, pool: u32) {
-        let oids: Vec<u64> = self.objects.keys().filter(|(p, _)| *p == pool).map(|&(_, o)| o).collect();
-        for oid in oids {
-            self.flush_object(pool, oid);
-        }
-        self.pools[pool as usize].destroyed = true;
-    }
-
     /// Pages held under a handle.
     pub fn contains(&self, pool: u32, oid: u64, index: u32) -> bool {
         self.lookup(pool, oid, index) != NONE
@@ -865,14 +849,6 @@ impl Host {
     pub fn tmem_flush_object(&mut self, pool: u32, oid: u64) {
         if let Some(t) = &mut self.tmem {
             t.flush_object(pool, oid);
-            self.tmem_settle();
-        }
-    }
-
-    /// `TMEM_DESTROY_POOL`.
-    pub fn tmem_destroy_pool(&mut self, pool: u32) {
-        if let Some(t) = &mut self.tmem {
-            t.destroy_pool(pool);
             self.tmem_settle();
         }
     }

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use super::esx_states::{Mechanisms, StateTable, TABLES};
+use super::esx_states::{Mechanisms, StateTable};
 use super::{Action, Decision, HostView, Policy, VmId, VmView};
 use crate::units::{PAGE_SIZE, human_bytes};
 
@@ -114,11 +114,6 @@ impl Esx {
             large: BTreeMap::new(),
             rebalance: false,
         }
-    }
-
-    /// The default: the ESX 3.x/4.0 table and a 75 % idle tax (`Mem.IdleTax`).
-    pub fn standard() -> Self {
-        Self::new(TABLES[0], 0.75)
     }
 
     /// The current state's name.
@@ -402,6 +397,7 @@ impl Policy for Esx {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::esx_states::TABLES;
 
     fn vm(id: u32, shares: u64, granted_gib: u64, active: (u64, u64)) -> VmView {
         VmView {

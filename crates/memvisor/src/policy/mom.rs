@@ -46,7 +46,7 @@ pub struct Mom {
 
 /// A guest's size as MOM sees it (`balloon_cur`): its memory less the balloon.
 fn cur(v: &VmView) -> u64 {
-    v.memory - v.balloon_size
+    v.memory.saturating_sub(v.balloon_size)
 }
 
 /// A guest's free margin as a decision's reason gives it: a share of its size beyond what it uses,

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use super::{Action, Decision, HostView, Policy, VmId};
-use crate::units::human_bytes;
+use crate::units::{PAGE_SIZE, human_bytes};
 
 /// senpai's tick: pressure is read every second.
 const TICK_NS: u64 = 1_000_000_000;
@@ -65,10 +65,11 @@ impl Policy for Pressure {
                 None => (v.major_faults * FAULT_COST_NS, "major faults"),
             };
             let t = self.vms.entry(v.id).or_insert(Track { last: None, integral: 0, grace: INTERVAL_TICKS });
-            let delta = stall - t.last.unwrap_or(stall);
+            // A counter that went backwards (a live guest rebooted) starts again from there.
+            let delta = stall.saturating_sub(t.last.unwrap_or(stall));
             t.last = Some(stall);
             t.integral += delta;
-            let size = v.memory - v.balloon_target;
+            let size = v.memory.saturating_sub(v.balloon_target);
             let floor = MIN_SIZE.max(v.reservation).min(v.memory);
             let (factor, why) = if t.integral as f64 > PRESSURE_NS {
                 let err = t.integral as f64 / PRESSURE_NS;
@@ -87,7 +88,10 @@ impl Policy for Pressure {
             };
             t.integral = 0;
             t.grace = INTERVAL_TICKS - 1;
-            let new = ((size as f64 * (1.0 + factor)) as u64).clamp(floor, v.memory) & !4095;
+            // Whole pages, never below the floor.
+            let most = v.memory / PAGE_SIZE;
+            let pages = ((size as f64 * (1.0 + factor)) as u64 / PAGE_SIZE).clamp(floor.div_ceil(PAGE_SIZE).min(most), most);
+            let new = pages * PAGE_SIZE;
             if new == size {
                 continue;
             }
@@ -149,5 +153,15 @@ mod tests {
         // 40 faults = 40 ms: err 4, 4 % larger.
         let t = target(&p.decide(&view(None, 40, 512 * MIB))).unwrap();
         assert_eq!(1024 * MIB - t, ((512.0 * MIB as f64 * 1.04) as u64) & !4095);
+    }
+
+    #[test]
+    fn a_counter_that_goes_backwards_starts_again_instead_of_wrapping() {
+        let mut p = Pressure::default();
+        p.decide(&view(Some(5_000), 0, 512 * MIB));
+        // The guest rebooted: its PSI total is smaller than last round's.
+        let d = p.decide(&view(Some(1), 0, 512 * MIB));
+        assert!(target(&d).is_none_or(|t| t >= 512 * MIB), "no stall counted, so no growth: {d:?}");
+        assert!(d.iter().all(|d| !d.reason.contains("grow")), "{d:?}");
     }
 }

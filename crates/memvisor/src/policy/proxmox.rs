@@ -23,8 +23,6 @@ const TARGET_USE: f64 = 0.8;
 const MAX_CHANGE: i64 = 100 << 20;
 /// Goals within +-10 MiB are too small to act on.
 const DEAD_BAND: i64 = 10 << 20;
-/// Proxmox's default shares.
-const DEFAULT_SHARES: u64 = 1000;
 
 /// The policy.
 #[derive(Clone, Copy, Debug, Default)]
@@ -107,10 +105,10 @@ impl Policy for Proxmox {
         for v in view.vms.iter().filter(|v| ballooned(v)) {
             let g = Guest {
                 id: v.id,
-                size: (v.memory - v.balloon_size) as i64,
+                size: v.memory.saturating_sub(v.balloon_size) as i64,
                 min: v.reservation as i64,
                 max: v.memory as i64,
-                shares: if v.shares == 0 { DEFAULT_SHARES as i64 } else { v.shares as i64 },
+                shares: v.shares as i64,
             };
             all.push(v.id);
             if v.guest_free > v.reservation / 4 && g.size >= g.min {

@@ -51,6 +51,15 @@ pub(crate) struct Source<'a> {
 }
 
 impl Source<'_> {
+    /// The folder of the scenario file, when it came from one (not a shipped case, a dict or a
+    /// string), for the relative paths it names.
+    pub fn file_dir(&self) -> Option<&std::path::Path> {
+        if self.origin.starts_with("case:") || self.origin.starts_with('<') {
+            return None;
+        }
+        std::path::Path::new(self.origin).parent()
+    }
+
     /// "file:line:col" for a span in the file, or the `--set` it came from.
     pub fn locate(&self, span: Option<std::ops::Range<usize>>) -> String {
         match span {

@@ -687,8 +687,7 @@ fn resolve_vm(
     // Ilwaco is a library OS in the VM's own pages (its layout is the web server's).
     let default_reserved = if os == "ilwaco" { 0 } else { GuestConfig::linux_reserved_bytes(memory) };
     let reserved = c.opt_bytes(&v.kernel_reserved, &f("kernel_reserved"), default_reserved)?;
-    let reserved_pages = units::pages(reserved) as u32;
-    if reserved_pages >= memory_pages {
+    if units::pages(reserved) >= memory_pages as u64 {
         let span = v.kernel_reserved.as_ref().map_or(v.memory.span(), |q| q.span());
         return c.err(
             span,
@@ -701,6 +700,8 @@ fn resolve_vm(
             ),
         );
     }
+    // Less than the VM's page count, which fits in u32.
+    let reserved_pages = units::pages(reserved) as u32;
     let mut sysctl = Sysctl::default();
     if let Some(map) = &v.sysctl {
         for (k, val) in map {
@@ -1145,8 +1146,11 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
     mix.set_shares(zero, common, duplicate);
     if let Some(p) = &r.captured {
         // Read now, so a missing or bad file is named before the run; kept by its full path so
-        // the resolved scenario runs from anywhere.
-        let full = std::fs::canonicalize(p.get_ref())
+        // the resolved scenario runs from anywhere. A relative path is the scenario file's
+        // neighbour, as a trace's is (not the working directory's).
+        let given = std::path::Path::new(p.get_ref());
+        let beside = c.src.file_dir().filter(|_| given.is_relative()).map(|d| d.join(given));
+        let full = std::fs::canonicalize(beside.as_deref().unwrap_or(given))
             .map_err(|e| c.src.error(Some(p.span()), &f("captured"), format!("cannot read {}: {e}", p.get_ref())))?;
         let full = full.to_string_lossy();
         let cap = crate::content::Captured::load(&full).map_err(|m| c.src.error(Some(p.span()), &f("captured"), m))?;

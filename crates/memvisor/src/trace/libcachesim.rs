@@ -100,13 +100,16 @@ pub fn read_csv(bytes: &[u8], opt: &CsvOptions) -> Result<Trace, TraceError> {
         if line.trim().is_empty() {
             continue;
         }
+        if n == 1 && opt.has_header == Some(true) {
+            continue;
+        }
         let field = line.split(opt.delimiter as char).nth(opt.obj_id_col - 1);
         let Some(field) = field else {
             return Err(TraceError::at_line(n, format!("has no column {} (delimiter '{}')", opt.obj_id_col, opt.delimiter as char)));
         };
         match parse_id(field) {
             Some(id) => b.push(id, false).map_err(|m| TraceError::at_line(n, m))?,
-            None if n == 1 && opt.has_header != Some(false) => continue,
+            None if n == 1 && opt.has_header.is_none() => continue,
             None => {
                 return Err(TraceError::at_line(n, format!("object id '{field}' in column {} is not an integer", opt.obj_id_col)));
             }
@@ -155,5 +158,9 @@ mod tests {
         assert_eq!(e.at, "line 2");
         let e = read_csv(b"1;5\n", &CsvOptions::default()).unwrap_err();
         assert!(e.message.contains("no column 2"), "{e}");
+        // A header said to be one is skipped even when its fields look like ids.
+        let numbered = CsvOptions { has_header: Some(true), ..CsvOptions::default() };
+        assert_eq!(read_csv(b"0,1,2\n1,5,4096\n", &numbered).unwrap().refs().len(), 1);
+        assert_eq!(read_csv(b"0,1,2\n1,5,4096\n", &CsvOptions::default()).unwrap().refs().len(), 2);
     }
 }

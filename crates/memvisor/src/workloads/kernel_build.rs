@@ -42,12 +42,14 @@ const HEADERS_MEAN: f64 = 314.0;
 const HEADERS_SD: f64 = 76.0;
 /// Most headers of a unit (tmem.md 6.2's max).
 const HEADERS_MAX: f64 = 516.0;
-/// Subsystems the non-core headers are split among.
+/// Subsystems the non-core headers are split among [assumed: the tree's header-sharing structure is
+/// not measured; a unit draws its non-core headers from one subsystem's zone].
 const SUBSYSTEMS: u64 = 16;
 /// `.c` bytes per unit: lognormal with median 10.9 KB and mean 19.8 KB.
 const C_MEDIAN: f64 = 10_900.0;
 const C_MEAN: f64 = 19_800.0;
-/// Object bytes per source byte.
+/// Object bytes per source byte without debug info (docs/sources/tmem.md 6.2: 80 random x86_64
+/// units compiled with gcc 12 `-Os`).
 const OBJECT_RATIO: f64 = 0.64;
 /// cc1's anonymous peak, MiB (tmem.md 6.3: RssAnon over every 36th unit, median 23.6, p10 14.8,
 /// p90 32.0, mean 24.2): a lognormal through the median with the log-spread of the p10-p90 range
