@@ -114,7 +114,10 @@ def _print_report(results: list[api.RunResult]) -> None:
     shown = [(r, rows[:REPORT_ROWS_SHOWN]) for r, rows in every]
     hidden = sum(max(0, len(rows) - REPORT_ROWS_SHOWN) for _, rows in every)
     notes = [f"{hidden:,} more VM rows not shown (the first {REPORT_ROWS_SHOWN} of each run are); summary.json has every row"] if hidden else []
-    notes += _unfinished(cols, [f"{r.variant}/{row['vm']}" if r.variant else row["vm"] for r, rows in every for row in rows if row.get("runtime_s") is None])
+    notes += _unfinished(
+        cols,
+        [(f"{r.variant}/{row['vm']}" if r.variant else row["vm"], _vm_summary(r.summary, row["vm"])) for r, rows in every for row in rows if row.get("runtime_s") is None],
+    )
     caption = "\n".join(notes) or None
     t = Table(*(["variant"] if results[0].variant else []), "vm", *cols, "sim s", "wall s", title=results[0].name, caption=caption)
     for r, rows in shown:
@@ -128,24 +131,45 @@ def _print_report(results: list[api.RunResult]) -> None:
     if _fits(turned):
         out.print(turned)
         return
-    per_run = [_turned(results[0].name + (f": {r.variant}" if r.variant else ""), [(r, rows)], cols, None) for r, rows in shown]
-    if all(_fits(x) for x in per_run):
-        for x in per_run:
-            out.print(x)
-        if caption:
-            out.print(caption)
-        return
-    out.print(t)
+    # One table per run, split into as few tables over its VMs as fit; where even one VM does not
+    # fit, its cells fold onto more lines, never cut.
+    for r, rows in shown:
+        title = results[0].name + (f": {r.variant}" if r.variant else "")
+        i = 0
+        while i < len(rows):
+            j = len(rows)
+            while j > i + 1 and not _fits(_turned(title, [(r, rows[i:j])], cols, None)):
+                j -= 1
+            out.print(_turned(title, [(r, rows[i:j])], cols, None, fold=True))
+            i = j
+    if caption:
+        out.print(caption)
 
 
-def _unfinished(cols: list[str], names: list[str]) -> list[str]:
-    """The note that explains a runtime shown as `-` for these VMs (run/VM names): their work had
-    not ended when the run did (the scenario's duration came first, or a process was killed), or
-    it has no end."""
-    if "runtime_s" not in cols or not names:
+def _vm_summary(summary: dict, name: str) -> dict:
+    """A VM's entry in a run's summary (empty if the run has none of that name)."""
+    return next((v for v in summary.get("vms", []) if v.get("name") == name), {})
+
+
+def _killed(vm: dict) -> bool:
+    """Whether the OOM killer ended one of the VM's processes (its work was never done)."""
+    return any(p.get("state") == "killed" for p in vm.get("processes", []))
+
+
+def _unfinished(cols: list[str], vms: list[tuple[str, dict]]) -> list[str]:
+    """The notes that explain a runtime shown as `-` for these VMs ((run/VM name, its summary)):
+    a process was killed by the OOM killer, or the work had not ended when the run did (the
+    scenario's duration came first) or has no end."""
+    if "runtime_s" not in cols:
         return []
-    more = f" and {len(names) - 3:,} more" if len(names) > 3 else ""
-    return [f"runtime_s -: work not finished when the run ended: {', '.join(names[:3])}{more}"]
+
+    def note(what: str, names: list[str]) -> list[str]:
+        more = f" and {len(names) - 3:,} more" if len(names) > 3 else ""
+        return [f"runtime_s -: {what}: {', '.join(names[:3])}{more}"] if names else []
+
+    return note("a process was killed by the OOM killer", [n for n, v in vms if _killed(v)]) + note(
+        "work not finished when the run ended", [n for n, v in vms if not _killed(v)]
+    )
 
 
 def _fits(t: Table) -> bool:
@@ -156,10 +180,14 @@ def _fits(t: Table) -> bool:
     return Measurement.get(out, out.options.update(max_width=1 << 20), t).maximum <= out.width
 
 
-def _turned(title: str, shown: list, cols: list[str], caption: str | None) -> Table:
-    """The report turned round: a row per value, a column per run and VM."""
-    heads = [Column(f"{r.variant}\n{row['vm']}" if r.variant else row["vm"], justify="right") for r, rows in shown for row in rows]
-    t = Table("", *heads, title=title, caption=caption)
+def _turned(title: str, shown: list, cols: list[str], caption: str | None, fold: bool = False) -> Table:
+    """The report turned round: a row per value, a column per run and VM; with `fold`, a cell too
+    wide for its column continues on the next line instead of being cut short."""
+    overflow = "fold" if fold else "ellipsis"
+    # One run's table names its variant in the title, its columns only the VMs.
+    named = len(shown) > 1
+    heads = [Column(f"{r.variant}\n{row['vm']}" if r.variant and named else row["vm"], justify="right", overflow=overflow) for r, rows in shown for row in rows]
+    t = Table(Column("", overflow=overflow), *heads, title=title, caption=caption)
     for c in cols:
         t.add_row(c, *(fmt(row.get(c)) for _, rows in shown for row in rows))
     t.add_row("sim s", *(fmt(r.summary["sim_time_s"]) for r, rows in shown for _ in rows))
@@ -240,7 +268,7 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     unfinished = grid.column == "runtime_s" and any(not isinstance(x, str) and pd.isna(x) for c in cols for x in df[c])
     # The key can be long (vm.kali.workload.desktop.active): folded, never cut short.
     t = Table(Column(key, overflow="fold"), *cols, *jump, title=f"{spec}: {grid.column}" + ("" if grid.scenarios[0][0].variant is None else f" of {vm or 'the first VM'}"),
-              caption="-: the VM's work had not finished when the run ended, or the VM is not in that run" if unfinished else None)
+              caption="-: the VM's work had not finished when the run ended, a process of it was killed by the OOM killer, or the VM is not in that run" if unfinished else None)
     for value, row in df.iterrows():
         cells = [Text(x, style="red") if isinstance(x, str) else fmt(None if pd.isna(x) else x) for x in (row[c] for c in cols)]
         t.add_row(str(value), *cells, *(row[c] for c in jump))
@@ -453,7 +481,7 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
     base_of = {r.path.name: r for r in first_folder}
     # The runtime first, once (it is often a report column too).
     keys = list(dict.fromkeys(["runtime_s"] + [k for r in loaded for vm in r.summary.get("vms", []) for k in (vm.get("report") or {})]))
-    unfinished = _unfinished(keys, [f"{r.label}/{vm['name']}" for r in loaded for vm in r.summary.get("vms", []) if vm.get("runtime_s") is None])
+    unfinished = _unfinished(keys, [(f"{r.label}/{vm['name']}", vm) for r in loaded for vm in r.summary.get("vms", []) if vm.get("runtime_s") is None])
     t = Table(Column("run", overflow="fold"), "vm", *keys, title=f"ratios against {runs[0].name}", caption="\n".join(unfinished) or None)
     for i, r in enumerate(loaded):
         base = None if i < len(first_folder) else base_of.get(r.path.name, first_folder[0])

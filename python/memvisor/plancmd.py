@@ -28,8 +28,8 @@ def _mib(v: int) -> str:
 @click.option("--reservation", "question", flag_value="reservation", help="Find the VM's smallest reservation (baseline: a full one).")
 @click.option("--host-memory", "question", flag_value="host-memory", help="Find the smallest host memory (baseline: --max).")
 @click.option("--count", "group", metavar="VM", help="Find the largest count of VM group VM (baseline: --min, default 1).")
-@click.option("--min", "lo", help="The range's low end (a size; a count for --count).")
-@click.option("--max", "hi", help="The range's high end.")
+@click.option("--min", "lo", metavar="SIZE|N", help="The range's low end (a size; a count for --count).")
+@click.option("--max", "hi", metavar="SIZE|N", help="The range's high end.")
 @click.option("--step", type=ByteSize(), default="64MiB", show_default=True, help="Grid step for sizes.")
 @click.option("--seeds", type=IntList(min=0), default="1,2,3", show_default=True, help="Seeds run at every probed value.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a scenario value in every run.")
@@ -43,6 +43,8 @@ def plan_cmd(spec, vm, slowdown, question, group, lo, hi, step, seeds, sets, job
 
     if (question is None) == (group is None):
         raise MemvisorError("ask one question: --reservation, --host-memory or --count VM", USAGE)
+    if step == 0:
+        raise MemvisorError("--step: the grid step must be larger than zero", USAGE)
     try:
         (s,) = api.load(spec, sets)
     except ValueError:

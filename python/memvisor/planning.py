@@ -67,6 +67,8 @@ def _runtime(text: str, origin: str, base: str | None, vm: str) -> tuple[float |
     for v in r.summary["vms"]:
         if v["name"] == vm:
             if v.get("runtime_s") is None:
+                if any(p.get("state") == "killed" for p in v.get("processes", [])):
+                    return None, f"VM '{vm}': a process was killed by the OOM killer"
                 return None, f"VM '{vm}' did not finish within the run"
             return v["runtime_s"], None
     return None, f"no VM '{vm}' in the run"

@@ -18,6 +18,8 @@ import importlib
 import sys
 from pathlib import Path
 
+from memvisor import _core
+
 
 class Policy:
     """Base class of a Python policy: set `name` and `period_s` (seconds between decisions, or
@@ -79,11 +81,11 @@ def resolve(name: str, base: Path | None = None) -> type:
     try:
         mod = importlib.import_module(module)
     except ImportError as e:
-        raise ValueError(f"policy '{name}': cannot import module '{module}': {e}") from None
+        raise _core.ScenarioError(f"host.policy: '{name}': cannot import module '{module}': {e}") from None
     finally:
         if added:
             sys.path.remove(str(base))
     c = getattr(mod, cls, None)
     if not isinstance(c, type):
-        raise ValueError(f"policy '{name}': module '{module}' has no class '{cls}'")
+        raise _core.ScenarioError(f"host.policy: '{name}': module '{module}' has no class '{cls}'")
     return c

@@ -17,10 +17,11 @@ from memvisor.params import IntList
 from memvisor.runfolder import RunFolder
 
 
-def run_ok(tmp_path: Path, text: str, *args: str, out: str = "out") -> subprocess.CompletedProcess:
-    """Writes `text` as a scenario file in `tmp_path` and runs it quietly into `out`; it must succeed."""
+def run_ok(tmp_path: Path, text: str, *args: str, out: str = "out", columns: int | None = None) -> subprocess.CompletedProcess:
+    """Writes `text` as a scenario file in `tmp_path` and runs it quietly into `out` (`columns` wide,
+    if given); it must succeed."""
     (tmp_path / "s.toml").write_text(text)
-    r = memvisor("run", "s.toml", "--out", out, "--quiet", *args, cwd=tmp_path)
+    r = memvisor("run", "s.toml", "--out", out, "--quiet", *args, cwd=tmp_path, columns=columns)
     assert r.returncode == 0, r.stderr
     return r
 
@@ -78,6 +79,19 @@ def test_a_runtime_not_reached_is_explained_under_the_table(tmp_path):
     assert "not finished" not in run_ok(tmp_path, short, "--set", "duration=60s", out="out2").stdout
 
 
+def test_a_workload_the_oom_killer_ended_has_no_runtime(tmp_path):
+    # 256 MiB of stress in a 160 MiB guest with 16 MiB of swap: the OOM killer ends it early. Its
+    # end is no runtime (a short one would read as fast); the note says why.
+    oom = SMALL.replace('name = "small"', 'name = "small"\nduration = "60s"').replace('memory = "128MiB"', 'memory = "160MiB"\nswap = "16MiB"').replace(
+        'workload = { kind = "file-io", size = "64MiB", read = true }', 'workload = { kind = "stress", pages = "256MiB" }'
+    )
+    r = run_ok(tmp_path, oom)
+    assert "runtime_s -: a process was killed by the OOM killer: g" in r.stdout, r.stdout
+    assert "not finished" not in r.stdout
+    (vm,) = json.loads((tmp_path / "out" / "summary.json").read_text())["vms"]
+    assert vm["runtime_s"] is None and vm["counters"]["oom_kill"] == 1
+
+
 def test_compare_shows_each_column_once_and_explains_an_unfinished_runtime(tmp_path, small_scenario):
     # runtime_s is both compare's first column and the scenario's first report column.
     assert memvisor("run", str(small_scenario), "--out", "a", "--quiet", cwd=tmp_path).returncode == 0
@@ -101,8 +115,8 @@ def test_a_run_of_many_vms_shows_twenty_rows_and_says_how_many_more(tmp_path):
 
 
 def test_a_report_too_wide_for_the_terminal_is_turned_round_and_cuts_nothing(tmp_path):
-    # Eleven report columns, two variants of three VMs: a row per VM is far wider than the 160
-    # columns of a non-terminal, which would cut names and numbers short ("v-…", "42,7…").
+    # Eleven report columns, two variants of three VMs: a row per VM is far wider than a terminal
+    # of 160 columns, which would cut names and numbers short ("v-…", "42,7…").
     cols = ["pgpgin_KiB", "pgpgout_KiB", "pswpin_pages", "pswpout_pages", "MemTotal_KiB", "MemFree_KiB",
             "MCTLSZ_MiB", "SWCUR_MiB", "SWR_pages", "host_wait_ms", "GRANT_MiB"]
     text = (
@@ -113,7 +127,7 @@ def test_a_report_too_wide_for_the_terminal_is_turned_round_and_cuts_nothing(tmp
         '[[variant]]\nname = "first-variant"\nset = { "host.memory" = "8GiB" }\n'
         '[[variant]]\nname = "second-variant"\nset = { "host.memory" = "4GiB" }\n'
     )
-    r = run_ok(tmp_path, text)
+    r = run_ok(tmp_path, text, columns=160)
     assert "…" not in r.stdout
     lines = r.stdout.splitlines()
     assert max(len(x) for x in lines) <= 160
@@ -122,6 +136,13 @@ def test_a_report_too_wide_for_the_terminal_is_turned_round_and_cuts_nothing(tmp
         assert any(x.startswith(f"│ {c} ") for x in lines), c
     for v in ["first-variant", "second-variant", "guest-with-a-long-name-1", "guest-with-a-long-name-3"]:
         assert v in r.stdout, v
+    # Not a terminal and no width given: one table as wide as it needs, a row per run and VM.
+    wide = run_ok(tmp_path, text, out="out2").stdout.splitlines()
+    assert max(len(x) for x in wide) > 160 and sum("guest-with-a-long-name" in x for x in wide) == 6
+    # Narrower than one run's table turned round: split over its VMs, still nothing cut.
+    narrow = run_ok(tmp_path, text, out="out3", columns=60).stdout
+    assert "…" not in narrow and max(len(x) for x in narrow.splitlines()) <= 60
+    assert narrow.count("wide: first-variant") >= 2, narrow
 
 
 BAD = {

@@ -75,4 +75,7 @@ def test_plan_command_prints_the_answer_and_its_runs(tmp_path: Path):
     p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "web-2", "--slowdown", "100", "--host-memory",
                         "--min", "1536MiB", "--max", "2048MiB", "--step", "512MiB", "--seeds", "1"], capture_output=True, text=True)
     assert p.returncode == 0 and "answer: host.memory = 1536MiB" in p.stdout, p.stdout + p.stderr
+    p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "batch", "--slowdown", "2", "--host-memory",
+                        "--min", "1GiB", "--max", "2GiB", "--step", "0B"], capture_output=True, text=True)
+    assert p.returncode == 2 and "--step: the grid step must be larger than zero" in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert _core.parse_bytes("1280MiB") == 1280 * MIB

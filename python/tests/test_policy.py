@@ -76,8 +76,21 @@ def test_a_scenario_names_a_python_policy_next_to_it(tmp_path: Path):
 def test_python_policy_errors_are_clear():
     with pytest.raises(memvisor.ScenarioError, match="host.policy.*python:MODULE:CLASS"):
         scenario("python:no colon")
-    with pytest.raises(ValueError, match="cannot import module 'no_such_module'"):
+    # Scenario errors (what the CLI shows as one line), naming the field.
+    with pytest.raises(memvisor.ScenarioError, match="host.policy: .*cannot import module 'no_such_module'"):
         api.simulate(scenario("python:no_such_module:X"))
+    with pytest.raises(memvisor.ScenarioError, match="host.policy: .*module 'json' has no class 'X'"):
+        api.simulate(scenario("python:json:X"))
+
+    class Never(memvisor.Policy):
+        name = "never"
+        period_s = 0
+
+        def decide(self, view):
+            return []
+
+    with pytest.raises(memvisor.ScenarioError, match="host.policy: policy 'never': period_s must be positive"):
+        api.simulate(scenario("static"), policy=Never)
 
     class Broken(memvisor.Policy):
         name = "broken"

@@ -16,19 +16,21 @@ pub struct PyPolicy {
 }
 
 impl PyPolicy {
-    /// Wraps `obj`, which must have `name`, `period_s` (seconds, or None) and `decide(view)`.
+    /// Wraps `obj`, which must have `name`, `period_s` (seconds, or None) and `decide(view)`; a
+    /// policy that lacks one is refused as a scenario error naming what is wrong.
     pub fn new(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
-        let name: String = obj.getattr("name")?.extract()?;
-        let period: Option<f64> = obj.getattr("period_s")?.extract()?;
+        let bad = |m: String| crate::ScenarioError::new_err(format!("host.policy: {m}"));
+        let attr = |a: &str| obj.getattr(a).map_err(|_| bad(format!("a Python policy needs `{a}` (see memvisor.Policy)")));
+        let name: String = attr("name")?.extract().map_err(|_| bad("its `name` must be a string".into()))?;
+        let period: Option<f64> =
+            attr("period_s")?.extract().map_err(|_| bad(format!("policy '{name}': period_s must be positive seconds or None")))?;
         if let Some(p) = period
             && !(p > 0.0 && p.is_finite())
         {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "policy '{name}': period_s must be positive seconds or None, got {p}"
-            )));
+            return Err(bad(format!("policy '{name}': period_s must be positive seconds or None, got {p}")));
         }
-        if !obj.getattr("decide")?.is_callable() {
-            return Err(pyo3::exceptions::PyTypeError::new_err(format!("policy '{name}': decide must be a method")));
+        if !attr("decide")?.is_callable() {
+            return Err(bad(format!("policy '{name}': decide must be a method")));
         }
         Ok(Self { obj: obj.clone().unbind(), name, period_ns: period.map(|p| (p * 1e9).round() as u64), error: None })
     }

@@ -436,10 +436,11 @@ fn phases(g: &Guest) -> BTreeMap<String, f64> {
     out
 }
 
-/// From the first start to the last end of the VM's finite workloads, seconds.
+/// From the first start to the last end of the VM's finite workloads, seconds; none if one has not
+/// ended, or was killed (its work was never done, so its end is no runtime).
 fn runtime(g: &Guest) -> Option<f64> {
     let finite: Vec<_> = g.procs.iter().filter(|p| g.cfg.workloads[p.workload_index].spec.is_finite()).collect();
-    if finite.is_empty() || finite.iter().any(|p| !p.ended()) {
+    if finite.is_empty() || finite.iter().any(|p| !p.ended() || p.state == ProcState::Killed) {
         return None;
     }
     let start = finite.iter().map(|p| p.stats.start_ns).min()?;
