@@ -107,6 +107,13 @@ def plan_points(spec: str, points: Sequence[dict], column: str | None = None, se
             msg = msg.replace(f"--set {k}=", f"--vary {k}=")
         raise _core.ScenarioError(msg) from None
     first = scenarios[0][0]
+    # A VM absent from some runs (a variant without it) shows "-" there; one in none is a mistake.
+    names = list(dict.fromkeys(n for per_value in scenarios for s in per_value for n in s.vm_names))
+    if vm is not None and vm not in names:
+        group = [n for n in names if n.startswith(f"{vm}-") and n[len(vm) + 1:].isdigit()]
+        what = f"a group of {len(group)} VMs, name one of them" if group else "no such VM in any run"
+        more = f" and {len(names) - 12:,} more" if len(names) > 12 else ""
+        raise _core.ScenarioError(f"--vm {vm}: {what} (VMs: {', '.join(names[:12])}{more})")
     if column is None:
         if not first.report_columns:
             raise _core.ScenarioError(f"{first.name} has no report columns; name one with --column")

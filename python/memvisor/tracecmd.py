@@ -51,6 +51,10 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise MemvisorError("valgrind is not installed (Debian: apt-get install valgrind)", USAGE)
+    # Both found before anything runs: a recording can take minutes.
+    _check_output(output, "-o")
+    if shutil.which(program[0]) is None:
+        raise MemvisorError(f"{program[0]}: no such program (not a file, nor on PATH)", USAGE)
     rfd, wfd = os.pipe()
     cmd = [valgrind, "--tool=lackey", "--trace-mem=yes", f"--log-fd={wfd}", "--", *program]
     try:
@@ -70,6 +74,8 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
         raise MemvisorError(f"lackey output: {e}", 1) from None
     code = proc.wait()
     t = rec.finish()
+    if code != 0 and not dict(t.info())["references"]:
+        raise MemvisorError(f"{' '.join(program)} exited with status {code} before making a reference; nothing written", 1)
     write_bytes_atomically(output, bytes(t.to_native()))
     out.print(_info_table(f"{output} ({time.perf_counter() - t0:.1f} s)", dict(t.info())))
     if code != 0:
@@ -88,13 +94,22 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
 def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool, obj_id_col: int, delimiter: str) -> None:
     """Convert a trace (lackey text, libCacheSim oracleGeneral or csv, native) to native or
     oracleGeneral."""
+    _check_output(dest, "DEST")
     try:
         t = read_trace(source, src_fmt, instructions=instructions, obj_id_col=obj_id_col, delimiter=delimiter)
     except (_core.TraceError, ValueError) as e:
         raise MemvisorError(str(e), 1) from None
     data = t.to_native() if dst_fmt == "native" else t.to_oracle_general()
     write_bytes_atomically(dest, bytes(data))
-    out.print(_info_table(str(dest), dict(t.info())))
+    # What was written: oracleGeneral keeps no writes, so its counts are not the source's.
+    written = t if dst_fmt == "native" else read_trace(dest, "oracleGeneral")
+    out.print(_info_table(str(dest), dict(written.info())))
+
+
+def _check_output(path: Path, what: str) -> None:
+    """Refuses an output file whose folder does not exist (before the work, not after it)."""
+    if not path.parent.is_dir():
+        raise MemvisorError(f"{what} {path}: the folder {path.parent} does not exist", USAGE)
 
 
 @trace.command()

@@ -80,6 +80,12 @@ def test_a_bad_key_or_value_gets_one_located_error_before_anything_runs(tmp_path
         assert r.stdout == ""
     r = run_cli("sweep", "s.toml", "--vary", "vm.g.memory=128MiB", "--column", "nope", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.count("error:") == 1 and "'nope' is not a report column" in r.stderr
+    # A VM in none of the runs, or a group's name, is refused before anything runs.
+    r = run_cli("sweep", "s.toml", "--vary", "vm.g.memory=128MiB", "--vm", "nosuch", cwd=tmp_path)
+    assert r.returncode == 2 and "--vm nosuch: no such VM in any run (VMs: g)" in r.stderr, r.stderr
+    write(tmp_path, VARIANTS.replace('name = "g"', 'name = "g"\ncount = 2'))
+    r = run_cli("sweep", "s.toml", "--vary", "vm.g.memory=128MiB", "--vm", "g", cwd=tmp_path)
+    assert r.returncode == 2 and "--vm g: a group of 2 VMs, name one of them (VMs: g-1, g-2)" in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
 
 

@@ -63,6 +63,11 @@ def test_convert_info_and_replay_from_the_command_line(traces, tmp_path):
     assert r.returncode == 0, r.stderr
     back = memvisor.traces.read_trace(tmp_path / "prog.oracleGeneral")
     assert back.n_pages == info["distinct_pages"]
+    # The table gives what was written: oracleGeneral has no writes.
+    row = next(x for x in r.stdout.splitlines() if x.startswith("│"))
+    assert row.split("│")[2].strip() == f"{info['references']:,}" and row.split("│")[3].strip() == "0", r.stdout
+    r = run_cli("trace", "convert", "prog.mvtrace", "no/such/folder/p.oracleGeneral", cwd=tmp_path)
+    assert r.returncode == 2 and "the folder no/such/folder does not exist" in r.stderr, r.stderr
     r = run_cli("trace", "replay", "prog.mvtrace", "--frames", "20", "--json", cwd=tmp_path)
     res = json.loads(r.stdout)
     assert res["references"] == info["references"]
@@ -111,3 +116,8 @@ def test_record_runs_a_program_under_lackey(tmp_path):
     assert info["references"] > 1000 and info["distinct_pages"] > 10
     rows = peer_compare(t, "true", [8, 32, info["distinct_pages"]])
     assert all(r["memvisor_faults"] == r["libcachesim_misses"] for r in rows)
+    # A program that cannot run, or a folder that is not there, is refused before anything runs.
+    r = run_cli("trace", "record", "-o", "x.mvtrace", "--", "no-such-program", cwd=tmp_path)
+    assert r.returncode == 2 and "no-such-program: no such program" in r.stderr and not (tmp_path / "x.mvtrace").exists()
+    r = run_cli("trace", "record", "-o", "nowhere/x.mvtrace", "--", "/bin/true", cwd=tmp_path)
+    assert r.returncode == 2 and "the folder nowhere does not exist" in r.stderr

@@ -190,6 +190,12 @@ impl Scenario {
         self.inner.warnings.clone()
     }
 
+    /// The VMs' names as the runs give them (a group of two is `web-1`, `web-2`).
+    #[getter]
+    fn vm_names(&self) -> Vec<String> {
+        self.inner.vms.iter().map(|v| v.guest.name.clone()).collect()
+    }
+
     /// Columns of the report table.
     #[getter]
     fn report_columns(&self) -> Vec<String> {
