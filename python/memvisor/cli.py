@@ -327,7 +327,7 @@ def validate() -> None:
 
 @validate.command("linux-paging")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-linux-paging"), show_default=True)
-@click.option("--working-set", type=ByteSize(), default="96MiB", show_default=True, help="Pages each pattern touches.")
+@click.option("--working-set", type=ByteSize(), default="96MiB", show_default=True, help="Memory each pattern touches.")
 @click.option("--limits", "limit_list", type=IntList(min=1), default=None, help="Memory limits in MiB, comma-separated [default: 25, 42, 58, 75 and 95 % of the working set].")
 @click.option("--passes", type=click.IntRange(min=1), default=5, show_default=True, help="stress: passes over the pages.")
 @click.option("--touches", type=click.IntRange(min=0), default=200_000, show_default=True, help="random, zipf: references after the first pass.")
@@ -428,9 +428,10 @@ def ksm_cmd(out_dir: Path, mix_list: str | None, scans: int) -> None:
 @click.option("--hog", type=click.IntRange(min=1), default=320, show_default=True, help="Memory memhog touches, MiB.")
 @click.option("--passes", type=click.IntRange(min=1), default=3, show_default=True, help="memhog's passes over it.")
 def balloon_cmd(out_dir: Path, memory: int, size: int, swap: int, hog: int, passes: int) -> None:
-    """Inflate the balloon of a real guest (QEMU) and of its simulated twin, run the same page-
-    touching program in both, and compare major faults, swap traffic and free memory read from the
-    guest itself; also set the live host view beside the guest's own figures."""
+    """Inflate the balloon of a real guest (QEMU) and of its simulated twin, run the same
+    page-touching program in both, and compare major faults, swap traffic and free memory read from
+    the guest itself; the live backend's view of the real guest is shown beside the guest's own
+    figures."""
     from memvisor import validate_balloon as vb
     from memvisor.live import launch
 

@@ -86,9 +86,9 @@ def _vm_options(vm: tuple[str, ...], floor: tuple[str, ...], config: Path | None
     return raw, specs
 
 
-_vm_opt = click.option("--vm", multiple=True, metavar="NAME=QMP_SOCKET", help="A VM to manage, by its QMP socket (repeatable; the allow-list).")
+_vm_opt = click.option("--vm", multiple=True, metavar="NAME=QMP_SOCKET", help="A VM, by its QMP socket (repeatable; the allow-list: no other VM is touched).")
 _floor_opt = click.option("--floor", multiple=True, metavar="NAME=SIZE", help="Never shrink VM NAME below SIZE, whatever the policy says.")
-_config_opt = click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="A TOML file: policy, period, ksm, timeout, [[vm]] name/qmp/floor/shares.")
+_config_opt = click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="A TOML file: policy, period, ksm, timeout, host_memory, [[vm]] name/qmp/floor/shares.")
 
 
 @click.command("manage")
