@@ -136,6 +136,24 @@ fn overrides_are_located() {
     }
     let e = scenario::load(&base(""), "ok.toml", &["vm.g.workload.1.passes=3".into()]).unwrap_err().to_string();
     assert!(e.contains("no 'workload' entry named '1' (have: stress)"), "{e}");
+    // A kind the VM does not run, followed by its field, names the entries, not serde's field list.
+    let e = scenario::load(&base(""), "ok.toml", &["vm.g.workload.random.touches=3".into()]).unwrap_err().to_string();
+    assert!(e.contains("no 'workload' entry named 'random' (have: stress)"), "{e}");
+}
+
+#[test]
+fn a_scenario_without_datastores_is_told_to_add_one() {
+    let text = "name = \"t\"\n[host]\nmemory = \"4GiB\"\n[[vm]]\nname = \"g\"\nmemory = \"1GiB\"\ndatastore = \"d\"\nworkload = { kind = \"stress\", passes = 1 }\n";
+    let e = load_err(text);
+    assert!(e.contains("no datastore named 'd' (the scenario has no [[datastore]]: add one"), "{e}");
+}
+
+#[test]
+fn a_web_server_in_a_linux_guest_is_blamed_on_the_workload_not_on_os() {
+    let text = one_guest("4GiB", "name = \"g\"\nmemory = \"1GiB\"\nworkload = { kind = \"web-server\" }\n", "");
+    let e = load_err(&text);
+    assert!(e.contains("vm.g.workload: web-server is the Ilwaco guest's web server") && e.contains("not in a linux guest"), "{e}");
+    assert!(!e.contains("vm.g.os"), "{e}");
 }
 
 #[test]

@@ -234,8 +234,12 @@ impl<'a, 's> Overrides<'a, 's> {
                         })
                     });
                     // A VM's only workload may also be addressed without naming it
-                    // (`vm.g.workload.size`), as before a single table became an array.
-                    let only = seg == "workload" && items.len() == 1 && sel.parse::<usize>().is_err();
+                    // (`vm.g.workload.size`), as before a single table became an array; a name
+                    // followed by more of the path (`workload.stress.instances`) is a selector, and
+                    // one that names no entry is a mistake, not a field.
+                    let field = i + 1 == segs.len()
+                        || matches!(items.first().map(|it| it.get_ref()), Some(DeValue::Table(t)) if t.get(sel).is_some());
+                    let only = seg == "workload" && items.len() == 1 && sel.parse::<usize>().is_err() && field;
                     let pos = match pos {
                         Some(pos) => pos,
                         None if only => {

@@ -654,14 +654,29 @@ fn resolve_vm(
         .choice(&v.os, &f("os"), if profile == HostProfile::Denali { "ilwaco" } else { "linux" }, &["linux", "windows", "ilwaco"])?
         .to_string();
     let web = v.workload.iter().flatten().find(|w| w.get_ref().kind.get_ref() == "web-server");
-    if (os == "ilwaco") != (profile == HostProfile::Denali) || (web.is_some() && os != "ilwaco") {
-        let span = v.os.as_ref().map_or(web.map_or(v.name.span(), |w| w.span()), |o| o.span());
+    if let Some(w) = web.filter(|_| os != "ilwaco") {
+        // Said of the workload the user wrote, not of an `os` they may never have set.
+        return c.err(
+            w.span(),
+            &f("workload"),
+            format!(
+                "web-server is the Ilwaco guest's web server (Denali): it runs on a host with profile = \"denali\", not in a {os} guest"
+            ),
+        );
+    }
+    if (os == "ilwaco") != (profile == HostProfile::Denali) {
+        let span = v.os.as_ref().map_or(v.name.span(), |o| o.span());
         return c.err(span, &f("os"), "Ilwaco guests run on the denali host, and the denali host runs only Ilwaco guests");
     }
     let find = |name: &Spanned<String>, field: &str| {
         datastores.iter().position(|d| &d.name == name.get_ref()).ok_or_else(|| {
             let names: Vec<&str> = datastores.iter().map(|d| d.name.as_str()).collect();
-            c.src.error(Some(name.span()), &f(field), format!("no datastore named '{}' (have: {})", name.get_ref(), names.join(", ")))
+            let have = if names.is_empty() {
+                "the scenario has no [[datastore]]: add one, e.g. [[datastore]] name = \"d\" device = \"ssd\"".to_string()
+            } else {
+                format!("have: {}", names.join(", "))
+            };
+            c.src.error(Some(name.span()), &f(field), format!("no datastore named '{}' ({have})", name.get_ref()))
         })
     };
     let datastore = find(&v.datastore, "datastore")?;
