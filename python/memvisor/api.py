@@ -74,6 +74,9 @@ def read_scenario_text(spec: str | dict) -> tuple[str, str]:
 
 def load(spec: str | dict, sets: Sequence[str] = ()) -> list:
     """Loads a case, a scenario file or a scenario dict; one resolved scenario per variant."""
+    if isinstance(sets, (str, bytes)):
+        # A lone string would be taken a character at a time.
+        raise TypeError(f"sets must be a list of 'key=value' strings, not one string: sets=[{sets!r}]")
     text, origin = read_scenario_text(spec)
     return _core.load(text, origin, list(sets))
 

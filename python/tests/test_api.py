@@ -19,6 +19,9 @@ def test_run_returns_dataframes(small_scenario):
 def test_sets_override_the_scenario(small_scenario):
     (s,) = memvisor.load(str(small_scenario), sets=["vm.g.memory=256MiB"])
     assert 'memory = "256MiB"' in s.to_toml()
+    # One string where a list belongs is refused, not read a character at a time.
+    with pytest.raises(TypeError, match=r"sets must be a list of 'key=value' strings, not one string: sets=\['vm.g.memory=256MiB'\]"):
+        memvisor.run(str(small_scenario), sets="vm.g.memory=256MiB")
 
 
 def test_invariants_hold_when_checked_from_python(small_scenario):

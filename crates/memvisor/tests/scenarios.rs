@@ -149,6 +149,12 @@ fn a_scenario_without_datastores_is_told_to_add_one() {
 }
 
 #[test]
+fn a_count_of_zero_that_leaves_no_vm_is_blamed_on_the_count() {
+    let e = scenario::load(&base(""), "ok.toml", &["vm.g.count=0".into()]).unwrap_err().to_string();
+    assert!(e.starts_with("--set vm.g.count=0: vm.g.count: every [[vm]] has count = 0"), "{e}");
+}
+
+#[test]
 fn a_web_server_in_a_linux_guest_is_blamed_on_the_workload_not_on_os() {
     let text = one_guest("4GiB", "name = \"g\"\nmemory = \"1GiB\"\nworkload = { kind = \"web-server\" }\n", "");
     let e = load_err(&text);

@@ -448,6 +448,14 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         }
     }
     if vms.is_empty() {
+        // Said where the VMs were taken away: the count (in the file or a --set) of the last group.
+        if let Some(count) = raw.vm.last().and_then(|v| v.get_ref().count.as_ref()) {
+            return c.err(
+                count.span(),
+                &format!("vm.{}.count", raw.vm.last().expect("one").get_ref().name.get_ref()),
+                "every [[vm]] has count = 0: the scenario has no VMs left to run",
+            );
+        }
         return c.err(raw.name.span(), "vm", "the scenario has no [[vm]]");
     }
     if host.policy.name == "xen-selfballoon" {
