@@ -38,7 +38,8 @@ class RunResult:
     def report_rows(self) -> list[dict]:
         """The report rows, one per VM: `vm` and the scenario's report columns. The one place they
         are built, for the DataFrame, the run folder's summary and the printed table alike."""
-        return [{"vm": vm["name"], **vm["report"]} for vm in self.summary["vms"]]
+        cols = self.summary["report_columns"]
+        return [{"vm": vm["name"], **{c: vm["report"].get(c) for c in cols}} for vm in self.summary["vms"]]
 
     def report(self) -> pd.DataFrame:
         """The report table: one row per VM with the scenario's report columns."""

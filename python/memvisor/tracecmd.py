@@ -33,7 +33,7 @@ def _info_table(title: str, info: dict) -> Table:
         f"{info['reads']:,}",
         f"{info['writes']:,}",
         f"{info['distinct_pages']:,}",
-        f"{info['footprint_bytes'] / 1048576:,.1f} MiB",
+        _core.human_bytes(info["footprint_bytes"]),
     )
     return t
 
@@ -164,7 +164,7 @@ def replay(source: Path, frames: int, mode: str, loops: int, compute_ns: int, as
     if as_json:
         click.echo(json.dumps(res))
         return
-    tab = Table("references", "faults", "major faults", "simulated s", "wall s", title=f"{source} — {frames} frames, {mode}")
+    tab = Table("references", "faults", "major faults", "simulated s", "wall s", title=f"{source} — {frames} frame{'s' if frames != 1 else ''}, {mode}")
     tab.add_row(f"{res['references']:,}", f"{res['faults']:,}", f"{res['major_faults']:,}", f"{res['sim_time_s']:.3f}", f"{res['wall_s']:.3f}")
     out.print(tab)
 

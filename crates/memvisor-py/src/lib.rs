@@ -134,6 +134,12 @@ fn parse_bytes(s: &str) -> PyResult<u64> {
     memvisor::units::parse_bytes(s).map_err(PyValueError::new_err)
 }
 
+/// A size for people, as the engine prints them ("355.2 MiB", "8 KiB").
+#[pyfunction]
+fn human_bytes(b: u64) -> String {
+    memvisor::units::human_bytes(b)
+}
+
 /// Guest pages that leave `frames` frames to a process (exact-lru: exactly; linux: plus the high
 /// watermark's free memory).
 #[pyfunction]
@@ -415,6 +421,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(replay_scenario, m)?)?;
     m.add_function(wrap_pyfunction!(guest_pages_for, m)?)?;
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(human_bytes, m)?)?;
     m.add("TraceError", m.py().get_type::<TraceError>())?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
     m.add_function(wrap_pyfunction!(cases, m)?)?;
