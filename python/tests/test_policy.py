@@ -73,6 +73,21 @@ def test_a_scenario_names_a_python_policy_next_to_it(tmp_path: Path):
     assert "clamped to 162 MiB to keep busy's floor of 350 MiB" in log
 
 
+def test_a_balloon_beyond_the_drivers_cap_is_logged_as_capped():
+    class All(memvisor.Policy):
+        name = "all"
+        period_s = None
+
+        def decide(self, view):
+            return [memvisor.policy.balloon_target(v["id"], 1 << 40, "take everything") for v in view["vms"]]
+
+    # ESX caps a balloon at 65 % of the guest (Mem.CtlMaxPercent); 'idle' has no floor left to keep.
+    (s,) = _core.load(SCENARIO.format(policy="static").replace('profile = "kvm"', 'profile = "esx"').replace('reservation = "128MiB"', 'reservation = "0B"'), "cap.toml")
+    r = api.simulate(s, policy=All)
+    (idle,) = r.decisions[r.decisions["vm"] == "idle"]["outcome"]
+    assert idle == "applied, capped at 332.8 MiB, the balloon's maximum (MCTLMAX), clamped to 512 MiB, all of idle's memory", idle
+
+
 def test_python_policy_errors_are_clear():
     with pytest.raises(memvisor.ScenarioError, match="host.policy.*python:MODULE:CLASS"):
         scenario("python:no colon")

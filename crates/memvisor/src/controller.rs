@@ -58,7 +58,11 @@ fn guard(view: &HostView, d: &Decision) -> Result<(Decision, Option<String>), St
         Action::SetSwapTarget { .. } => Action::SetSwapTarget { bytes: ok },
         _ => Action::SetGrantLimit { bytes: ok },
     };
-    let note = format!("clamped to {} to keep {}'s floor of {}", human_bytes(ok), vm.name, human_bytes(floor));
+    let note = if floor == 0 {
+        format!("clamped to {}, all of {}'s memory", human_bytes(ok), vm.name)
+    } else {
+        format!("clamped to {} to keep {}'s floor of {}", human_bytes(ok), vm.name, human_bytes(floor))
+    };
     Ok((Decision { action, ..d.clone() }, Some(note)))
 }
 
@@ -143,6 +147,12 @@ mod tests {
         assert_eq!(d.action, Action::SetGrantLimit { bytes: 256 << 20 });
         let (d, note) = guard(&v, &decision(3, Action::SetBalloonTarget { bytes: 512 << 20 })).unwrap();
         assert_eq!((d.action, note), (Action::SetBalloonTarget { bytes: 512 << 20 }, None));
+        // No floor: a balloon beyond the VM is cut to its memory, and said so (not "a floor of 0 B").
+        let mut free = view();
+        free.vms[0].reservation = 0;
+        let (d, note) = guard(&free, &decision(3, Action::SetBalloonTarget { bytes: 1 << 40 })).unwrap();
+        assert_eq!(d.action, Action::SetBalloonTarget { bytes: 1 << 30 });
+        assert_eq!(note.unwrap(), "clamped to 1 GiB, all of a's memory");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::guest::{Counter, Env, Guest, Horizon};
 use crate::host::{GuestMemory, Host};
 use crate::policy::{Action, Decision, HostView, SharingView, VmId, VmView};
 use crate::rng::{self, Rng};
-use crate::units::{PAGE_SIZE, pages};
+use crate::units::{PAGE_SIZE, human_bytes, pages};
 
 /// The outcome of every decision the simulated host takes: targets are always accepted, and the
 /// mechanisms work toward them.
@@ -283,10 +283,14 @@ impl Backend for SimulatedHost {
         match d.action {
             Action::SetGrantLimit { bytes } => self.host.set_grant_limit(i as u32, pages(bytes)),
             Action::SetBalloonTarget { bytes } => {
-                self.host.set_balloon_target(i as u32, pages(bytes));
+                let set = self.host.set_balloon_target(i as u32, pages(bytes));
                 let now = self.now;
                 let (g, mut env) = self.split(i);
                 g.balloon_notify(now, &mut env);
+                if set < pages(bytes) {
+                    // The controller kept the reservation; what is left is the driver's cap.
+                    return Ok(format!("{APPLIED}, capped at {}, the balloon's maximum (MCTLMAX)", human_bytes(set * PAGE_SIZE)));
+                }
             }
             Action::SetSwapTarget { bytes } => {
                 self.host.set_swap_target(i as u32, pages(bytes));

@@ -405,10 +405,11 @@ impl Host {
     }
 
     /// Sets the balloon size a VM's driver works toward, capped at the VM's balloon maximum and at
-    /// what leaves it its reservation.
-    pub fn set_balloon_target(&mut self, vm: u32, pages: u64) {
+    /// what leaves it its reservation; returns the target set.
+    pub fn set_balloon_target(&mut self, vm: u32, pages: u64) -> u64 {
         let v = &mut self.vms[vm as usize];
         v.balloon_target = pages.min(v.balloon_max).min((v.p2m.len() as u64).saturating_sub(v.reservation_pages()));
+        v.balloon_target
     }
 
     /// Sets how many of a VM's pages the host keeps compressed or swapped.
