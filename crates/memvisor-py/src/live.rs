@@ -49,9 +49,12 @@ impl Controller {
     /// A controller for `policy` (one of `policy_names()`); `esx_states` and `idle_tax` (0..1)
     /// are the `esx` policy's settings, as in a scenario's `[host]`.
     #[new]
-    #[pyo3(signature = (policy, esx_states = "esx3", idle_tax = 0.75))]
-    fn new(policy: &str, esx_states: &str, idle_tax: f64) -> PyResult<Self> {
-        let spec = memvisor::policy::PolicySpec::named(policy, esx_states, idle_tax).map_err(PyValueError::new_err)?;
+    #[pyo3(signature = (policy, esx_states = None, idle_tax = None))]
+    fn new(policy: &str, esx_states: Option<&str>, idle_tax: Option<f64>) -> PyResult<Self> {
+        use memvisor::policy::PolicySpec;
+        let esx_states = esx_states.unwrap_or(PolicySpec::DEFAULT_ESX_STATES);
+        let idle_tax = idle_tax.unwrap_or(PolicySpec::DEFAULT_IDLE_TAX_PERCENT as f64 / 100.0);
+        let spec = PolicySpec::named(policy, esx_states, idle_tax).map_err(PyValueError::new_err)?;
         let p = memvisor::policy::build(&spec).expect("a checked spec builds");
         Ok(Self { inner: memvisor::controller::Controller::new(p) })
     }

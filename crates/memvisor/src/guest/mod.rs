@@ -374,7 +374,7 @@ impl Env<'_> {
     /// The host's side of guest `vm` touching (`write`: storing to) its page `ppn` at `now`.
     #[inline]
     pub fn host_access(&mut self, vm: u32, ppn: u32, write: bool, now: u64) -> crate::host::Access {
-        self.host.access(vm, ppn, write, now, self.datastores, self.events)
+        self.host.access(vm, ppn, write, now, self.datastores)
     }
 }
 

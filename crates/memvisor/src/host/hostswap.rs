@@ -111,7 +111,7 @@ impl Host {
     /// Direct host reclaim: swaps page `victim` of `vm` out now. The victim's frame is handed to the
     /// caller (so `granted` drops by one here); returns when the write completes, or `None` if the
     /// swap file is full.
-    pub(super) fn swap_out_now(&mut self, vm: u32, victim: u32, now: u64, ds: &mut [Datastore], _events: &mut EventQueue) -> Option<u64> {
+    pub(super) fn swap_out_now(&mut self, vm: u32, victim: u32, now: u64, ds: &mut [Datastore]) -> Option<u64> {
         // Host swap never swaps large pages: it breaks them first.
         self.break_large_pages(vm);
         let v = &mut self.vms[vm as usize];

@@ -35,7 +35,6 @@ pub use zip::{ZIP_SLOT_BYTES, ZipCache};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use crate::clock::EventQueue;
 use crate::devices::Datastore;
 use crate::units::{PAGE_SIZE, human_bytes};
 
@@ -517,16 +516,16 @@ impl Host {
     /// sampled page. Running out of frames with host swap off ends the run through `fatal`, never
     /// a panic.
     #[inline]
-    pub fn access(&mut self, vm: u32, ppn: u32, write: bool, now: u64, ds: &mut [Datastore], events: &mut EventQueue) -> Access {
+    pub fn access(&mut self, vm: u32, ppn: u32, write: bool, now: u64, ds: &mut [Datastore]) -> Access {
         let e = self.vms[vm as usize].p2m.get(ppn);
         if e.is_backed() && e.flags() == 0 {
             return Access::Ready;
         }
-        self.access_slow(vm, ppn, e, write, now, ds, events)
+        self.access_slow(vm, ppn, e, write, now, ds)
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn access_slow(&mut self, vm: u32, ppn: u32, e: Entry, write: bool, now: u64, ds: &mut [Datastore], events: &mut EventQueue) -> Access {
+    fn access_slow(&mut self, vm: u32, ppn: u32, e: Entry, write: bool, now: u64, ds: &mut [Datastore]) -> Access {
         let v = &mut self.vms[vm as usize];
         match e.state() {
             PageState::Backed => {
@@ -553,13 +552,13 @@ impl Host {
                     None => Access::Ready,
                 }
             }
-            PageState::Unbacked => match self.take_frame(vm, ppn, now, ds, events) {
+            PageState::Unbacked => match self.take_frame(vm, ppn, now, ds) {
                 Some(t) if t <= now => Access::NewFrame,
                 Some(t) => Access::Wait(t),
                 None => Access::Refused,
             },
             PageState::Compressed(slot) => {
-                let Some(t) = self.take_frame(vm, ppn, now, ds, events) else { return Access::Refused };
+                let Some(t) = self.take_frame(vm, ppn, now, ds) else { return Access::Refused };
                 let v = &mut self.vms[vm as usize];
                 let frames = v.zip.frames();
                 v.zip.remove(slot);
@@ -571,7 +570,7 @@ impl Host {
                 Access::Wait(done)
             }
             PageState::Swapped(slot) => {
-                let Some(t) = self.take_frame(vm, ppn, now, ds, events) else { return Access::Refused };
+                let Some(t) = self.take_frame(vm, ppn, now, ds) else { return Access::Refused };
                 let v = &mut self.vms[vm as usize];
                 let done = v.swapfile.read(slot, t.max(now), ds);
                 v.swapfile.free(slot);
@@ -589,7 +588,7 @@ impl Host {
             PageState::Shared(_) if !write => Access::Shared,
             PageState::Shared(f) => {
                 // Copy-on-write: the writer gets a private frame holding the shared contents.
-                let Some(t) = self.take_frame(vm, ppn, now, ds, events) else { return Access::Refused };
+                let Some(t) = self.take_frame(vm, ppn, now, ds) else { return Access::Refused };
                 Access::Wait(t.max(now) + self.cow_break(vm, ppn, f))
             }
         }
@@ -601,7 +600,7 @@ impl Host {
     /// reclaim, straight to swap: no compression on this path): at its grant limit a VM reclaims
     /// from itself, as a memory cgroup does; when the host is out of frames the page comes from a
     /// VM above its reservation, so no VM is reclaimed below it. `None` if nothing can be freed.
-    fn take_frame(&mut self, vm: u32, ppn: u32, now: u64, ds: &mut [Datastore], events: &mut EventQueue) -> Option<u64> {
+    fn take_frame(&mut self, vm: u32, ppn: u32, now: u64, ds: &mut [Datastore]) -> Option<u64> {
         if self.vms[vm as usize].granted < self.vms[vm as usize].grant_limit {
             // Ephemeral tmem pages are the first memory the host takes back.
             self.tmem_relinquish();
@@ -656,7 +655,7 @@ impl Host {
             return None;
         };
         // The victim's frame passes to the new page once the victim's contents are on disk.
-        let Some(done) = self.swap_out_now(from, victim, now, ds, events) else {
+        let Some(done) = self.swap_out_now(from, victim, now, ds) else {
             let name = &self.vms[from as usize].name;
             self.fatal.get_or_insert_with(|| format!("{why}, and VM '{name}' has no free slot in its host swap file"));
             return None;

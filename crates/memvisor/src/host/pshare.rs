@@ -640,7 +640,6 @@ impl KsmPages for HostPages<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clock::EventQueue;
     use crate::host::{Access, Content, VmResources};
 
     /// A guest whose pages hold the given identities.
@@ -686,7 +685,7 @@ mod tests {
         let PageState::Shared(f) = h.vms()[0].p2m().get(0).state() else { panic!("not shared") };
         assert_eq!(h.sharing().unwrap().refs(f), 3);
         // VM 1 writes its page: it gets a private frame after the break's cost; the others still share.
-        let r = h.access(1, 0, true, 1_000, &mut [], &mut EventQueue::new());
+        let r = h.access(1, 0, true, 1_000, &mut []);
         assert_eq!(r, Access::Wait(1_000 + PshareSettings::default().cow_break_ns));
         assert_eq!(h.vms()[1].p2m().get(0).state(), PageState::Backed);
         assert_eq!(h.vms()[0].p2m().get(0).state(), PageState::Shared(f));
@@ -694,11 +693,11 @@ mod tests {
         assert_eq!(h.sharing().unwrap().refs(f), 2);
         assert_eq!(h.free_frames(), 64 - 11);
         // A read of a shared page needs no copy, but its writes must still come to the host.
-        assert_eq!(h.access(0, 0, false, 2_000, &mut [], &mut EventQueue::new()), Access::Shared);
+        assert_eq!(h.access(0, 0, false, 2_000, &mut []), Access::Shared);
         h.check().unwrap();
         // The last two sharers write: the frame goes with the last of them.
-        h.access(0, 0, true, 3_000, &mut [], &mut EventQueue::new());
-        h.access(2, 0, true, 3_000, &mut [], &mut EventQueue::new());
+        h.access(0, 0, true, 3_000, &mut []);
+        h.access(2, 0, true, 3_000, &mut []);
         assert_eq!(h.sharing().unwrap().frames_in_use(), 0);
         assert_eq!(h.free_frames(), 64 - 12);
         h.check().unwrap();

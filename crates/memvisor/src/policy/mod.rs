@@ -241,6 +241,11 @@ pub struct PolicySpec {
 }
 
 impl PolicySpec {
+    /// The `esx` policy's state table unless told otherwise: ESX 3.x/4.0's (DESIGN.md section 4).
+    pub const DEFAULT_ESX_STATES: &'static str = "esx3";
+    /// The idle memory tax unless told otherwise, percent: ESX's `Mem.IdleTax` default, 75.
+    pub const DEFAULT_IDLE_TAX_PERCENT: u64 = 75;
+
     /// A policy's settings by name, checked: the name one of [`POLICY_NAMES`], the ESX state
     /// table one of [`ESX_STATE_TABLES`], the idle tax in 0..1.
     pub fn named(name: &str, esx_states: &str, idle_tax: f64) -> Result<Self, String> {

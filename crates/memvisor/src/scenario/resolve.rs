@@ -341,10 +341,10 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
             },
             esx_states: {
                 let names: Vec<&str> = ESX_STATE_TABLES.iter().map(|t| t.name).collect();
-                let n = c.choice(&h.esx_states, "host.esx_states", "esx3", &names)?;
+                let n = c.choice(&h.esx_states, "host.esx_states", PolicySpec::DEFAULT_ESX_STATES, &names)?;
                 ESX_STATE_TABLES.iter().find(|t| t.name == n).expect("checked").name
             },
-            idle_tax: c.int(&h.idle_tax, "host.idle_tax", 75, 0, 99)? as f64 / 100.0,
+            idle_tax: c.int(&h.idle_tax, "host.idle_tax", PolicySpec::DEFAULT_IDLE_TAX_PERCENT, 0, 99)? as f64 / 100.0,
         },
         sample_interval_ns: c.opt_ns(&h.sample_interval, "host.sample_interval", DEFAULT_SAMPLE_NS)?,
         lookahead_ns: c.opt_ns(&h.lookahead, "host.lookahead", DEFAULT_LOOKAHEAD_NS)?,
