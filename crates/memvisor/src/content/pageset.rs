@@ -81,12 +81,13 @@ impl PageSet {
         let u32_at = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize;
         let n = u32_at(take(4)?);
         let ncomp = u32_at(take(4)?);
-        let mut keys = Vec::with_capacity(ncomp);
+        // A count read from the file reserves nothing: the keys grow as their bytes are read.
+        let mut keys = Vec::new();
         for _ in 0..ncomp {
             let len = take(1)?[0] as usize;
             keys.push(String::from_utf8_lossy(take(len)?).into_owned());
         }
-        let mut by_key = Vec::with_capacity(ncomp);
+        let mut by_key = Vec::with_capacity(keys.len());
         for _ in 0..ncomp {
             by_key.push(take(2 * n)?.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect::<Vec<u16>>());
         }
@@ -168,5 +169,10 @@ mod tests {
             assert!(e.starts_with("t.mvpages: ") && e.contains(what), "{e}");
         }
         assert!(PageSet::parse(b"not zstd", "t.mvpages").unwrap_err().contains("not a zstd-compressed page set"));
+        // Counts of four billion reserve nothing: the short file is refused as truncated.
+        let mut huge = b"MVPAGES1".to_vec();
+        huge.extend(u32::MAX.to_le_bytes());
+        huge.extend(u32::MAX.to_le_bytes());
+        assert!(PageSet::parse(&file(&huge), "t.mvpages").unwrap_err().contains("truncated"));
     }
 }

@@ -53,13 +53,21 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace, TraceError> {
     let Some(expect) = expect.filter(|&e| e < (1 << 40)) else {
         return Err(TraceError::at_byte(8, "header counts are impossibly large"));
     };
-    let body = zstd::stream::decode_all(&bytes[HEADER..]).map_err(|e| {
-        TraceError::at_byte(HEADER as u64, format!("compressed body (bytes {HEADER}..{}) is corrupt or truncated: {e}", bytes.len()))
-    })?;
+    // Decoded no further than one byte past what the header promises, so a corrupt or hostile
+    // body cannot fill memory before the mismatch is seen.
+    let mut body = Vec::new();
+    zstd::stream::read::Decoder::new(&bytes[HEADER..])
+        .and_then(|d| std::io::Read::read_to_end(&mut std::io::Read::take(d, expect + 1), &mut body))
+        .map_err(|e| {
+            TraceError::at_byte(HEADER as u64, format!("compressed body (bytes {HEADER}..{}) is corrupt or truncated: {e}", bytes.len()))
+        })?;
     if body.len() as u64 != expect {
         return Err(TraceError::at_byte(
             HEADER as u64,
-            format!("body holds {} bytes but the header promises {expect} ({n_pages} pages, {n_refs} references)", body.len()),
+            format!(
+                "body holds {} bytes but the header promises {expect} ({n_pages} pages, {n_refs} references)",
+                if body.len() as u64 > expect { "more".to_string() } else { body.len().to_string() }
+            ),
         ));
     }
     let (pb, rb) = body.split_at(n_pages as usize * 8);
@@ -104,5 +112,10 @@ mod tests {
         bad[mid] ^= 0xff;
         assert!(read_native(&bad).is_err());
         assert!(read_native(b"NOTATRACEFILE-----------").unwrap_err().message.contains("MVTRACE1"));
+        // A header promising less than the body holds: refused after decoding one byte past it.
+        let mut short = bytes.clone();
+        short[8..16].copy_from_slice(&1u64.to_le_bytes());
+        let e = read_native(&short).unwrap_err();
+        assert!(e.message.contains("body holds more bytes but the header promises"), "{e}");
     }
 }
