@@ -4,7 +4,10 @@
 //! named: a private frame is identified by the one page it backs.
 //!
 //! Mechanisms work toward targets a policy sets (balloon size, pages kept swapped or compressed)
-//! at their own rates; none decides how much to take or from whom.
+//! at their own rates; none decides how much to take or from whom, with one exception that cannot
+//! wait for a policy: when a guest touches a page and no frame is free, direct host reclaim takes
+//! one at once, from the VM whose targets are furthest from met (the policy's choice, served
+//! early), else from the VM most above its reservation (`take_frame`).
 
 mod admission;
 mod balloon_backend;
