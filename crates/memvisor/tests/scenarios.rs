@@ -155,6 +155,28 @@ fn a_count_of_zero_that_leaves_no_vm_is_blamed_on_the_count() {
 }
 
 #[test]
+fn what_the_run_will_not_reach_is_said_as_a_warning() {
+    let text = one_guest(
+        "4GiB",
+        "name = \"g\"\nmemory = \"1GiB\"\nworkload = { kind = \"stress\", passes = 1, start = \"200s\" }\n",
+        "duration = \"120s\"\n[report]\nwindow = [\"0s\", \"500s\"]",
+    );
+    let s = scenario::load(&text, "ok.toml", &[]).unwrap().remove(0);
+    assert!(
+        s.warnings.iter().any(|w| w.contains("starts workload 'stress' at 200 s, not before the run ends at 120 s")),
+        "{:?}",
+        s.warnings
+    );
+    assert!(
+        s.warnings.iter().any(|w| w == "report.window ends at 500 s, after the run ends at 120 s: its rates are over 0 s to 120 s"),
+        "{:?}",
+        s.warnings
+    );
+    let s = scenario::load(&text, "ok.toml", &["report.window=[\"130s\", \"140s\"]".into()]).unwrap().remove(0);
+    assert!(s.warnings.iter().any(|w| w.contains("report.window starts at 130 s, not before the run ends at 120 s")), "{:?}", s.warnings);
+}
+
+#[test]
 fn a_web_server_in_a_linux_guest_is_blamed_on_the_workload_not_on_os() {
     let text = one_guest("4GiB", "name = \"g\"\nmemory = \"1GiB\"\nworkload = { kind = \"web-server\" }\n", "");
     let e = load_err(&text);

@@ -486,7 +486,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
 
     // A workload that starts at or after the end never runs: said, not refused, since a sweep over
     // the duration may cut some points short on purpose.
-    let warnings: Vec<String> = duration_ns
+    let mut warnings: Vec<String> = duration_ns
         .map(|d| {
             vms.iter()
                 .flat_map(|v| v.guest.workloads.iter().map(move |w| (v, w)))
@@ -505,6 +505,20 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         .unwrap_or_default();
 
     let report = resolve_report(&c, &raw, host.profile == HostProfile::Denali)?;
+    // Likewise a report window that outlasts the run: its rates are over what the run had.
+    if let (Some(d), (start, Some(end))) = (duration_ns, report.window_ns)
+        && end > d
+    {
+        let (end_s, d_s) = (end as f64 / 1e9, d as f64 / 1e9);
+        warnings.push(if start < d {
+            format!(
+                "report.window ends at {end_s} s, after the run ends at {d_s} s: its rates are over {} s to {d_s} s",
+                start as f64 / 1e9
+            )
+        } else {
+            format!("report.window starts at {} s, not before the run ends at {d_s} s: it holds nothing to measure", start as f64 / 1e9)
+        });
+    }
     Ok(Scenario {
         name,
         variant: None,
