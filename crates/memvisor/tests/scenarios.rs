@@ -182,6 +182,9 @@ fn a_web_server_in_a_linux_guest_is_blamed_on_the_workload_not_on_os() {
     let e = load_err(&text);
     assert!(e.contains("vm.g.workload: web-server is the Ilwaco guest's web server") && e.contains("not in a linux guest"), "{e}");
     assert!(!e.contains("vm.g.os"), "{e}");
+    // An Ilwaco guest asked for off the denali host is blamed on its os.
+    let e = load_err(&base("os = \"ilwaco\""));
+    assert!(e.contains("vm.g.os: Ilwaco guests run on the denali host"), "{e}");
 }
 
 #[test]
