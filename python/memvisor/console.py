@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
@@ -17,17 +16,10 @@ from rich.text import Text
 # error messages quoting the scenario such as "no [[vm]]"), and rich would eat its brackets and
 # colons. Styles are given as `Text` where wanted.
 err = Console(stderr=True, soft_wrap=True, markup=False, emoji=False)
-
-def _width() -> int | None:
-    """The terminal's width; when the output is not a terminal (CI logs, pipes, files), `COLUMNS`
-    if set, else wide enough that no report table is cut (a file has no width)."""
-    if sys.stdout.isatty():
-        return None
-    columns = os.environ.get("COLUMNS", "")
-    return int(columns) if columns.isdigit() and int(columns) > 0 else 1000
-
-
-out = Console(width=_width(), markup=False, emoji=False)
+# Output that is not a terminal (CI logs, pipes, files) has no width: wide enough that no report
+# table is cut. `COLUMNS` is not consulted there: GNU readline exports the size of the terminal a
+# Python process started in to every child, so a stale 80 would narrow a log.
+out = Console(width=None if sys.stdout.isatty() else 1000, markup=False, emoji=False)
 
 #: Exit status of usage and scenario errors (as click's own usage errors).
 USAGE = 2

@@ -1,4 +1,3 @@
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -28,16 +27,10 @@ def small_scenario(tmp_path: Path) -> Path:
     return p
 
 
-def memvisor(*args: str, cwd: Path, columns: int | None = None) -> subprocess.CompletedProcess:
-    """Runs the installed `memvisor` command, its output as wide as its tables (not a terminal, and
-    no `COLUMNS`: GNU readline, once a test process loads it, exports the terminal's size to every
-    child, which would make the output's width depend on how the tests were started); `columns`
-    sets a width, as a narrow terminal would."""
+def memvisor(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Runs the installed `memvisor` command."""
     exe = Path(sys.executable).parent / "memvisor"
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    if columns is not None:
-        env["COLUMNS"] = str(columns)
-    return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+    return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -1,5 +1,6 @@
 """The memvisor command: run folders, and one clear error per kind of bad input with no folder."""
 
+import io
 import json
 import signal
 import subprocess
@@ -10,18 +11,20 @@ from pathlib import Path
 import click
 import pyarrow.parquet as pq
 import pytest
+from rich.console import Console
 
+import memvisor as memvisor_api
 from conftest import SMALL, memvisor
+from memvisor import cli
 from memvisor.console import MemvisorError, warn
 from memvisor.params import IntList
 from memvisor.runfolder import RunFolder
 
 
-def run_ok(tmp_path: Path, text: str, *args: str, out: str = "out", columns: int | None = None) -> subprocess.CompletedProcess:
-    """Writes `text` as a scenario file in `tmp_path` and runs it quietly into `out` (`columns` wide,
-    if given); it must succeed."""
+def run_ok(tmp_path: Path, text: str, *args: str, out: str = "out") -> subprocess.CompletedProcess:
+    """Writes `text` as a scenario file in `tmp_path` and runs it quietly into `out`; it must succeed."""
     (tmp_path / "s.toml").write_text(text)
-    r = memvisor("run", "s.toml", "--out", out, "--quiet", *args, cwd=tmp_path, columns=columns)
+    r = memvisor("run", "s.toml", "--out", out, "--quiet", *args, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     return r
 
@@ -114,7 +117,7 @@ def test_a_run_of_many_vms_shows_twenty_rows_and_says_how_many_more(tmp_path):
     assert len(json.loads((tmp_path / "out" / "summary.json").read_text())["vms"]) == 25
 
 
-def test_a_report_too_wide_for_the_terminal_is_turned_round_and_cuts_nothing(tmp_path):
+def test_a_report_too_wide_for_the_terminal_is_turned_round_and_cuts_nothing(tmp_path, monkeypatch):
     # Eleven report columns, two variants of three VMs: a row per VM is far wider than a terminal
     # of 160 columns, which would cut names and numbers short ("v-…", "42,7…").
     cols = ["pgpgin_KiB", "pgpgout_KiB", "pswpin_pages", "pswpout_pages", "MemTotal_KiB", "MemFree_KiB",
@@ -127,20 +130,30 @@ def test_a_report_too_wide_for_the_terminal_is_turned_round_and_cuts_nothing(tmp
         '[[variant]]\nname = "first-variant"\nset = { "host.memory" = "8GiB" }\n'
         '[[variant]]\nname = "second-variant"\nset = { "host.memory" = "4GiB" }\n'
     )
-    r = run_ok(tmp_path, text, columns=160)
-    assert "…" not in r.stdout
-    lines = r.stdout.splitlines()
+    # Not a terminal: one table as wide as it needs, a row per run and VM.
+    wide = run_ok(tmp_path, text).stdout.splitlines()
+    assert max(len(x) for x in wide) > 160 and sum("guest-with-a-long-name" in x for x in wide) == 6
+    # Terminals of 160 and 60 columns: the report as the command prints it there.
+    (tmp_path / "s.toml").write_text(text)
+    results = memvisor_api.run(str(tmp_path / "s.toml"))
+
+    def printed(width: int) -> str:
+        buf = io.StringIO()
+        monkeypatch.setattr(cli, "out", Console(file=buf, width=width, markup=False, emoji=False))
+        cli._print_report(results)
+        return buf.getvalue()
+
+    turned = printed(160)
+    assert "…" not in turned
+    lines = turned.splitlines()
     assert max(len(x) for x in lines) <= 160
     # A row per report value, whose label starts its line; every run and VM named in full.
     for c in cols + ["sim s", "wall s"]:
         assert any(x.startswith(f"│ {c} ") for x in lines), c
     for v in ["first-variant", "second-variant", "guest-with-a-long-name-1", "guest-with-a-long-name-3"]:
-        assert v in r.stdout, v
-    # Not a terminal and no width given: one table as wide as it needs, a row per run and VM.
-    wide = run_ok(tmp_path, text, out="out2").stdout.splitlines()
-    assert max(len(x) for x in wide) > 160 and sum("guest-with-a-long-name" in x for x in wide) == 6
+        assert v in turned, v
     # Narrower than one run's table turned round: split over its VMs, still nothing cut.
-    narrow = run_ok(tmp_path, text, out="out3", columns=60).stdout
+    narrow = printed(60)
     assert "…" not in narrow and max(len(x) for x in narrow.splitlines()) <= 60
     assert narrow.count("wide: first-variant") >= 2, narrow
 
