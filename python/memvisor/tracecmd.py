@@ -101,9 +101,11 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
         raise MemvisorError(str(e), 1) from None
     data = t.to_native() if dst_fmt == "native" else t.to_oracle_general()
     write_bytes_atomically(dest, bytes(data))
-    # What was written: oracleGeneral keeps no writes, so its counts are not the source's.
-    written = t if dst_fmt == "native" else read_trace(dest, "oracleGeneral")
-    out.print(_info_table(str(dest), dict(written.info())))
+    # What was written: oracleGeneral keeps every reference as a read (no need to read it back).
+    info = dict(t.info())
+    if dst_fmt == "oracleGeneral":
+        info.update(reads=info["references"], writes=0)
+    out.print(_info_table(str(dest), info))
 
 
 def _check_output(path: Path, what: str) -> None:

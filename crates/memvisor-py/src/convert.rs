@@ -19,16 +19,17 @@ fn vm_view(d: &Bound<'_, PyDict>) -> PyResult<VmView> {
     let f = |k: &str| field::<u64>(d, &w, k);
     // What the policies subtract from `memory` must lie within it.
     let memory = f("memory")?;
-    for k in ["reservation", "balloon_size", "balloon_target"] {
+    let within = |k: &str| -> PyResult<u64> {
         let x = f(k)?;
         if x > memory {
             return Err(PyValueError::new_err(format!("backend observe(): {w} '{k}' is {x} bytes, more than its memory ({memory} bytes)")));
         }
-    }
+        Ok(x)
+    };
     Ok(VmView {
         id: VmId(field(d, &w, "id")?),
         memory,
-        reservation: f("reservation")?,
+        reservation: within("reservation")?,
         limit: f("limit")?,
         shares: f("shares")?,
         overhead: f("overhead")?,
@@ -43,8 +44,8 @@ fn vm_view(d: &Bound<'_, PyDict>) -> PyResult<VmView> {
         host_stall_ns: field(d, &w, "host_stall_ns")?,
         committed: f("committed")?,
         guest_reserve: field(d, &w, "guest_reserve")?,
-        balloon_size: f("balloon_size")?,
-        balloon_target: f("balloon_target")?,
+        balloon_size: within("balloon_size")?,
+        balloon_target: within("balloon_target")?,
         balloon_max: f("balloon_max")?,
         swapped: f("swapped")?,
         compressed: f("compressed")?,
