@@ -11,6 +11,8 @@ use rand::{RngCore, SeedableRng};
 /// The stream of the simulated host's own choices (host swap victims, sampling): a path no VM's
 /// index can take.
 pub const HOST_STREAM: u64 = u64::MAX;
+/// The stream of direct host reclaim's victims (a guest's fault that finds no free frame).
+pub const DIRECT_RECLAIM_STREAM: u64 = u64::MAX - 1;
 /// The stream of the Denali host's choices (the web servers' arrivals and clients).
 pub const DENALI_STREAM: u64 = u64::MAX - 4;
 

@@ -464,3 +464,28 @@ fn host_wait_never_runs_ahead_of_the_time_that_passed() {
     }
     assert!(longest > 10e3, "the guests do stall on the host here ({longest:.0} ms): the test tests something");
 }
+
+/// Direct host reclaim (a guest's fault that finds no free frame, with no policy asking for
+/// anything) draws its victims from the scenario's seed: the same seed takes the same pages, and
+/// another seed others.
+#[test]
+fn direct_host_reclaim_victims_follow_the_seed() {
+    let swapped = |seed: u64| -> Vec<u32> {
+        let s = scenario(&format!(
+            "name = \"t\"\nseed = {seed}\nduration = \"10s\"\n[host]\nmemory = \"512MiB\"\nsample_pages = 0\n\
+             [[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
+             [[vm]]\nname = \"g\"\nmemory = \"1GiB\"\ndatastore = \"d\"\nkernel_reserved = \"0B\"\n\
+             workload = {{ kind = \"idle\", footprint = \"640MiB\" }}\n"
+        ));
+        let sim = run_with(&s, 0, &[], 1_000_000_000);
+        let p2m = sim.world().host().vms()[0].p2m();
+        p2m.iter().filter(|(_, e)| matches!(e.state(), PageState::Swapped(_))).map(|(p, _)| p).collect()
+    };
+    let (a, again, b) = (swapped(1), swapped(1), swapped(2));
+    assert!(a.len() as u64 >= 128 * MIB / 4096, "the host had to take at least what it lacks: {} pages", a.len());
+    assert_eq!(a, again, "the same seed takes the same victims");
+    let common = a.iter().filter(|p| b.binary_search(p).is_ok()).count();
+    // Random victims under two seeds overlap about as much as two random draws of this size.
+    let expect = a.len() as f64 * b.len() as f64 / (640 * MIB / 4096) as f64;
+    assert!((common as f64) < 1.5 * expect, "seeds 1 and 2 share {common} victims, {expect:.0} expected by chance");
+}

@@ -43,7 +43,7 @@ pub struct SimulatedHost {
 impl SimulatedHost {
     /// The machine, with its host's random stream drawn from `seed`.
     pub(crate) fn new(
-        host: Host,
+        mut host: Host,
         guests: Vec<Guest>,
         datastores: Vec<Datastore>,
         events: EventQueue,
@@ -52,6 +52,7 @@ impl SimulatedHost {
         sample_period_ns: u64,
     ) -> Self {
         let n = guests.len();
+        host.direct_reclaim_rng = rng::stream(seed, &[rng::DIRECT_RECLAIM_STREAM]);
         Self {
             host,
             guests,

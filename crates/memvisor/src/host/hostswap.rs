@@ -75,19 +75,19 @@ pub struct HostIo {
 
 /// A page of `p2m` drawn uniformly among those `ok` accepts: rejection sampling over the VM's pages,
 /// then, when accepted pages are rare, a scan from a random start.
-pub fn random_page(p2m: &P2m, rng: &mut Rng, ok: impl Fn(Entry) -> bool) -> Option<u32> {
+pub fn random_page(p2m: &P2m, rng: &mut Rng, ok: impl Fn(u32, Entry) -> bool) -> Option<u32> {
     let n = p2m.len();
     if n == 0 {
         return None;
     }
     for _ in 0..64 {
         let p = rng.random_range(0..n);
-        if ok(p2m.get(p)) {
+        if ok(p, p2m.get(p)) {
             return Some(p);
         }
     }
     let start = rng.random_range(0..n);
-    (start..n).chain(0..start).find(|&p| ok(p2m.get(p)))
+    (start..n).chain(0..start).find(|&p| ok(p, p2m.get(p)))
 }
 
 /// Whether the host may take (or share) a page in this state: backed, nothing in flight.
@@ -95,16 +95,11 @@ pub(super) fn takeable(e: Entry) -> bool {
     e.is_backed() && e.flags() & (flags::SWAPOUT | flags::READING) == 0
 }
 
-/// A victim for direct host reclaim in VM `vm`: the first takeable page from a position derived
-/// from the time (the daemon's random stream is not reachable from a guest's fault), other than
-/// `except`.
-pub(super) fn random_victim(v: &HostVm, now: u64, vm: u32, except: Option<u32>) -> Option<u32> {
-    let n = v.p2m.len();
-    if n == 0 {
-        return None;
-    }
-    let start = (crate::rng::derive(now, &[vm as u64]) % n as u64) as u32;
-    (start..n).chain(0..start).find(|&p| Some(p) != except && takeable(v.p2m.get(p)))
+/// A victim for direct host reclaim in VM `vm`, other than `except`: drawn as the daemon draws
+/// its own, from the host's direct-reclaim stream (the daemon's is not reachable from a guest's
+/// fault).
+pub(super) fn random_victim(v: &HostVm, rng: &mut Rng, except: Option<u32>) -> Option<u32> {
+    random_page(&v.p2m, rng, |p, e| Some(p) != except && takeable(e))
 }
 
 impl Host {
@@ -151,7 +146,7 @@ impl Host {
                 if v.reclaimed() >= v.swap_target || !v.above_reservation() || spent >= STEP_NS {
                     continue;
                 }
-                let Some(p) = random_page(&v.p2m, rng, takeable) else { continue };
+                let Some(p) = random_page(&v.p2m, rng, |_, e| takeable(e)) else { continue };
                 if guests[vm].touched_after(p, now + spent) {
                     // The guest is using it at this very moment: a swap-out would be cancelled.
                     spent += self.costs.swap_out_ns;

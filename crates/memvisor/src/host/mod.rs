@@ -39,6 +39,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
 use crate::devices::Datastore;
+use crate::rng::Rng;
 use crate::units::{PAGE_SIZE, human_bytes};
 
 /// Per-VM resource settings (ESX terms; DESIGN.md section 4).
@@ -311,6 +312,8 @@ pub struct Host {
     /// Physical CPUs the vCPUs share, if the scenario models them (`host.cpus`); otherwise every
     /// vCPU runs whenever it has work.
     pub pcpus: Option<Pcpus>,
+    /// The stream of direct host reclaim's victims, drawn from the scenario's seed by the backend.
+    pub(crate) direct_reclaim_rng: Rng,
 }
 
 impl Host {
@@ -335,6 +338,7 @@ impl Host {
             populate_on_release: false,
             compressor: Compressor::Lzo1x1,
             pcpus: None,
+            direct_reclaim_rng: crate::rng::stream(0, &[crate::rng::DIRECT_RECLAIM_STREAM]),
         }
     }
 
@@ -650,9 +654,9 @@ impl Host {
             c.sort_unstable_by(|a, b| b.cmp(a));
             c.into_iter().map(|(_, i)| i).collect()
         };
-        let victim = order
-            .into_iter()
-            .find_map(|f| hostswap::random_victim(&self.vms[f as usize], now, f, Some(ppn).filter(|_| f == vm)).map(|p| (f, p)));
+        let victim = order.into_iter().find_map(|f| {
+            hostswap::random_victim(&self.vms[f as usize], &mut self.direct_reclaim_rng, Some(ppn).filter(|_| f == vm)).map(|p| (f, p))
+        });
         let Some((from, victim)) = victim else {
             self.fatal.get_or_insert_with(|| format!("{why}, and no VM has memory above its reservation the host could swap out"));
             return None;

@@ -42,7 +42,7 @@ impl Host {
             s.touched = 0;
             s.lost = 0;
             for _ in 0..size {
-                let Some(p) = super::hostswap::random_page(&vm.p2m, rng, |e: Entry| e.is_backed() && e.flags() == 0) else { break };
+                let Some(p) = super::hostswap::random_page(&vm.p2m, rng, |_, e: Entry| e.is_backed() && e.flags() == 0) else { break };
                 if g.touched_after(p, now) {
                     // Touched after the sample was taken: it counts at once.
                     s.pages.push(p);
