@@ -25,8 +25,8 @@ def _mib(v: int) -> str:
 @click.argument("spec")
 @click.option("--vm", required=True, help="The VM whose runtime must stay within the bound.")
 @click.option("--slowdown", type=click.FloatRange(min=1.0), required=True, help="The bound: runtime at most this many times the baseline's.")
-@click.option("--reservation", "question", flag_value="reservation", help="Find the VM's smallest reservation (baseline: a full one).")
-@click.option("--host-memory", "question", flag_value="host-memory", help="Find the smallest host memory (baseline: --max).")
+@click.option("--reservation", "ask_reservation", is_flag=True, help="Find the VM's smallest reservation (baseline: a full one).")
+@click.option("--host-memory", "ask_host_memory", is_flag=True, help="Find the smallest host memory (baseline: --max).")
 @click.option("--count", "group", metavar="VM", help="Find the largest count of VM group VM (baseline: --min, default 1).")
 @click.option("--min", "lo", metavar="SIZE|N", help="The range's low end (a size; a count for --count).")
 @click.option("--max", "hi", metavar="SIZE|N", help="The range's high end.")
@@ -34,15 +34,18 @@ def _mib(v: int) -> str:
 @click.option("--seeds", type=IntList(min=0), default="1,2,3", show_default=True, help="Seeds run at every probed value.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a scenario value in every run.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: the number of CPUs).")
-def plan_cmd(spec, vm, slowdown, question, group, lo, hi, step, seeds, sets, jobs) -> None:
+def plan_cmd(spec, vm, slowdown, ask_reservation, ask_host_memory, group, lo, hi, step, seeds, sets, jobs) -> None:
     """Answer a capacity question by bisection over simulated runs, several seeds per value: the
     smallest reservation for VM, the smallest host memory, or the largest number of guests, that
     keeps VM's runtime within SLOWDOWN x its baseline. Prints the answer, whether it is sharp, and
     the runs that bound it."""
     from memvisor.planning import Planner, search
 
-    if (question is None) == (group is None):
-        raise MemvisorError("ask one question: --reservation, --host-memory or --count VM", USAGE)
+    asked = [q for q, on in [("--reservation", ask_reservation), ("--host-memory", ask_host_memory), ("--count", group is not None)] if on]
+    if len(asked) != 1:
+        given = f" (given: {' and '.join(asked)})" if asked else ""
+        raise MemvisorError(f"ask one question: --reservation, --host-memory or --count VM{given}", USAGE)
+    question = "reservation" if ask_reservation else "host-memory" if ask_host_memory else None
     if step == 0:
         raise MemvisorError("--step: the grid step must be larger than zero", USAGE)
     try:

@@ -40,6 +40,24 @@ fn unitless_and_negative_sizes_are_refused() {
 }
 
 #[test]
+fn esx_settings_under_another_policy_are_refused() {
+    let host = |extra: &str| {
+        one_guest("4GiB", "name = \"g\"\nmemory = \"1GiB\"\nworkload = { kind = \"stress\", passes = 1 }\n", "").replacen(
+            "[host]\n",
+            &format!("[host]\n{extra}"),
+            1,
+        )
+    };
+    let e = load_err(&host("policy = \"mom\"\nidle_tax = 50\n"));
+    assert!(e.contains("host.idle_tax") && e.contains("is the esx policy's, and host.policy is 'mom'"), "{e}");
+    let e = load_err(&host("esx_states = \"minfree6\"\n"));
+    assert!(e.contains("host.esx_states") && e.contains("host.policy is 'static'"), "{e}");
+    // Under the esx policy both are taken and written back to the resolved scenario.
+    let s = scenario::load(&host("policy = \"esx\"\nidle_tax = 50\n"), "ok.toml", &[]).unwrap().remove(0);
+    assert!(s.to_toml().contains("idle_tax = 50"), "{}", s.to_toml());
+}
+
+#[test]
 fn reservation_above_memory_is_refused() {
     let e = load_err(&base("reservation = \"2GiB\""));
     assert!(e.contains("vm.g.reservation") && e.contains("above the VM's memory"), "{e}");

@@ -364,6 +364,17 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
             None => None,
         },
     };
+    // The state table and the idle tax are the esx policy's: under another they would do nothing.
+    if host.policy.name != "esx" {
+        let tax = h.idle_tax.as_ref().map(|t| (t.span(), "host.idle_tax"));
+        if let Some((span, field)) = h.esx_states.as_ref().map(|t| (t.span(), "host.esx_states")).or(tax) {
+            return c.err(
+                span,
+                field,
+                format!("is the esx policy's, and host.policy is '{}' (set host.policy = \"esx\")", host.policy.name),
+            );
+        }
+    }
     if host.memory < PAGE_SIZE {
         return c.err(h.memory.span(), "host.memory", "must be at least one page (4KiB)");
     }

@@ -77,6 +77,10 @@ impl Scenario {
             sharing.push(("large_pages", Value::Boolean(p.large_pages)));
         }
         sharing.push(("tmem", Value::Boolean(self.host.tmem.is_some())));
+        if self.host.policy.name == "esx" {
+            sharing.push(("esx_states", s(self.host.policy.esx_states)));
+            sharing.push(("idle_tax", i((self.host.policy.idle_tax * 100.0).round() as u64)));
+        }
         if self.host.profile == crate::host::HostProfile::Denali {
             sharing.push(("vm_metadata", s(fmt_bytes(self.host.vm_metadata))));
         }
@@ -93,8 +97,6 @@ impl Scenario {
                 vec![
                     ("memory", s(fmt_bytes(self.host.memory))),
                     ("policy", s(&self.host.policy.name)),
-                    ("esx_states", s(self.host.policy.esx_states)),
-                    ("idle_tax", i((self.host.policy.idle_tax * 100.0).round() as u64)),
                     ("sample_interval", s(fmt_duration(self.host.sample_interval_ns))),
                     ("lookahead", s(fmt_duration(self.host.lookahead_ns))),
                     ("profile", s(self.host.profile.name())),
