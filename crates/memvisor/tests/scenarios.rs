@@ -117,6 +117,9 @@ fn type_errors_name_the_key_in_plain_words() {
     // Two equally close: both named, neither guessed.
     let e = load_err(&base("").replace("passes = 1", "pases = 1"));
     assert!(e.contains("did you mean `pages` or `passes`?"), "{e}");
+    // Two letters swapped are one slip.
+    let e = load_err(&base("").replace("memory = \"1GiB\"", "memroy = \"1GiB\""));
+    assert!(e.contains("unknown field `memroy`; did you mean `memory`?"), "{e}");
     // A name close to none keeps the list.
     let e = load_err(&base("").replace("passes = 1", "colour = 1"));
     assert!(e.contains("unknown field `colour`, expected one of"), "{e}");

@@ -105,12 +105,17 @@ pub fn load(text: &str, origin: &str, sets: &[String]) -> Result<Vec<Scenario>, 
 const TOP_LEVEL: [&str; 9] = ["name", "description", "seed", "duration", "host", "costs", "datastore", "vm", "report"];
 
 /// The fields of serde's "expected one of `a`, `b`, ..." list that `name` most likely misspells:
-/// those closest to it, if at most one edit in four characters away (at least one edit), as
-/// "`a`" or "`a` or `b`".
+/// those closest to it, if at most one edit in four characters away (at least one edit; two
+/// letters swapped count as one, the commonest typo), as "`a`" or "`a` or `b`".
 fn nearest_field(name: &str, msg: &str) -> Option<String> {
     let (_, list) = msg.split_once("expected one of ")?;
-    let near: Vec<(usize, &str)> =
-        list.split('`').skip(1).step_by(2).map(|c| (strsim::levenshtein(name, c), c)).filter(|&(d, c)| d <= (c.len() / 4).max(1)).collect();
+    let near: Vec<(usize, &str)> = list
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|c| (strsim::osa_distance(name, c), c))
+        .filter(|&(d, c)| d <= (c.len() / 4).max(1))
+        .collect();
     let best = near.iter().map(|&(d, _)| d).min()?;
     let names: Vec<String> = near.iter().filter(|&&(d, _)| d == best).map(|&(_, c)| format!("`{c}`")).collect();
     Some(names.join(" or "))
