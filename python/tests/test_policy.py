@@ -134,3 +134,38 @@ def test_on_a_case_too():
     cols = ["time_s", "vm_id", "vm", "action", "outcome"]
     assert len(rust.decisions) >= 5
     assert rust.decisions[cols].equals(py.decisions[cols])
+
+
+def test_a_live_backend_view_that_contradicts_itself_is_refused():
+    """A backend's `observe()` is checked as it is read: a balloon or a reservation larger than the
+    VM's memory would make the policies subtract past zero, so it is an error naming the VM and the
+    field, not a decision built on it."""
+    views = []
+
+    class Capture(memvisor.Policy):
+        name = "capture"
+
+        def decide(self, view):
+            views.append(view)
+            return []
+
+    api.simulate(scenario("static"), policy=Capture)
+    good = views[-1]
+
+    class Backend:
+        def __init__(self, field):
+            self.field = field
+
+        def observe(self):
+            v = {**good, "vms": [dict(x) for x in good["vms"]]}
+            if self.field:
+                v["vms"][0][self.field] = v["vms"][0]["memory"] + 4096
+            return v
+
+        def apply(self, decision):
+            return "applied"
+
+    assert isinstance(_core.Controller("pressure").tick(Backend(None)), list), "the captured view itself is accepted"
+    for f in ["balloon_size", "balloon_target", "reservation"]:
+        with pytest.raises(ValueError, match=f"VM 'busy' '{f}' is .* bytes, more than its memory"):
+            _core.Controller("pressure").tick(Backend(f))
