@@ -113,6 +113,16 @@ impl SimulatedHost {
         &self.datastores
     }
 
+    /// Simulated time, ns.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// The host's free-memory state as the policy last set it ("" before any).
+    pub fn memory_state(&self) -> &'static str {
+        self.memory_state
+    }
+
     /// The world a guest step acts on, with the guest itself.
     pub(crate) fn split(&mut self, guest: usize) -> (&mut Guest, Env<'_>) {
         let horizon = self.horizon.map(|(lookahead, end, until)| Horizon { now: &mut self.now, lookahead, end, until });

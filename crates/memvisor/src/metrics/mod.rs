@@ -76,7 +76,7 @@ pub fn columns() -> Vec<&'static str> {
 
 /// Numeric values of VM `i`'s row, in `columns()` order.
 pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
-    let (g, h) = (&sim.guests[i], &sim.host.vms()[i]);
+    let (g, h) = (&sim.guests()[i], &sim.host().vms()[i]);
     let kib = |pages: u64| (pages * PAGE_SIZE / 1024) as f64;
     let mib = |pages: u64| (pages * PAGE_SIZE) as f64 / (1 << 20) as f64;
     let mut v: Vec<f64> = g.vmstat.values().iter().map(|&c| c as f64).collect();
@@ -109,7 +109,7 @@ pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
         mib(h.zip().used()) / 2.0,
         h.stats.zip as f64,
         h.stats.unzip as f64,
-        h.stats.host_wait.ns_at(sim.now) as f64 / 1e6,
+        h.stats.host_wait.ns_at(sim.now()) as f64 / 1e6,
         sim.blocked_ns(i) as f64 / 1e6,
         mib(g.available()),
         mib(g.lru_len(LruList::Standby)),
@@ -121,15 +121,15 @@ pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
     let clr = g.clr_heap().unwrap_or_default();
     v.extend([(clr.loh_bytes as f64) / (1 << 20) as f64, clr.gen0 as f64, clr.gen1 as f64, clr.gen2 as f64]);
     // The VM's datastore's device: time requests (of every VM on it) waited in its queue, so far.
-    v.push(sim.datastores[g.datastore() as usize].device.stats().queue_wait_ns as f64 / 1e6);
+    v.push(sim.datastores()[g.datastore() as usize].device.stats().queue_wait_ns as f64 / 1e6);
     // Page sharing (esxtop's SHRD, ZERO, SHRDSVD, COWH; the host's PSHARE common on every row).
-    match sim.host.sharing() {
+    match sim.host().sharing() {
         Some(s) => {
             let st = s.vm(i as u32);
             v.extend([
                 mib(st.shared),
                 mib(st.zero),
-                sim.host.shared_saved(i as u32) * PAGE_SIZE as f64 / (1 << 20) as f64,
+                sim.host().shared_saved(i as u32) * PAGE_SIZE as f64 / (1 << 20) as f64,
                 mib(st.hints),
                 mib(s.frames_in_use()),
                 st.scanned as f64,
@@ -141,7 +141,7 @@ pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
     }
     // Transcendent memory (`xl tmem-list`: the client's Ec/Em and persistent pages, then the
     // host's Ec/Em and frames on every row).
-    match sim.host.tmem() {
+    match sim.host().tmem() {
         Some(t) => {
             let c = t.client(i as u32);
             v.extend([c.eph_pages, c.eph_pages_max, c.pers_pages, c.pers_pages_max].map(|x| x as f64));
@@ -180,10 +180,10 @@ impl TimeSeries {
             self.columns = columns();
             self.values = vec![Vec::new(); self.columns.len()];
         }
-        for (i, g) in sim.guests.iter().enumerate() {
+        for (i, g) in sim.guests().iter().enumerate() {
             self.time_s.push(now as f64 / 1e9);
             self.vm.push(g.cfg.name.clone());
-            self.state.push(sim.memory_state);
+            self.state.push(sim.memory_state());
             for (c, x) in row(sim, i).into_iter().enumerate() {
                 self.values[c].push(x);
             }
