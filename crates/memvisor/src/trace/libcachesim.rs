@@ -4,36 +4,58 @@
 //! no read/write distinction, so every reference is a read.
 
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
 
 use super::{Trace, TraceBuilder, TraceError, is_zstd};
 use crate::units::PAGE_SIZE;
 
 const RECORD: usize = 24;
 
-fn maybe_decompress(bytes: &[u8]) -> Result<std::borrow::Cow<'_, [u8]>, TraceError> {
+/// The decoded bytes of `bytes`, plain or zstd-compressed, as a stream: a trace is read record by
+/// record, so only the trace itself is held, never its decompressed file (often tens of GB).
+fn decoded(bytes: &[u8]) -> Result<Box<dyn Read + '_>, TraceError> {
     if is_zstd(bytes) {
-        zstd::stream::decode_all(bytes)
-            .map(std::borrow::Cow::Owned)
-            .map_err(|e| TraceError::at_byte(0, format!("zstd-compressed input is corrupt or truncated: {e}")))
+        let d = zstd::stream::read::Decoder::with_buffer(bytes).map_err(|e| corrupt(&e))?;
+        Ok(Box::new(d))
     } else {
-        Ok(std::borrow::Cow::Borrowed(bytes))
+        Ok(Box::new(bytes))
     }
+}
+
+fn corrupt(e: &std::io::Error) -> TraceError {
+    TraceError::at_byte(0, format!("zstd-compressed input is corrupt or truncated: {e}"))
 }
 
 /// Reads an oracleGeneral trace (plain or zstd-compressed).
 pub fn read_oracle_general(bytes: &[u8]) -> Result<Trace, TraceError> {
-    let data = maybe_decompress(bytes)?;
-    let whole = data.len() / RECORD * RECORD;
-    if whole != data.len() {
-        return Err(TraceError::at_byte(
-            whole as u64,
-            format!("truncated record: oracleGeneral records are {RECORD} bytes and {} are left over", data.len() - whole),
-        ));
-    }
+    let mut input = decoded(bytes)?;
     let mut b = TraceBuilder::new();
-    for (i, rec) in data.chunks_exact(RECORD).enumerate() {
-        let obj = u64::from_le_bytes(rec[4..12].try_into().expect("8 bytes"));
-        b.push(obj, false).map_err(|m| TraceError::at_byte((i * RECORD) as u64, m))?;
+    let mut chunk = vec![0u8; RECORD * 4096];
+    let (mut at, mut filled) = (0u64, 0usize);
+    loop {
+        let n = match input.read(&mut chunk[filled..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(corrupt(&e)),
+        };
+        filled += n;
+        let whole = filled / RECORD * RECORD;
+        for rec in chunk[..whole].chunks_exact(RECORD) {
+            let obj = u64::from_le_bytes(rec[4..12].try_into().expect("8 bytes"));
+            b.push(obj, false).map_err(|m| TraceError::at_byte(at, m))?;
+            at += RECORD as u64;
+        }
+        chunk.copy_within(whole..filled, 0);
+        filled -= whole;
+        if n == 0 {
+            break;
+        }
+    }
+    if filled > 0 {
+        return Err(TraceError::at_byte(
+            at,
+            format!("truncated record: oracleGeneral records are {RECORD} bytes and {filled} are left over"),
+        ));
     }
     Ok(b.finish())
 }
@@ -92,11 +114,19 @@ pub fn read_csv(bytes: &[u8], opt: &CsvOptions) -> Result<Trace, TraceError> {
     if opt.obj_id_col == 0 {
         return Err(TraceError::at_line(0, "obj_id_col is 1-based"));
     }
-    let data = maybe_decompress(bytes)?;
-    let text = std::str::from_utf8(&data).map_err(|e| TraceError::at_byte(e.valid_up_to() as u64, "not UTF-8 text"))?;
+    let mut input = BufReader::new(decoded(bytes)?);
     let mut b = TraceBuilder::new();
-    for (i, line) in text.lines().enumerate() {
-        let n = i as u64 + 1;
+    let (mut raw, mut offset, mut n) = (Vec::new(), 0u64, 0u64);
+    loop {
+        raw.clear();
+        if input.read_until(b'\n', &mut raw).map_err(|e| corrupt(&e))? == 0 {
+            break;
+        }
+        n += 1;
+        let line = std::str::from_utf8(&raw).map_err(|e| TraceError::at_byte(offset + e.valid_up_to() as u64, "not UTF-8 text"))?;
+        offset += raw.len() as u64;
+        let line = line.strip_suffix('\n').unwrap_or(line);
+        let line = line.strip_suffix('\r').unwrap_or(line);
         if line.trim().is_empty() {
             continue;
         }
@@ -147,6 +177,26 @@ mod tests {
         let bytes = write_oracle_general(&sample());
         let e = read_oracle_general(&bytes[..50]).unwrap_err();
         assert_eq!(e.at, "byte 48");
+        // A compressed file cut short is refused, not read as the records it still holds.
+        let z = zstd::stream::encode_all(&bytes[..], 3).unwrap();
+        let e = read_oracle_general(&z[..z.len() - 4]).unwrap_err();
+        assert!(e.message.contains("corrupt or truncated"), "{e}");
+        let z = zstd::stream::encode_all(&b"1,5\n2,9\n"[..], 3).unwrap();
+        assert!(read_csv(&z[..z.len() - 2], &CsvOptions::default()).unwrap_err().message.contains("corrupt or truncated"));
+    }
+
+    #[test]
+    fn a_trace_larger_than_one_read_is_read_whole() {
+        // Records straddle the reader's chunks: every one must come through.
+        let mut b = TraceBuilder::new();
+        for i in 0..20_000u64 {
+            b.push(i * 7919 % 5_003, false).unwrap();
+        }
+        let t = b.finish();
+        let bytes = write_oracle_general(&t);
+        assert_eq!(read_oracle_general(&zstd::stream::encode_all(&bytes[..], 3).unwrap()).unwrap(), t);
+        let csv: String = t.refs().iter().enumerate().map(|(i, &r)| format!("{i},{}\r\n", t.original_pages()[r as usize])).collect();
+        assert_eq!(read_csv(csv.as_bytes(), &CsvOptions::default()).unwrap(), t);
     }
 
     #[test]
