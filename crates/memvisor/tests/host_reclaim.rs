@@ -485,7 +485,10 @@ fn direct_host_reclaim_victims_follow_the_seed() {
     assert!(a.len() as u64 >= 128 * MIB / 4096, "the host had to take at least what it lacks: {} pages", a.len());
     assert_eq!(a, again, "the same seed takes the same victims");
     let common = a.iter().filter(|p| b.binary_search(p).is_ok()).count();
-    // Random victims under two seeds overlap about as much as two random draws of this size.
-    let expect = a.len() as f64 * b.len() as f64 / (640 * MIB / 4096) as f64;
-    assert!((common as f64) < 1.5 * expect, "seeds 1 and 2 share {common} victims, {expect:.0} expected by chance");
+    // The footprint fills in page order and each victim is drawn among the pages backed at that
+    // moment, so early pages face more draws: for uniform draws a model of that fill predicts about
+    // 51 % shared between two seeds (30,102 of 59,346 here). Allowed: 45-57 %. A choice that ignored
+    // the seed, or piled onto the first backed page after a random start, shared 83 %.
+    let shared = common as f64 / a.len().min(b.len()) as f64;
+    assert!((0.45..0.57).contains(&shared), "seeds 1 and 2 share {common} of {} victims", a.len());
 }
