@@ -68,7 +68,13 @@ def read_scenario_text(spec: str | dict) -> tuple[str, str]:
         return text, f"case:{spec}"
     path = Path(spec)
     if path.is_file():
-        return path.read_text(encoding="utf-8"), str(path)
+        raw = path.read_bytes()
+        try:
+            return raw.decode("utf-8"), str(path)
+        except UnicodeDecodeError as e:
+            raise _core.ScenarioError(f"{path}: byte {e.start}: a scenario file is UTF-8 text (TOML), and this is not") from None
+    if path.is_dir():
+        raise _core.ScenarioError(f"{spec}: is a folder; a scenario is a .toml file or a case name")
     names = ", ".join(n for n, _ in cases())
     raise _core.ScenarioError(f"{spec}: no such case or file (cases: {names})")
 

@@ -13,7 +13,7 @@ from rich.text import Text
 from memvisor import _core, api
 from memvisor.console import USAGE, MemvisorError, Terminated, err, fmt, out, sigterm_as_interrupt, warn
 from memvisor.params import ByteSize, IntList, KeyValues
-from memvisor.runfolder import RunFolder
+from memvisor.runfolder import NotARunFolder, RunFolder
 from memvisor.livecmd import manage_cmd, status_cmd
 from memvisor.plancmd import plan_cmd
 from memvisor.tracecmd import trace
@@ -96,6 +96,8 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None
             final = folder.commit(results)
     except (_core.RunError, _core.ScenarioError, _core.TraceError) as e:
         raise MemvisorError(str(e), 1) from None
+    except NotARunFolder as e:
+        raise MemvisorError(str(e), USAGE) from None
     _print_report(results)
     out.print(f"run folder: {final}")
 

@@ -33,6 +33,15 @@ def top_summary(results: Sequence[RunResult]) -> dict:
     }
 
 
+class NotARunFolder(ValueError):
+    """The path a run folder would replace holds something else."""
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether `path` is a run folder (a folder with a summary.json), which a new run may replace."""
+    return path.is_dir() and not path.is_symlink() and (path / "summary.json").is_file()
+
+
 class RunFolder:
     """A run folder being written, as a context manager: `path` appears only when `commit` is
     called inside the block; leaving the block any other way (an error, Ctrl-C, SIGTERM, or simply
@@ -49,6 +58,9 @@ class RunFolder:
         self.committed = False
 
     def __enter__(self) -> RunFolder:
+        # A run replaces an earlier run's folder, never anything else that happens to be there.
+        if (self.path.exists() or self.path.is_symlink()) and not is_run_folder(self.path):
+            raise NotARunFolder(f"{self.path} exists and is not a run folder (it has no summary.json): name a new folder or an earlier run's")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.tmp, ignore_errors=True)
         try:

@@ -89,12 +89,14 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
 @click.option("--to", "dst_fmt", type=click.Choice(["native", "oracleGeneral"]), default="native", show_default=True,
               help="native: memvisor's own (zstd-compressed, reads told from writes); oracleGeneral: libCacheSim's binary format (every reference a read).")
 @click.option("--instructions", is_flag=True, help="lackey input: keep instruction fetches.")
-@click.option("--obj-id-col", default=2, show_default=True, help="csv input: 1-based object id column.")
+@click.option("--obj-id-col", type=click.IntRange(min=1), default=2, show_default=True, help="csv input: 1-based object id column.")
 @click.option("--delimiter", default=",", show_default=True, help="csv input: field separator.")
 def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool, obj_id_col: int, delimiter: str) -> None:
     """Convert a trace (lackey text, libCacheSim oracleGeneral or csv, native) to native or
     oracleGeneral."""
     _check_output(dest, "DEST")
+    if dest.exists() and source.resolve() == dest.resolve():
+        raise MemvisorError(f"DEST {dest} is SOURCE: write the converted trace to another file", USAGE)
     try:
         t = read_trace(source, src_fmt, instructions=instructions, obj_id_col=obj_id_col, delimiter=delimiter)
     except (_core.TraceError, ValueError) as e:
@@ -109,9 +111,14 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
 
 
 def _check_output(path: Path, what: str) -> None:
-    """Refuses an output file whose folder does not exist (before the work, not after it)."""
+    """Refuses an output file whose folder does not exist, or that would replace something other
+    than a file (a device, a folder), before the work, not after it."""
+    if not path.name:
+        raise MemvisorError(f"{what} '{path}': a file name is needed", USAGE)
     if not path.parent.is_dir():
         raise MemvisorError(f"{what} {path}: the folder {path.parent} does not exist", USAGE)
+    if (path.exists() or path.is_symlink()) and not (path.is_file() and not path.is_symlink()):
+        raise MemvisorError(f"{what} {path} exists and is not a regular file: it is not replaced", USAGE)
 
 
 @trace.command()

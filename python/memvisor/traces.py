@@ -27,20 +27,29 @@ def read_trace(path: str | Path, fmt: str | None = None, *, instructions: bool =
                obj_id_col: int = 2, delimiter: str = ",") -> "_core.Trace":
     """Reads a trace in any supported format (auto-detected unless `fmt` is given)."""
     path = Path(path)
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise _core.TraceError(f"{path}: cannot be read: {e.strerror}") from None
     fmt = fmt or detect_format(path, data)
     try:
         if fmt == "native":
-            return _core.Trace.from_native(data)
-        if fmt == "lackey":
-            return _core.Trace.from_lackey(data, instructions)
-        if fmt == "oracleGeneral":
-            return _core.Trace.from_oracle_general(data)
-        if fmt == "csv":
-            return _core.Trace.from_csv(data, obj_id_col, delimiter)
+            t = _core.Trace.from_native(data)
+        elif fmt == "lackey":
+            t = _core.Trace.from_lackey(data, instructions)
+        elif fmt == "oracleGeneral":
+            t = _core.Trace.from_oracle_general(data)
+        elif fmt == "csv":
+            t = _core.Trace.from_csv(data, obj_id_col, delimiter)
+        else:
+            raise ValueError(f"unknown trace format '{fmt}' (formats: {', '.join(FORMATS)})")
     except _core.TraceError as e:
         raise _core.TraceError(f"{path}: {e}") from None
-    raise ValueError(f"unknown trace format '{fmt}' (formats: {', '.join(FORMATS)})")
+    # Nothing to replay is a mistake (an empty file, a csv whose one line was taken for a header),
+    # not a run that finishes at once.
+    if t.info()["references"] == 0:
+        raise _core.TraceError(f"{path}: holds no references (read as {fmt})")
+    return t
 
 
 def write_bytes_atomically(path: str | Path, data: bytes) -> None:

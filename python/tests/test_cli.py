@@ -171,6 +171,12 @@ BAD = {
     # Error messages quoting TOML keep their brackets (rich markup would eat them).
     "no vm": (SMALL.split("[[vm]]")[0], "the scenario has no [[vm]]"),
     "report window without an end": (SMALL + '[report]\nwindow = ["0s"]\n', 'must be [start, end], e.g. ["0s", "150s"]'),
+    # Names become folders: none may lead out of the run folder.
+    "variant name leaving the folder": (
+        SMALL + '[[variant]]\nname = "../../escape"\nset = { "host.memory" = "2GiB" }\n',
+        "variant.name: '../../escape' must be a name of 1 to 100 bytes without '/'",
+    ),
+    "scenario name '..'": (SMALL.replace('name = "small"', 'name = ".."'), "name: must be a name of 1 to 100 bytes"),
 }
 
 
@@ -184,6 +190,28 @@ def test_bad_input_gets_one_clear_error_and_no_folder(tmp_path, case):
     assert r.stderr.count("error:") == 1
     assert "Traceback" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["small.toml"]
+
+
+def test_a_run_replaces_an_earlier_run_but_nothing_else(tmp_path, small_scenario):
+    data = tmp_path / "mydata"
+    data.mkdir()
+    (data / "precious").write_text("not a run")
+    r = memvisor("run", str(small_scenario), "--out", "mydata", "--quiet", cwd=tmp_path)
+    assert r.returncode == 2 and "mydata exists and is not a run folder" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert [p.name for p in data.iterdir()] == ["precious"], "what was there is untouched"
+    (tmp_path / "file").write_text("x")
+    r = memvisor("run", str(small_scenario), "--out", "file", "--quiet", cwd=tmp_path)
+    assert r.returncode == 2 and "is a file" in r.stderr and (tmp_path / "file").read_text() == "x"
+    for _ in range(2):  # an earlier run is replaced
+        assert memvisor("run", str(small_scenario), "--out", "out", "--quiet", cwd=tmp_path).returncode == 0
+
+
+def test_a_scenario_that_is_not_utf8_text_or_is_a_folder_gets_one_error(tmp_path):
+    (tmp_path / "s.toml").write_bytes(SMALL.encode("utf-16"))
+    r = memvisor("run", "s.toml", "--quiet", cwd=tmp_path)
+    assert r.returncode == 2 and "s.toml: byte 0: a scenario file is UTF-8 text" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = memvisor("run", ".", "--quiet", cwd=tmp_path)
+    assert r.returncode == 2 and "is a folder" in r.stderr, r.stderr
 
 
 def test_unknown_case_names_the_cases(tmp_path):
@@ -280,6 +308,7 @@ def test_run_folder_appears_only_on_commit(tmp_path):
 @pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt, None])
 def test_run_folder_left_without_commit_leaves_nothing(tmp_path, exc):
     (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "summary.json").write_text("{}")
     (tmp_path / "out" / "old").write_text("an earlier run")
     try:
         with RunFolder(tmp_path / "out") as folder:
@@ -290,7 +319,7 @@ def test_run_folder_left_without_commit_leaves_nothing(tmp_path, exc):
     except BaseException as e:
         assert exc is not None and isinstance(e, exc)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    assert [p.name for p in (tmp_path / "out").iterdir()] == ["old"], "the earlier run is untouched"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["old", "summary.json"], "the earlier run is untouched"
 
 
 def test_run_can_pick_variants(tmp_path, small_scenario):

@@ -96,6 +96,29 @@ def test_corrupt_traces_get_a_located_error(traces, tmp_path):
     (tmp_path / "bad.lackey").write_text(" L 1000,4\n Q oops\n")
     r = run_cli("trace", "info", "bad.lackey", cwd=tmp_path)
     assert r.returncode == 1 and "line 2" in r.stderr
+    # Nothing to replay is an error, whether the file is empty or its one line was a header.
+    (tmp_path / "empty.mvtrace").write_bytes(b"")
+    (tmp_path / "header.csv").write_text("time,obj,size\n")
+    for f in ["empty.mvtrace", "header.csv"]:
+        r = run_cli("trace", "info", f, cwd=tmp_path)
+        assert r.returncode == 1 and "holds no references" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = run_cli("trace", "info", ".", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_convert_writes_only_a_file_and_never_over_its_source(traces, tmp_path):
+    src = tmp_path / "loop.csv"
+    src.write_bytes((traces / "loop.csv").read_bytes())
+    r = run_cli("trace", "convert", "loop.csv", "loop.csv", cwd=tmp_path)
+    assert r.returncode == 2 and "DEST loop.csv is SOURCE" in r.stderr, r.stderr
+    assert src.read_bytes() == (traces / "loop.csv").read_bytes(), "the source is untouched"
+    (tmp_path / "d").mkdir()
+    r = run_cli("trace", "convert", "loop.csv", "d", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    r = run_cli("trace", "convert", "loop.csv", "/dev/null", cwd=tmp_path)
+    assert r.returncode == 2 and "exists and is not a regular file" in r.stderr, r.stderr
+    r = run_cli("trace", "convert", "loop.csv", "x.mvtrace", "--obj-id-col", "0", cwd=tmp_path)
+    assert r.returncode == 2 and "--obj-id-col" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_a_scenario_replays_a_trace_file_next_to_it(traces, tmp_path):

@@ -40,7 +40,7 @@ fn unitless_and_negative_sizes_are_refused() {
 }
 
 #[test]
-fn esx_settings_under_another_policy_are_refused() {
+fn esx_settings_under_another_policy_are_said_to_be_ignored() {
     let host = |extra: &str| {
         one_guest("4GiB", "name = \"g\"\nmemory = \"1GiB\"\nworkload = { kind = \"stress\", passes = 1 }\n", "").replacen(
             "[host]\n",
@@ -48,13 +48,40 @@ fn esx_settings_under_another_policy_are_refused() {
             1,
         )
     };
-    let e = load_err(&host("policy = \"mom\"\nidle_tax = 50\n"));
-    assert!(e.contains("host.idle_tax") && e.contains("is the esx policy's, and host.policy is 'mom'"), "{e}");
-    let e = load_err(&host("esx_states = \"minfree6\"\n"));
-    assert!(e.contains("host.esx_states") && e.contains("host.policy is 'static'"), "{e}");
-    // Under the esx policy both are taken and written back to the resolved scenario.
-    let s = scenario::load(&host("policy = \"esx\"\nidle_tax = 50\n"), "ok.toml", &[]).unwrap().remove(0);
-    assert!(s.to_toml().contains("idle_tax = 50"), "{}", s.to_toml());
+    let load = |text: &str| scenario::load(text, "t.toml", &[]).unwrap().remove(0);
+    let s = load(&host("policy = \"mom\"\nidle_tax = 50\n"));
+    assert_eq!(s.warnings, ["host.idle_tax is the esx policy's, and host.policy is 'mom': it is ignored"]);
+    let s = load(&host("esx_states = \"minfree6\"\n"));
+    assert_eq!(s.warnings, ["host.esx_states is the esx policy's, and host.policy is 'static': it is ignored"]);
+    // The resolved scenario leaves them out, so it reloads without the warning.
+    assert!(!s.to_toml().contains("esx_states") && load(&s.to_toml()).warnings.is_empty(), "{}", s.to_toml());
+    // Under the esx policy both are taken and written back.
+    let s = load(&host("policy = \"esx\"\nidle_tax = 50\n"));
+    assert!(s.warnings.is_empty() && s.to_toml().contains("idle_tax = 50"), "{}", s.to_toml());
+    // A case whose variant sets the state table still runs under another policy, every variant.
+    let text = CASES.iter().find(|c| c.0 == "tps-evaporates").unwrap().2;
+    let runs = scenario::load(text, "tps-evaporates", &["host.policy=mom".into()]).unwrap();
+    assert!(runs.iter().any(|s| s.warnings.iter().any(|w| w.starts_with("host.esx_states"))), "the variant that sets it is told");
+}
+
+#[test]
+fn a_time_series_too_large_to_keep_is_refused_before_the_run() {
+    let e = load_err(&base("").replacen("sample_interval = \"1s\"", "sample_interval = \"1ns\"", 1));
+    assert!(e.contains("host.sample_interval") && e.contains("at least 1ms"), "{e}");
+    let e = load_err(&base("").replacen("name = \"t\"", "name = \"t\"\nduration = \"876000h\"", 1));
+    assert!(e.contains("host.sample_interval") && e.contains("time-series rows, more than the 5000000 kept in memory"), "{e}");
+}
+
+#[test]
+fn names_that_would_leave_the_run_folder_are_refused() {
+    for bad in ["..", ".hidden", "a/b", "a\\\\b", "   "] {
+        let e = load_err(&base("").replacen("name = \"t\"", &format!("name = \"{bad}\""), 1));
+        assert!(e.contains("name: must be a name of 1 to 100 bytes"), "{bad}: {e}");
+        let e = load_err(&format!("{}[[variant]]\nname = \"{bad}\"\nset = {{ seed = 2 }}\n", base("")));
+        assert!(e.contains("variant.name") && e.contains("not starting with '.'"), "{bad}: {e}");
+    }
+    let e = load_err(&base("").replacen("name = \"t\"", &format!("name = \"{}\"", "x".repeat(101)), 1));
+    assert!(e.contains("1 to 100 bytes"), "{e}");
 }
 
 #[test]

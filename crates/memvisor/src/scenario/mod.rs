@@ -102,6 +102,17 @@ pub fn load(text: &str, origin: &str, sets: &[String]) -> Result<Vec<Scenario>, 
 }
 
 /// The keys a scenario file has at its top level.
+/// Why `name` cannot name a run folder (a scenario's or a variant's), if it cannot: it must stay
+/// one folder inside the runs folder, so no separators, no leading dot (nor `.` or `..`), and short
+/// enough for any file system.
+pub(crate) fn folder_name_problem(name: &str) -> Option<&'static str> {
+    if name.trim().is_empty() || name.contains(['/', '\\', '\0']) || name.starts_with('.') || name.len() > 100 {
+        Some("must be a name of 1 to 100 bytes without '/' or '\\', not starting with '.' (it names a run folder)")
+    } else {
+        None
+    }
+}
+
 const TOP_LEVEL: [&str; 9] = ["name", "description", "seed", "duration", "host", "costs", "datastore", "vm", "report"];
 
 /// The fields of serde's "expected one of `a`, `b`, ..." list that `name` most likely misspells:

@@ -132,6 +132,9 @@ impl<'a, 's> Overrides<'a, 's> {
                 let name = str_field(t, "name")
                     .ok_or_else(|| src.error(Some(span.clone()), "variant.name", "each variant needs a name (a string)"))?
                     .to_string();
+                if let Some(why) = super::folder_name_problem(&name) {
+                    return Err(src.error(Some(span), "variant.name", format!("'{name}' {why}")));
+                }
                 if variants.iter().any(|(n, _)| *n == name) {
                     return Err(src.error(Some(span), "variant.name", format!("two variants are named '{name}'")));
                 }

@@ -216,6 +216,8 @@ fn resolve_tmem(c: &Ctx, h: &RawHost, costs: &HostCosts) -> Result<Option<TmemSe
 
 /// Default sampling interval: vCenter's real-time statistics interval, 20 s (DESIGN.md 3).
 const DEFAULT_SAMPLE_NS: u64 = 20_000_000_000;
+/// Most time-series rows a run may keep (see `resolve`).
+const MAX_SERIES_ROWS: u64 = 5_000_000;
 /// Default lookahead: 1 ms, below a scheduler slice (2.25 ms for 4 CPUs) and far below the
 /// seconds over which reclaim ages pages.
 const DEFAULT_LOOKAHEAD_NS: u64 = 1_000_000;
@@ -289,8 +291,8 @@ fn page_count(c: &Ctx, q: &Spanned<Qty>, field: &str, bytes: u64) -> Result<u32,
 pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, ScenarioError> {
     let c = Ctx { src };
     let name = raw.name.get_ref().trim().to_string();
-    if name.is_empty() || name.contains(['/', '\\']) {
-        return c.err(raw.name.span(), "name", "must be a non-empty name without slashes");
+    if let Some(why) = super::folder_name_problem(&name) {
+        return c.err(raw.name.span(), "name", why);
     }
     let seed = c.int(&raw.seed, "seed", 1, 0, i64::MAX as u64)?;
     let duration_ns = raw.duration.as_ref().map(|d| c.ns(d, "duration")).transpose()?;
@@ -364,17 +366,13 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
             None => None,
         },
     };
-    // The state table and the idle tax are the esx policy's: under another they would do nothing.
-    if host.policy.name != "esx" {
-        let tax = h.idle_tax.as_ref().map(|t| (t.span(), "host.idle_tax"));
-        if let Some((span, field)) = h.esx_states.as_ref().map(|t| (t.span(), "host.esx_states")).or(tax) {
-            return c.err(
-                span,
-                field,
-                format!("is the esx policy's, and host.policy is '{}' (set host.policy = \"esx\")", host.policy.name),
-            );
-        }
-    }
+    // The state table and the idle tax are the esx policy's: under another they do nothing. Said,
+    // not refused, so that a case whose variant sets them can still be run under another policy.
+    let esx_unused: Vec<String> = [("host.esx_states", h.esx_states.is_some()), ("host.idle_tax", h.idle_tax.is_some())]
+        .into_iter()
+        .filter(|&(_, set)| set && host.policy.name != "esx")
+        .map(|(field, _)| format!("{field} is the esx policy's, and host.policy is '{}': it is ignored", host.policy.name))
+        .collect();
     if host.memory < PAGE_SIZE {
         return c.err(h.memory.span(), "host.memory", "must be at least one page (4KiB)");
     }
@@ -392,8 +390,10 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
     if host.sample_period_ns == 0 {
         return c.err(h.sample_period.as_ref().unwrap().span(), "host.sample_period", "must be longer than zero");
     }
-    if host.sample_interval_ns == 0 {
-        return c.err(h.sample_interval.as_ref().unwrap().span(), "host.sample_interval", "must be longer than zero");
+    // A sample reads every counter of every VM: finer than a millisecond measures nothing the
+    // counters can show (the kernel's own tick is 1-10 ms) and only fills memory.
+    if host.sample_interval_ns < 1_000_000 {
+        return c.err(h.sample_interval.as_ref().unwrap().span(), "host.sample_interval", "must be at least 1ms");
     }
 
     let mut costs = Costs::default();
@@ -514,6 +514,25 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
                 .collect()
         })
         .unwrap_or_default();
+    warnings.extend(esx_unused);
+    // The time series is kept in memory until the run ends (a row of about 90 numbers per VM and
+    // sample): refuse a run that would need more than 5 million rows, about 4 GB, before it starts.
+    if let Some(d) = duration_ns {
+        let rows = (d / host.sample_interval_ns + 1).saturating_mul(vms.len() as u64);
+        if rows > MAX_SERIES_ROWS {
+            let at = h.sample_interval.as_ref().map(|q| q.span()).unwrap_or_else(|| raw.duration.as_ref().expect("set").span());
+            return c.err(
+                at,
+                "host.sample_interval",
+                format!(
+                    "{} VMs sampled every {} s for {} s make {rows} time-series rows, more than the {MAX_SERIES_ROWS} kept in memory: sample less often",
+                    vms.len(),
+                    host.sample_interval_ns as f64 / 1e9,
+                    d as f64 / 1e9
+                ),
+            );
+        }
+    }
 
     let report = resolve_report(&c, &raw, host.profile == HostProfile::Denali)?;
     // Likewise a report window that outlasts the run: its rates are over what the run had.

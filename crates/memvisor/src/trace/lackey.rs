@@ -6,6 +6,11 @@
 
 use super::{Trace, TraceBuilder, TraceError};
 
+/// The largest size a record may give. A record is one instruction's memory effect: an operand
+/// of at most 64 bytes, or a state save such as XSAVE's area of a few KiB (Intel SDM vol. 1, 13.4);
+/// 1 MiB is generous, and keeps a corrupt size from filling memory with page references.
+const MAX_ACCESS: u64 = 1 << 20;
+
 /// A streaming lackey parser.
 #[derive(Debug)]
 pub struct LackeyReader {
@@ -101,6 +106,9 @@ impl LackeyReader {
         let comma = body.iter().position(|&c| c == b',').ok_or_else(|| bad("no size"))?;
         let addr = parse_hex(&body[..comma]).ok_or_else(|| bad("bad address"))?;
         let size = parse_dec(&body[comma + 1..]).filter(|&s| s > 0).ok_or_else(|| bad("bad size"))?;
+        if size > MAX_ACCESS {
+            return Err(bad("size larger than any one access (at most 1 MiB accepted)"));
+        }
         if kind == b'I' && !self.instructions {
             return Ok(());
         }
@@ -151,5 +159,9 @@ mod tests {
         r.feed(b" L 1234\n").unwrap_err();
         let mut r = LackeyReader::new(false);
         assert!(r.feed(b" L zz12,4\n").unwrap_err().message.contains("bad address"));
+        // A size no access has is refused before it becomes millions of page references.
+        let mut r = LackeyReader::new(false);
+        assert!(r.feed(b" L 0,1000000000000\n").unwrap_err().message.contains("larger than any one access"));
+        assert!(LackeyReader::new(false).feed(b" L 0,1048576\n").is_ok(), "1 MiB is accepted");
     }
 }

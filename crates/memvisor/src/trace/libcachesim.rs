@@ -125,6 +125,8 @@ pub fn read_csv(bytes: &[u8], opt: &CsvOptions) -> Result<Trace, TraceError> {
         n += 1;
         let line = std::str::from_utf8(&raw).map_err(|e| TraceError::at_byte(offset + e.valid_up_to() as u64, "not UTF-8 text"))?;
         offset += raw.len() as u64;
+        // A byte-order mark some tools put first is not part of the first field.
+        let line = if n == 1 { line.strip_prefix('\u{feff}').unwrap_or(line) } else { line };
         let line = line.strip_suffix('\n').unwrap_or(line);
         let line = line.strip_suffix('\r').unwrap_or(line);
         if line.trim().is_empty() {
@@ -212,5 +214,7 @@ mod tests {
         let numbered = CsvOptions { has_header: Some(true), ..CsvOptions::default() };
         assert_eq!(read_csv(b"0,1,2\n1,5,4096\n", &numbered).unwrap().refs().len(), 1);
         assert_eq!(read_csv(b"0,1,2\n1,5,4096\n", &CsvOptions::default()).unwrap().refs().len(), 2);
+        let first_col = CsvOptions { obj_id_col: 1, ..CsvOptions::default() };
+        assert_eq!(read_csv("\u{feff}5\n9\n5\n".as_bytes(), &first_col).unwrap().refs().len(), 3, "a BOM is not a header");
     }
 }
