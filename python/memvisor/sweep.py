@@ -8,10 +8,11 @@ gathered into one table with the overrides as columns.
 
 The engine is deterministic, so the tables do not depend on how many workers ran them, nor where.
 With a store (a folder), each finished run is kept as it finishes, and a sweep run again with the
-same store does only the runs it lacks."""
+same store and the same engine build does only the runs it lacks."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -158,9 +159,17 @@ def run_grid(grid: Grid, jobs: int | None = None, progress: Callable[[int, int],
     return run_points(grid, jobs, progress, **kw)[0]
 
 
+@functools.cache
+def _engine_id() -> str:
+    """The engine that computes the runs: a hash of the compiled extension, so that a store kept
+    across a rebuild that changed a mechanism is not taken for this engine's results."""
+    return hashlib.sha256(Path(_core.__file__).read_bytes()).hexdigest()
+
+
 def _task_id(toml: str) -> str:
-    """A run's identity in a store: the resolved scenario decides the run, bit for bit."""
-    return hashlib.sha256(toml.encode("utf-8")).hexdigest()[:32]
+    """A run's identity in a store: the resolved scenario decides the run, bit for bit, given the
+    engine."""
+    return hashlib.sha256(f"{_engine_id()}\n{toml}".encode("utf-8")).hexdigest()[:32]
 
 
 def run_points(

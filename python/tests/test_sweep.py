@@ -196,6 +196,16 @@ def test_an_interrupted_sweep_resumes_without_redoing_finished_runs(tmp_path):
     assert spec.exists()
 
 
+def test_a_store_is_kept_per_engine(monkeypatch):
+    # A rebuilt engine may compute a run differently: its runs are not the old engine's.
+    from memvisor import sweep
+
+    before = sweep._task_id("name = 'x'")
+    assert sweep._task_id("name = 'x'") == before and sweep._task_id("name = 'y'") != before
+    monkeypatch.setattr(sweep, "_engine_id", lambda: "another build")
+    assert sweep._task_id("name = 'x'") != before
+
+
 def test_a_sweep_on_a_dask_cluster_equals_the_local_one(tmp_path):
     from dask.distributed import LocalCluster
 
