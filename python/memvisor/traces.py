@@ -47,7 +47,7 @@ def read_trace(path: str | Path, fmt: str | None = None, *, instructions: bool =
         raise _core.TraceError(f"{path}: {e}") from None
     # Nothing to replay is a mistake (an empty file, a csv whose one line was taken for a header),
     # not a run that finishes at once.
-    if t.info()["references"] == 0:
+    if t.n_pages == 0:  # every reference touches a page
         raise _core.TraceError(f"{path}: holds no references (read as {fmt})")
     return t
 
