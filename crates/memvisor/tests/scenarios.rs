@@ -246,6 +246,18 @@ fn a_set_that_replaces_a_variant_value_warns() {
 }
 
 #[test]
+fn a_value_set_twice_is_refused_not_left_to_order() {
+    let twice = |a: &str, b: &str| scenario::load(&base(""), "ok.toml", &[a.into(), b.into()]);
+    let e = twice("vm.g.memory=2GiB", "vm.g.memory=3GiB").unwrap_err().to_string();
+    assert!(e.starts_with("--set vm.g.memory=3GiB: vm.g.memory: also set by --set vm.g.memory=2GiB"), "{e}");
+    // A table and a field inside it overlap as well.
+    let e = twice("vm.g.sysctl.vm.swappiness=7", "vm.g.sysctl={}").unwrap_err().to_string();
+    assert!(e.contains("also set by --set vm.g.sysctl.vm.swappiness=7"), "{e}");
+    // Neighbours whose names share a prefix do not.
+    assert!(twice("vm.g.memory=3GiB", "vm.g.memory_limit=3GiB").map_or_else(|e| !e.to_string().contains("also set"), |_| true));
+}
+
+#[test]
 fn resolved_scenarios_reload_identically() {
     for (name, _, text) in CASES {
         for s in scenario::load(text, name, &[]).unwrap() {

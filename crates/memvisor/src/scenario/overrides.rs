@@ -157,7 +157,13 @@ impl<'a, 's> Overrides<'a, 's> {
                 Ok(v) => v.into_inner(),
                 Err(_) => DeValue::String(Cow::Borrowed(value)),
             };
-            sets.push(Set { path: path.trim().to_string(), value: respan(parsed, &span) });
+            let path = path.trim().to_string();
+            // Two overrides of one value would leave the answer to their order; refuse rather
+            // than let the last one win unseen.
+            if let Some(j) = sets.iter().position(|s: &Set| overlaps(&s.path, &path)) {
+                return Err(src.error(Some(span), &path, format!("also set by --set {}; give each value once", src.sets[j])));
+            }
+            sets.push(Set { path, value: respan(parsed, &span) });
         }
         Ok(Self { src, base, variants, sets })
     }
