@@ -344,3 +344,12 @@ fn content_mix_shares_are_checked_and_round_trip() {
     let again = scenario::load(&text, "resolved.toml", &[]).unwrap();
     assert_eq!(again[0].vms[0].guest.workloads, s[0].vms[0].guest.workloads);
 }
+
+#[test]
+fn a_memory_limit_is_whole_pages_rounded_down_as_the_kernel_reads_memory_max() {
+    let limit = |l: &str| scenario::load(&base(""), "ok.toml", &[format!("vm.g.workload.memory_limit={l}")]);
+    let s = limit("8191B").unwrap();
+    assert!(s[0].to_toml().contains("memory_limit = \"4KiB\""), "{}", s[0].to_toml());
+    let e = limit("4095B").unwrap_err().to_string();
+    assert!(e.contains("a memory cgroup's limit must hold at least one page (4 KiB)"), "{e}");
+}

@@ -1226,7 +1226,8 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
     let memory_limit = match &r.memory_limit {
         Some(q) => {
             let b = c.bytes(q, &f("memory_limit"))?;
-            let pages = units::pages(b);
+            // Whole pages, rounded down, as the kernel reads memory.max (page_counter_memparse).
+            let pages = b / PAGE_SIZE;
             if pages == 0 {
                 return c.err(q.span(), &f("memory_limit"), "a memory cgroup's limit must hold at least one page (4 KiB)");
             }
