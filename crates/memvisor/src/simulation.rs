@@ -216,6 +216,7 @@ impl Simulation {
             self.world.now = self.world.now.max(now);
             match ev {
                 Event::Sample => {
+                    self.series.make_room(self.world.guests.len(), now, self.scenario.host.sample_interval_ns)?;
                     self.series.sample(now, &self.world);
                     self.world.events.push(now + self.scenario.host.sample_interval_ns, Event::Sample);
                 }

@@ -157,6 +157,12 @@ pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
     v
 }
 
+/// Most rows a time series may hold. It is kept in memory until the run ends, a row of about 90
+/// numbers per VM and sample, so 5 million rows is about 4 GB [chosen: a sixth of this 24 GiB
+/// machine, leaving room for the guests' own state]. A run whose length is known is refused
+/// before it starts (`scenario`); one without a duration is stopped when it gets there.
+pub const MAX_SERIES_ROWS: u64 = 5_000_000;
+
 /// The sampled series, column-oriented.
 #[derive(Clone, Debug, Default)]
 pub struct TimeSeries {
@@ -190,6 +196,20 @@ impl TimeSeries {
         }
     }
 
+    /// Refuses `more` rows (one sample of `more` VMs, every `interval_ns`) that would take the
+    /// series past `MAX_SERIES_ROWS`, saying when and what to change.
+    pub fn make_room(&self, more: usize, now: u64, interval_ns: u64) -> Result<(), String> {
+        if (self.len() + more) as u64 <= MAX_SERIES_ROWS {
+            return Ok(());
+        }
+        Err(format!(
+            "at {} s the time series of {more} VMs sampled every {} s passed {MAX_SERIES_ROWS} rows, the most kept in \
+             memory: the run is stopped; give host.sample_interval a longer interval or the scenario a duration",
+            now as f64 / 1e9,
+            interval_ns as f64 / 1e9
+        ))
+    }
+
     /// Number of rows.
     pub fn len(&self) -> usize {
         self.time_s.len()
@@ -198,5 +218,18 @@ impl TimeSeries {
     /// Whether there are no rows.
     pub fn is_empty(&self) -> bool {
         self.time_s.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_series_is_stopped_at_its_bound_not_after() {
+        let full = TimeSeries { time_s: vec![0.0; MAX_SERIES_ROWS as usize - 3], ..Default::default() };
+        assert!(full.make_room(3, 0, 1_000_000).is_ok(), "up to the bound");
+        let e = full.make_room(4, 7_500_000_000, 1_000_000).unwrap_err();
+        assert!(e.starts_with("at 7.5 s the time series of 4 VMs sampled every 0.001 s passed 5000000 rows"), "{e}");
     }
 }

@@ -10,6 +10,7 @@ use crate::guest::ilwaco::mbuf::PoolKind;
 use crate::guest::{BalloonDriver, CgroupVersion, Costs, GuestConfig, Replacement, Sysctl, Thp, Watermarks};
 use crate::host::ksm::KsmSettings;
 use crate::host::{Content, HostCosts, HostKsm, HostProfile, PshareSettings, TmemSettings};
+use crate::metrics::MAX_SERIES_ROWS;
 use crate::policy::{ESX_STATE_TABLES, POLICY_NAMES, PolicySpec};
 use crate::units::{self, PAGE_SIZE};
 use crate::workloads::{
@@ -216,8 +217,6 @@ fn resolve_tmem(c: &Ctx, h: &RawHost, costs: &HostCosts) -> Result<Option<TmemSe
 
 /// Default sampling interval: vCenter's real-time statistics interval, 20 s (DESIGN.md 3).
 const DEFAULT_SAMPLE_NS: u64 = 20_000_000_000;
-/// Most time-series rows a run may keep (see `resolve`).
-const MAX_SERIES_ROWS: u64 = 5_000_000;
 /// Default lookahead: 1 ms, below a scheduler slice (2.25 ms for 4 CPUs) and far below the
 /// seconds over which reclaim ages pages.
 const DEFAULT_LOOKAHEAD_NS: u64 = 1_000_000;
@@ -515,8 +514,8 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         })
         .unwrap_or_default();
     warnings.extend(esx_unused);
-    // The time series is kept in memory until the run ends (a row of about 90 numbers per VM and
-    // sample): refuse a run that would need more than 5 million rows, about 4 GB, before it starts.
+    // The time series is kept in memory until the run ends: a run that would pass its bound is
+    // refused before it starts.
     if let Some(d) = duration_ns {
         let rows = (d / host.sample_interval_ns + 1).saturating_mul(vms.len() as u64);
         if rows > MAX_SERIES_ROWS {
