@@ -11,7 +11,7 @@ from rich.table import Table
 
 from memvisor import _core
 from memvisor.console import USAGE, MemvisorError, err, fmt, out
-from memvisor.params import ByteSize
+from memvisor.params import ByteSize, Number
 
 try:
     import tomllib
@@ -96,10 +96,10 @@ _config_opt = click.option("--config", type=click.Path(dir_okay=False, path_type
 @_vm_opt
 @_floor_opt
 @_config_opt
-@click.option("--period", type=click.FloatRange(min=0.1), help="Seconds between rounds (default: the policy's own).")
+@click.option("--period", type=Number(min=0.1), help="Seconds between rounds (default: the policy's own).")
 @click.option("--dry-run", is_flag=True, help="Print what would be done and why; change nothing.")
 @click.option("--ksm", "manage_ksm", is_flag=True, default=None, help="Let the policy set KSM (restored when the manager stops).")
-@click.option("--timeout", type=click.FloatRange(min=0.01), help="Seconds a VM's monitor may take to answer (default 1).")
+@click.option("--timeout", type=Number(min=0.01), help="Seconds a VM's monitor may take to answer (default 1).")
 @click.option("--rounds", type=click.IntRange(min=1), help="Stop after this many rounds (default: until SIGINT/SIGTERM).")
 @click.option("--host-memory", type=ByteSize(), help="Manage the VMs as if the host had this much memory for them (default: the machine's).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Run folder (default runs/manage-POLICY).")

@@ -3,6 +3,8 @@ usage error naming the option (exit status 2) before the command runs."""
 
 from __future__ import annotations
 
+import math
+
 import click
 
 from memvisor import _core
@@ -75,3 +77,19 @@ class KeyValues(click.ParamType):
         if twice:
             self.fail(f"{value!r}: {', '.join(twice)} given more than once", param, ctx)
         return key, tuple(values)
+
+
+class Number(click.FloatRange):
+    """A finite number of at least `min`: click's FloatRange lets `nan` through (every comparison
+    with it is false) and `inf`, neither of which is a bound, a period or a timeout."""
+
+    name = "number"
+
+    def __init__(self, min: float):
+        super().__init__(min=min)
+
+    def convert(self, value, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        v = super().convert(value, param, ctx)
+        if not math.isfinite(v):
+            self.fail(f"{value!r} is not a finite number; give a number of at least {self.min:g}", param, ctx)
+        return v

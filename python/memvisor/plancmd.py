@@ -7,7 +7,7 @@ from rich.table import Table
 
 from memvisor import _core, api
 from memvisor.console import USAGE, MemvisorError, out
-from memvisor.params import ByteSize, IntList
+from memvisor.params import ByteSize, IntList, Number
 
 try:
     import tomllib
@@ -24,7 +24,7 @@ def _mib(v: int) -> str:
 @click.command("plan")
 @click.argument("spec")
 @click.option("--vm", required=True, help="The VM whose runtime must stay within the bound.")
-@click.option("--slowdown", type=click.FloatRange(min=1.0), required=True, help="The bound: runtime at most this many times the baseline's.")
+@click.option("--slowdown", type=Number(min=1.0), required=True, help="The bound: runtime at most this many times the baseline's.")
 @click.option("--reservation", "ask_reservation", is_flag=True, help="Find the VM's smallest reservation (baseline: a full one).")
 @click.option("--host-memory", "ask_host_memory", is_flag=True, help="Find the smallest host memory (baseline: --max).")
 @click.option("--count", "group", metavar="VM", help="Find the largest count of VM group VM (baseline: --min, default 1).")

@@ -17,7 +17,7 @@ import memvisor as memvisor_api
 from conftest import SMALL, memvisor
 from memvisor import cli
 from memvisor.console import MemvisorError, warn
-from memvisor.params import IntList
+from memvisor.params import IntList, Number
 from memvisor.runfolder import RunFolder
 
 
@@ -261,6 +261,16 @@ def test_int_list_accepts_lists_and_rejects_the_rest():
         with pytest.raises(click.BadParameter):
             t.convert(bad, None, None)
 
+
+
+def test_number_refuses_what_is_not_a_finite_bound(tmp_path):
+    t = Number(min=1.0)
+    assert t.convert("1.5", None, None) == 1.5
+    for bad in ["nan", "inf", "-inf", "0.5", "x"]:
+        with pytest.raises(click.BadParameter):
+            t.convert(bad, None, None)
+    r = memvisor("plan", "nfs-balloon", "--vm", "small", "--slowdown", "nan", "--reservation", cwd=tmp_path)
+    assert r.returncode == 2 and "Invalid value for '--slowdown': 'nan' is not a finite number" in r.stderr, r.stderr
 
 LONG = SMALL.replace('name = "small"', 'name = "long"\nduration = "100000000s"').replace(
     'sample_interval = "100ms"', 'sample_interval = "1h"'
