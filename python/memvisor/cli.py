@@ -463,7 +463,7 @@ def report_cmd(run: Path) -> None:
 
     try:
         out.print(f"wrote {report.write(run)}")
-    except FileNotFoundError as e:
+    except (FileNotFoundError, report.BadRun) as e:
         raise MemvisorError(str(e), USAGE) from None
 
 
@@ -476,11 +476,12 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
     from memvisor import report
 
     try:
-        loaded = [r for p in runs for r in report.runs_in(p, label=p.name)]
-    except FileNotFoundError as e:
+        per_folder = [report.runs_in(p, label=p.name) for p in runs]
+    except (FileNotFoundError, report.BadRun) as e:
         raise MemvisorError(str(e), USAGE) from None
+    loaded = [r for rs in per_folder for r in rs]
     # Each run is set against the first folder's run of the same variant (or its first run).
-    first_folder = report.runs_in(runs[0], label=runs[0].name)
+    first_folder = per_folder[0]
     base_of = {r.path.name: r for r in first_folder}
     # The runtime first, once (it is often a report column too).
     keys = list(dict.fromkeys(["runtime_s"] + [k for r in loaded for vm in r.summary.get("vms", []) for k in (vm.get("report") or {})]))

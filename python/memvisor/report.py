@@ -14,6 +14,7 @@ import html
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 #: Samples kept per VM and chart.
 MAX_POINTS = 2000
@@ -59,8 +60,37 @@ class Run:
     scenario: str | None
 
 
+class BadRun(ValueError):
+    """A run folder's file that cannot be read as what a run writes there (damaged, or not ours)."""
+
+
+def _read(path: Path, what: str, read: Callable[[Path], object]):
+    try:
+        return read(path)
+    except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid and json's errors are ValueErrors
+        raise BadRun(f"{path}: cannot be read as {what}: {e}") from None
+
+
+def _summary(path: Path) -> dict:
+    summary = json.loads(path.read_text())
+    if not isinstance(summary, dict) or not isinstance(summary.get("vms", []), list):
+        raise ValueError("not an object with a list of 'vms'")
+    return summary
+
+
+def _decisions(path: Path) -> list[dict]:
+    out = []
+    for i, line in enumerate(path.read_text().splitlines(), start=1):
+        try:
+            out.append(json.loads(line))
+        except ValueError as e:
+            raise ValueError(f"line {i}: {e}") from None
+    return out
+
+
 def runs_in(folder: Path, label: str | None = None) -> list[Run]:
-    """The runs of a run folder: itself, or its variants' folders."""
+    """The runs of a run folder: itself, or its variants' folders. A file that cannot be read
+    raises `BadRun`, naming it."""
     import pandas as pd
 
     folder = Path(folder)
@@ -79,10 +109,10 @@ def runs_in(folder: Path, label: str | None = None) -> list[Run]:
         out.append(Run(
             label=f"{label}/{name}" if label and d != folder else (label or name),
             path=d,
-            timeseries=pd.read_parquet(d / "timeseries.parquet"),
-            decisions=[json.loads(line) for line in dec.read_text().splitlines()] if dec.exists() else [],
-            summary=json.loads(summ.read_text()) if summ.exists() else {},
-            scenario=scen.read_text() if scen.exists() else None,
+            timeseries=_read(d / "timeseries.parquet", "a time series (Parquet)", pd.read_parquet),
+            decisions=_read(dec, "decisions (JSON lines)", _decisions) if dec.exists() else [],
+            summary=_read(summ, "a run summary (JSON)", _summary) if summ.exists() else {},
+            scenario=_read(scen, "a scenario (text)", Path.read_text) if scen.exists() else None,
         ))
     return out
 

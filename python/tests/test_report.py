@@ -71,3 +71,19 @@ def test_compare_sets_runs_side_by_side(run_folder, tmp_path):
     assert p.returncode == 0 and "report.html" in p.stdout
     p = memvisor("compare", str(tmp_path / "nope"), cwd=tmp_path)
     assert p.returncode == 2
+
+
+@pytest.mark.parametrize("file, content, expect", [
+    ("timeseries.parquet", "garbage", "cannot be read as a time series (Parquet)"),
+    ("summary.json", "[1]", "cannot be read as a run summary (JSON): not an object"),
+    ("summary.json", "{", "cannot be read as a run summary (JSON)"),
+    ("decisions.jsonl", "{}\n{", "cannot be read as decisions (JSON lines): line 2"),
+])
+def test_a_damaged_run_file_is_named_not_a_traceback(run_folder, tmp_path, file, content, expect):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(run_folder, damaged)
+    (damaged / "8GiB" / file).write_text(content)
+    for args in (["report", str(damaged)], ["compare", str(run_folder), str(damaged), "--out", str(tmp_path / "c.html")]):
+        p = memvisor(*args, cwd=tmp_path)
+        assert p.returncode == 2 and f"damaged/8GiB/{file}: {expect}" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not (tmp_path / "c.html").exists()
