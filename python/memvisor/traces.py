@@ -9,13 +9,15 @@ from memvisor import _core
 
 FORMATS = ("native", "lackey", "oracleGeneral", "csv")
 NATIVE_SUFFIX = ".mvtrace"
+NATIVE_MAGIC = b"MVTRACE1"
 
 
 def detect_format(path: Path, data: bytes) -> str:
-    """The format of a trace file: the native magic, else the file name."""
-    if data.startswith(b"MVTRACE1"):
-        return "native"
+    """The format of a trace file: the native magic (or the start of it: a native trace cut short
+    is reported as one), else the file name."""
     name = path.name.lower().removesuffix(".zst")
+    if data.startswith(NATIVE_MAGIC) or (data and NATIVE_MAGIC.startswith(data[:8])) or name.endswith(NATIVE_SUFFIX):
+        return "native"
     if name.endswith(".oraclegeneral") or name.endswith(".bin"):
         return "oracleGeneral"
     if name.endswith(".csv"):

@@ -96,10 +96,16 @@ def test_corrupt_traces_get_a_located_error(traces, tmp_path):
     (tmp_path / "bad.lackey").write_text(" L 1000,4\n Q oops\n")
     r = run_cli("trace", "info", "bad.lackey", cwd=tmp_path)
     assert r.returncode == 1 and "line 2" in r.stderr
-    # Nothing to replay is an error, whether the file is empty or its one line was a header.
+    # A native trace cut inside its header is one, by its name or by the start of its magic.
     (tmp_path / "empty.mvtrace").write_bytes(b"")
+    (tmp_path / "cut12").write_bytes(data[:12])
+    for f in ["empty.mvtrace", "cut12"]:
+        r = run_cli("trace", "info", f, cwd=tmp_path)
+        assert r.returncode == 1 and "truncated: a native trace header is 24 bytes" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    # Nothing to replay is an error, whether the file is empty or its one line was a header.
+    (tmp_path / "empty.lackey").write_bytes(b"")
     (tmp_path / "header.csv").write_text("time,obj,size\n")
-    for f in ["empty.mvtrace", "header.csv"]:
+    for f in ["empty.lackey", "header.csv"]:
         r = run_cli("trace", "info", f, cwd=tmp_path)
         assert r.returncode == 1 and "holds no references" in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = run_cli("trace", "info", ".", cwd=tmp_path)
