@@ -222,9 +222,13 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
 
     if scheduler is not None:
         try:
-            import dask.distributed  # noqa: F401
+            from distributed.comm.addressing import get_address_host_port
         except ImportError:
             raise MemvisorError("--scheduler needs Dask: pip install 'memvisor[dask]'", USAGE) from None
+        try:
+            get_address_host_port(scheduler)
+        except ValueError as e:
+            raise MemvisorError(f"--scheduler {scheduler}: {e}; give a scheduler's address, e.g. tcp://10.0.0.5:8786", USAGE) from None
     if bool(varies) == bool(points_file):
         raise MemvisorError("give the grid as --vary KEY=V1,V2 (repeatable) or as --points FILE, one of the two", USAGE)
     if csv_path is not None and not csv_path.parent.is_dir():
