@@ -128,10 +128,15 @@ fn unknown_kinds_and_misplaced_fields_say_what_is_allowed() {
 
 #[test]
 fn type_errors_name_the_key_in_plain_words() {
+    // The key by its whole path, as --set takes it: a VM by its name, a workload by its kind.
     let e = load_err(&base("vcpus = \"two\""));
-    assert!(e.contains(": vcpus: invalid type: string \"two\", expected an integer"), "{e}");
+    assert!(e.contains(": vm.g.vcpus: invalid type: string \"two\", expected an integer"), "{e}");
     let e = load_err(&base("").replace("passes = 1", "passes = \"x\""));
-    assert!(e.contains(": passes: ") && e.contains("expected an integer"), "{e}");
+    assert!(e.contains(": vm.g.workload.stress.passes: ") && e.contains("expected an integer"), "{e}");
+    let e = load_err(&base("sysctl = { \"vm.swappiness\" = \"x\" }"));
+    assert!(e.contains(": vm.g.sysctl.vm.swappiness: invalid type: string \"x\", expected an integer"), "{e}");
+    let e = load_err(&base("").replace("[[datastore]]\n", "[[datastore]]\nkind = \"ssd\"\n"));
+    assert!(e.contains(": datastore.d.kind: unknown field `kind`"), "{e}");
     let e = scenario::load(&base(""), "ok.toml", &["host=3".into()]).unwrap_err().to_string();
     assert!(e.contains("expected a table") && !e.contains("Raw"), "{e}");
     let e = load_err(&format!("name = \"a\"\n{}", base("")));

@@ -87,12 +87,13 @@ impl Source<'_> {
 /// ("key=value" strings, dotted keys) applied on top of every variant.
 pub fn load(text: &str, origin: &str, sets: &[String]) -> Result<Vec<Scenario>, ScenarioError> {
     let src = Source { origin, text, sets };
-    let doc = toml::de::DeTable::parse(text).map_err(|e| plain_error(&src, e))?;
+    let doc = toml::de::DeTable::parse(text).map_err(|e| plain_error(&src, e, None))?;
     let ov = Overrides::new(&src, doc)?;
     let mut out = Vec::new();
     for (variant, table, warnings) in ov.variants()? {
+        let doc = table.get_ref().clone();
         let raw: raw::RawScenario =
-            serde::Deserialize::deserialize(toml::de::Deserializer::from(table)).map_err(|e| plain_error(&src, e))?;
+            serde::Deserialize::deserialize(toml::de::Deserializer::from(table)).map_err(|e| plain_error(&src, e, Some(&doc)))?;
         let mut s = resolve::resolve(&src, raw)?;
         s.variant = variant;
         s.warnings.extend(warnings);
@@ -132,10 +133,46 @@ fn nearest_field(name: &str, msg: &str) -> Option<String> {
     Some(names.join(" or "))
 }
 
+/// The dotted path (as `--set` takes it) of the key or value at `span` in `doc`: an entry of an
+/// array of tables by its `name`, else its `kind`, else its index. Searched through the whole
+/// document, since a table opened by a header spans only its header.
+fn path_at(doc: &toml::de::DeTable, span: &std::ops::Range<usize>) -> Option<String> {
+    use toml::de::{DeTable, DeValue};
+    fn label(t: &DeTable, i: usize) -> String {
+        let named = ["name", "kind"].iter().find_map(|f| match t.get(*f).map(|v| v.get_ref()) {
+            Some(DeValue::String(s)) => Some(s.to_string()),
+            _ => None,
+        });
+        named.unwrap_or_else(|| i.to_string())
+    }
+    fn find(t: &DeTable, span: &std::ops::Range<usize>) -> Option<Vec<String>> {
+        let inside = |s: std::ops::Range<usize>| s.start <= span.start && span.end <= s.end;
+        for (k, v) in t.iter() {
+            let key = k.get_ref().to_string();
+            let below = match v.get_ref() {
+                DeValue::Table(t) => find(t, span),
+                DeValue::Array(items) => items.iter().enumerate().find_map(|(i, it)| match it.get_ref() {
+                    DeValue::Table(t) => find(t, span).map(|p| [vec![label(t, i)], p].concat()),
+                    _ => inside(it.span()).then(Vec::new),
+                }),
+                _ => None,
+            };
+            if let Some(p) = below {
+                return Some([vec![key], p].concat());
+            }
+            if inside(k.span()) || inside(v.span()) {
+                return Some(vec![key]);
+            }
+        }
+        None
+    }
+    find(doc, span).map(|p| p.join("."))
+}
+
 /// A TOML or serde error in the user's words: the key it is about, "an integer" rather than
 /// "i64", "a table" rather than the name of a Rust type, and a hint when a top-level key was
 /// written under a table header (TOML puts everything after `[host]` into the host table).
-fn plain_error(src: &Source, e: toml::de::Error) -> ScenarioError {
+fn plain_error(src: &Source, e: toml::de::Error, doc: Option<&toml::de::DeTable>) -> ScenarioError {
     let mut msg = e.message().to_string();
     for (rust, plain) in
         [("i64", "an integer"), ("u64", "an integer"), ("u32", "an integer"), ("f64", "a number"), ("a sequence", "an array")]
@@ -167,5 +204,7 @@ fn plain_error(src: &Source, e: toml::de::Error) -> ScenarioError {
             msg = format!("unknown field `{name}`; did you mean {near}?");
         }
     }
-    src.error(span, key.as_deref().unwrap_or(""), msg)
+    // The whole path where the document can tell it (an error inside a `--set` is located there).
+    let path = doc.zip(span.as_ref()).filter(|(_, s)| s.end <= src.text.len()).and_then(|(d, s)| path_at(d, s));
+    src.error(span, path.or(key).as_deref().unwrap_or(""), msg)
 }
