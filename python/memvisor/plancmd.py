@@ -40,6 +40,7 @@ def plan_cmd(spec, vm, slowdown, ask_reservation, ask_host_memory, group, lo, hi
     keeps VM's runtime within SLOWDOWN x its baseline. Prints the answer, whether it is sharp, and
     the runs that bound it."""
     from memvisor.planning import Planner, search
+    from memvisor.sweep import refuse_sets_of
 
     asked = [q for q, on in [("--reservation", ask_reservation), ("--host-memory", ask_host_memory), ("--count", group is not None)] if on]
     if len(asked) != 1:
@@ -108,6 +109,11 @@ def plan_cmd(spec, vm, slowdown, ask_reservation, ask_host_memory, group, lo, hi
         what = "the smallest host memory"
     if lo_v >= hi_v:
         raise MemvisorError(f"--min must be below --max ({fmt(lo_v)} >= {fmt(hi_v)})", USAGE)
+    try:
+        refuse_sets_of(sets, [key], "is the value plan searches for")
+        refuse_sets_of(sets, ["seed"], "is set by plan, to each of --seeds in turn")
+    except _core.ScenarioError as e:
+        raise MemvisorError(str(e), USAGE) from None
     planner = Planner(spec, vm, key, list(sets), list(seeds), jobs, fmt)
     try:
         a = search(planner, lo_v, hi_v, grid_step, slowdown, generous_high=high)

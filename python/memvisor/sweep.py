@@ -82,6 +82,20 @@ def points_from_csv(path: Path) -> list[dict]:
     return [{k.strip(): v.strip() for k, v in r.items()} for r in rows]
 
 
+def overlaps(a: str, b: str) -> bool:
+    """Whether two dotted scenario keys name the same value, or one lies inside the other."""
+    return a == b or a.startswith(f"{b}.") or b.startswith(f"{a}.")
+
+
+def refuse_sets_of(sets: Sequence[str], keys: Sequence[str], why: str) -> None:
+    """Raises `ScenarioError` for a `--set` of a value among `keys`, which the command sets itself."""
+    for s in sets:
+        k = s.split("=", 1)[0].strip()
+        for key in keys:
+            if overlaps(k, key):
+                raise _core.ScenarioError(f"--set {s}: {key} {why}")
+
+
 def plan(spec: str, key: str, values: Sequence[str], column: str | None = None, sets: Sequence[str] = (), vm: str | None = None) -> Grid:
     """One key's values (see `plan_points`)."""
     values = list(values)
@@ -99,6 +113,7 @@ def plan_points(spec: str, points: Sequence[dict], column: str | None = None, se
     keys = list(dict.fromkeys(k for p in points for k in p))
     key = " × ".join(keys)
     values = [", ".join(str(p.get(k, "-")) for k in keys) for p in points]
+    refuse_sets_of(sets, keys, "is varied by the sweep: vary it or set it, not both")
     _, origin = api.read_scenario_text(spec)
     try:
         scenarios = [api.load(spec, [*sets, *(f"{k}={v}" for k, v in p.items())]) for p in points]

@@ -79,6 +79,11 @@ def test_plan_command_prints_the_answer_and_its_runs(tmp_path: Path):
                         "--min", "1GiB", "--max", "2GiB", "--step", "0B"], capture_output=True, text=True)
     assert p.returncode == 2 and "--step: the grid step must be larger than zero" in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert _core.parse_bytes("1280MiB") == 1280 * MIB
+    # What plan sets itself (the searched value, the seed) is not also taken from --set.
+    for extra, expect in [("seed=3", "seed is set by plan, to each of --seeds in turn"), ("host.memory=3GiB", "host.memory is the value plan searches for")]:
+        p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "batch", "--slowdown", "2", "--host-memory",
+                            "--min", "256MiB", "--set", extra], capture_output=True, text=True)
+        assert p.returncode == 2 and f"--set {extra}: {expect}" in p.stderr, p.stderr
     # Two questions at once are refused, not settled by which came last.
     p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "batch", "--slowdown", "2", "--reservation",
                         "--host-memory", "--min", "1GiB"], capture_output=True, text=True)

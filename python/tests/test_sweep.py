@@ -86,6 +86,9 @@ def test_a_bad_key_or_value_gets_one_located_error_before_anything_runs(tmp_path
     write(tmp_path, VARIANTS.replace('name = "g"', 'name = "g"\ncount = 2'))
     r = run_cli("sweep", "s.toml", "--vary", "vm.g.memory=128MiB", "--vm", "g", cwd=tmp_path)
     assert r.returncode == 2 and "--vm g: a group of 2 VMs, name one of them (VMs: g-1, g-2)" in r.stderr, r.stderr
+    # A value both varied and set is refused, naming the --set, not left to which comes last.
+    r = run_cli("sweep", "s.toml", "--vary", "vm.g.memory=128MiB", "--set", "vm.g.memory=96MiB", cwd=tmp_path)
+    assert r.returncode == 2 and "--set vm.g.memory=96MiB: vm.g.memory is varied by the sweep" in r.stderr, r.stderr
     # An address no scheduler can have (no port): a usage error, not Dask's traceback mid-sweep.
     r = run_cli("sweep", "s.toml", "--vary", "vm.g.memory=128MiB", "--scheduler", "nonsense", "--out", "o", cwd=tmp_path)
     assert r.returncode == 2 and "--scheduler nonsense: missing port number" in r.stderr and "Traceback" not in r.stderr, r.stderr
