@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import threading
@@ -115,6 +116,10 @@ def simulate(
 
     from memvisor.traces import load_traces
 
+    if not isinstance(scenario, _core.Scenario):
+        raise TypeError(f"simulate takes one resolved scenario (an item of memvisor.load's list), not {type(scenario).__name__}")
+    if step_s is not None and not (isinstance(step_s, (int, float)) and math.isfinite(step_s) and step_s >= 1e-6):
+        raise ValueError(f"step_s must be finite simulated seconds of at least 1e-6, or None, not {step_s!r}")
     if traces is None:
         traces = load_traces(scenario, base)
     if policy is None and scenario.policy.startswith("python:"):
@@ -122,7 +127,9 @@ def simulate(
 
         policy = resolve(scenario.policy, base)
     if isinstance(policy, type):
-        policy = policy()
+        from memvisor.policy import instantiate
+
+        policy = instantiate(policy, scenario.policy if scenario.policy.startswith("python:") else policy.__name__)
     t0 = time.perf_counter()
     sim = _core.Simulation(scenario, traces, policy)
     t = 0.0

@@ -14,8 +14,11 @@ it), `balloon_size`, `balloon_target`, `balloon_max`, `swapped`,
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.util
 import sys
+import traceback
 from pathlib import Path
 
 from memvisor import _core
@@ -71,21 +74,60 @@ def sharing(run: bool, pages_to_scan: int, sleep_ms: int, reason: str) -> dict:
 PREFIX = "python:"
 
 
-def resolve(name: str, base: Path | None = None) -> type:
-    """The class a scenario's `python:MODULE:CLASS` names; MODULE is looked for in `base` (the
-    scenario's folder) first, then on the path."""
-    module, _, cls = name[len(PREFIX):].partition(":")
-    added = base is not None and str(base) not in sys.path
+def _import(module: str, base: Path | None):
+    """MODULE from a file beside the scenario, loaded afresh under a name of its own (two scenarios
+    may each have a `pol.py`, and an edited file must not be answered from `sys.modules`), else
+    the installed module."""
+    path = None if base is None else base.joinpath(*module.split(".")).with_suffix(".py")
+    if path is None or not path.is_file():
+        return importlib.import_module(module)
+    name = f"_memvisor_policy_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # dataclasses and pickling look classes up by their module
+    # Its own imports may name files beside it.
+    added = str(base) not in sys.path
     if added:
         sys.path.insert(0, str(base))
     try:
-        mod = importlib.import_module(module)
-    except ImportError as e:
-        raise _core.ScenarioError(f"host.policy: '{name}': cannot import module '{module}': {e}") from None
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[name]
+        raise
     finally:
         if added:
             sys.path.remove(str(base))
+    return mod
+
+
+def _where(e: BaseException) -> str:
+    """`file:line` of the innermost frame of an exception, or of a syntax error."""
+    if isinstance(e, SyntaxError) and e.filename:
+        return f"{e.filename}:{e.lineno}: "
+    tb = traceback.extract_tb(e.__traceback__)
+    return f"{tb[-1].filename}:{tb[-1].lineno}: " if tb else ""
+
+
+def resolve(name: str, base: Path | None = None) -> type:
+    """The class a scenario's `python:MODULE:CLASS` names; MODULE is looked for in `base` (the
+    scenario's folder) first, then on the path. A module that fails to import is a scenario
+    error naming where it failed."""
+    module, _, cls = name[len(PREFIX):].partition(":")
+    try:
+        mod = _import(module, base)
+    except ImportError as e:
+        raise _core.ScenarioError(f"host.policy: '{name}': cannot import module '{module}': {e}") from None
+    except Exception as e:  # a syntax error, or anything the module raises as it runs
+        raise _core.ScenarioError(f"host.policy: '{name}': module '{module}' failed as it was imported: {_where(e)}{type(e).__name__}: {e}") from None
     c = getattr(mod, cls, None)
     if not isinstance(c, type):
         raise _core.ScenarioError(f"host.policy: '{name}': module '{module}' has no class '{cls}'")
     return c
+
+
+def instantiate(cls: type, name: str):
+    """A new instance of a policy class; one whose constructor raises is a scenario error."""
+    try:
+        return cls()
+    except Exception as e:
+        raise _core.ScenarioError(f"host.policy: '{name}': {cls.__name__}() raised {_where(e)}{type(e).__name__}: {e}") from None

@@ -104,8 +104,16 @@ def test_python_policy_errors_are_clear():
         def decide(self, view):
             return []
 
-    with pytest.raises(memvisor.ScenarioError, match="host.policy: policy 'never': period_s must be positive"):
+    with pytest.raises(memvisor.ScenarioError, match=r"host.policy: policy 'never': period_s must be seconds \(at least 0.001\)"):
         api.simulate(scenario("static"), policy=Never)
+    # A period that rounds to no time at all would never let the run advance.
+    Never.period_s = 1e-12
+    with pytest.raises(memvisor.ScenarioError, match=r"period_s must be seconds .at least 0.001. or None, got 0.000000000001"):
+        api.simulate(scenario("static"), policy=Never)
+    with pytest.raises(ValueError, match="step_s must be finite"):
+        api.simulate(scenario("static"), step_s=0.0)
+    with pytest.raises(TypeError, match="simulate takes one resolved scenario"):
+        api.simulate(api.load("nfs-balloon"))
 
     class Broken(memvisor.Policy):
         name = "broken"
@@ -124,6 +132,29 @@ def test_python_policy_errors_are_clear():
 
     with pytest.raises(memvisor.RunError, match="policy 'terse'.*needs a reason"):
         api.simulate(scenario("static"), policy=NoReason)
+
+
+def test_a_policy_module_beside_each_scenario_is_its_own(tmp_path: Path):
+    """Two scenarios in two folders, each with its own pol.py: each runs its own module, not the
+    one imported first (which sys.modules would return), and a module that fails says where."""
+    for d in ["a", "b"]:
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "pol.py").write_text(
+            "from memvisor.policy import Policy, memory_state\n"
+            f"class P(Policy):\n    name = 'policy-{d}'\n    period_s = 1.0\n"
+            "    def decide(self, view):\n        return [memory_state('high', 'plenty')]\n"
+        )
+        (tmp_path / d / "s.toml").write_text(SCENARIO.format(policy="python:pol:P").replace('duration = "40s"', 'duration = "2s"'))
+    got = [set(memvisor.run(str(tmp_path / d / "s.toml"))[0].decisions["policy"]) for d in "ab"]
+    assert got == [{"policy-a"}, {"policy-b"}], got
+    (tmp_path / "a" / "pol.py").write_text("x = 1\ny = )\n")
+    with pytest.raises(memvisor.ScenarioError, match=r"module 'pol' failed as it was imported: .*pol.py:2: SyntaxError"):
+        memvisor.run(str(tmp_path / "a" / "s.toml"))
+    (tmp_path / "a" / "pol.py").write_text(
+        "from memvisor.policy import Policy\nclass P(Policy):\n    name = 'p'\n    def __init__(self):\n        raise ValueError('bad config')\n    def decide(self, view):\n        return []\n"
+    )
+    with pytest.raises(memvisor.ScenarioError, match=r"host.policy: 'python:pol:P': P\(\) raised .*pol.py:5: ValueError: bad config"):
+        memvisor.run(str(tmp_path / "a" / "s.toml"))
 
 
 def test_on_a_case_too():

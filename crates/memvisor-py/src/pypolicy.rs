@@ -22,12 +22,17 @@ impl PyPolicy {
         let bad = |m: String| crate::ScenarioError::new_err(format!("host.policy: {m}"));
         let attr = |a: &str| obj.getattr(a).map_err(|_| bad(format!("a Python policy needs `{a}` (see memvisor.Policy)")));
         let name: String = attr("name")?.extract().map_err(|_| bad("its `name` must be a string".into()))?;
+        if name.trim().is_empty() {
+            return Err(bad("its `name` must not be empty (decisions are logged under it)".into()));
+        }
         let period: Option<f64> =
-            attr("period_s")?.extract().map_err(|_| bad(format!("policy '{name}': period_s must be positive seconds or None")))?;
+            attr("period_s")?.extract().map_err(|_| bad(format!("policy '{name}': period_s must be seconds (at least 0.001) or None")))?;
+        // At least 1 ms, the shortest sample interval: a shorter one would spend the run calling
+        // Python (and 1e-12 s rounded to 0 ns would never let time advance).
         if let Some(p) = period
-            && !(p > 0.0 && p.is_finite())
+            && !(p >= 1e-3 && p.is_finite())
         {
-            return Err(bad(format!("policy '{name}': period_s must be positive seconds or None, got {p}")));
+            return Err(bad(format!("policy '{name}': period_s must be seconds (at least 0.001) or None, got {p}")));
         }
         if !attr("decide")?.is_callable() {
             return Err(bad(format!("policy '{name}': decide must be a method")));
