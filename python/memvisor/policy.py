@@ -74,12 +74,19 @@ def sharing(run: bool, pages_to_scan: int, sleep_ms: int, reason: str) -> dict:
 PREFIX = "python:"
 
 
+def module_file(name: str, base: Path | None) -> Path | None:
+    """The file beside the scenario that a `python:MODULE:CLASS` policy names, if there is one."""
+    module = name[len(PREFIX):].partition(":")[0]
+    path = None if base is None else base.joinpath(*module.split(".")).with_suffix(".py")
+    return path if path is not None and path.is_file() else None
+
+
 def _import(module: str, base: Path | None):
     """MODULE from a file beside the scenario, loaded afresh under a name of its own (two scenarios
     may each have a `pol.py`, and an edited file must not be answered from `sys.modules`), else
     the installed module."""
-    path = None if base is None else base.joinpath(*module.split(".")).with_suffix(".py")
-    if path is None or not path.is_file():
+    path = module_file(f"{PREFIX}{module}:", base)
+    if path is None:
         return importlib.import_module(module)
     name = f"_memvisor_policy_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]}"
     spec = importlib.util.spec_from_file_location(name, path)

@@ -181,10 +181,31 @@ def _engine_id() -> str:
     return hashlib.sha256(Path(_core.__file__).read_bytes()).hexdigest()
 
 
-def _task_id(toml: str) -> str:
+def _task_id(toml: str, inputs: str = "") -> str:
     """A run's identity in a store: the resolved scenario decides the run, bit for bit, given the
-    engine."""
-    return hashlib.sha256(f"{_engine_id()}\n{toml}".encode("utf-8")).hexdigest()[:32]
+    engine and the files it reads (`inputs`, from `_inputs_id`)."""
+    return hashlib.sha256(f"{_engine_id()}\n{toml}\n{inputs}".encode("utf-8")).hexdigest()[:32]
+
+
+def _inputs_id(scenario, base: Path | None, digests: dict[Path, str]) -> str:
+    """The contents of the files a run reads besides its scenario: its traces and a policy module
+    beside it (an edited file is another run). `digests` caches each file's hash."""
+    from memvisor.policy import PREFIX, module_file
+    from memvisor.traces import resolve_trace_path
+
+    files = [resolve_trace_path(name, base) for name in scenario.trace_files]
+    if scenario.policy.startswith(PREFIX):
+        files.append(module_file(scenario.policy, base))
+    out = []
+    for f in (f for f in files if f is not None and f.is_file()):
+        if f not in digests:
+            h = hashlib.sha256()
+            with f.open("rb") as r:
+                for block in iter(lambda: r.read(1 << 20), b""):
+                    h.update(block)
+            digests[f] = h.hexdigest()
+        out.append(digests[f])
+    return " ".join(out)
 
 
 def run_points(
@@ -212,10 +233,13 @@ def run_points(
     tasks = [(s.to_toml(), grid.origin, None if grid.base is None else str(grid.base)) for per_value in grid.scenarios for s in per_value]
     results: list = [None] * len(tasks)
     todo = list(range(len(tasks)))
+    ids: list[str] = []
     if store is not None:
         store.mkdir(parents=True, exist_ok=True)
+        digests: dict[Path, str] = {}
+        ids = [_task_id(t[0], _inputs_id(s, grid.base, digests)) for t, s in zip(tasks, (s for p in grid.scenarios for s in p))]
         for i, t in enumerate(tasks):
-            f = store / f"{_task_id(t[0])}.json"
+            f = store / f"{ids[i]}.json"
             if f.exists():
                 results[i] = tuple(json.loads(f.read_text()))
         todo = [i for i, r in enumerate(results) if r is None]
@@ -223,7 +247,7 @@ def run_points(
     def keep(i: int, result) -> None:
         results[todo[i]] = result
         if store is not None:
-            f = store / f"{_task_id(tasks[todo[i]][0])}.json"
+            f = store / f"{ids[todo[i]]}.json"
             tmp = f.with_name(f.name + f".tmp{os.getpid()}")
             tmp.write_text(json.dumps(result))
             os.replace(tmp, f)

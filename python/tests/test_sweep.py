@@ -202,14 +202,32 @@ def test_an_interrupted_sweep_resumes_without_redoing_finished_runs(tmp_path):
     assert spec.exists()
 
 
-def test_a_store_is_kept_per_engine(monkeypatch):
+def test_a_store_is_kept_per_engine_and_per_input_file(monkeypatch, tmp_path):
     # A rebuilt engine may compute a run differently: its runs are not the old engine's.
     from memvisor import sweep
 
-    before = sweep._task_id("name = 'x'")
-    assert sweep._task_id("name = 'x'") == before and sweep._task_id("name = 'y'") != before
+    before = sweep._task_id("name = 'x'", "")
+    assert sweep._task_id("name = 'x'", "") == before and sweep._task_id("name = 'y'", "") != before
+    assert sweep._task_id("name = 'x'", "a trace's digest") != before
+    # A trace or a policy module beside the scenario, edited between two sweeps, makes other runs.
+    (tmp_path / "t.csv").write_text("time,obj,size\n0,1,4096\n1,2,4096\n")
+    (tmp_path / "pol.py").write_text("from memvisor.policy import Policy\nclass P(Policy):\n    name = 'p'\n    def decide(self, v):\n        return []\n")
+    spec = tmp_path / "s.toml"
+    spec.write_text(SMALL.replace('{ kind = "file-io", size = "64MiB", read = true }', '{ kind = "trace", file = "t.csv" }')
+                    .replace("[host]", '[host]\npolicy = "python:pol:P"'))
+    grid = sweep.plan(str(spec), "seed", ["1"], column="runtime_s")
+
+    def ident() -> str:
+        return sweep._inputs_id(grid.scenarios[0][0], grid.base, {})
+
+    first = ident()
+    assert ident() == first and first.count(" ") == 1, "two files, each hashed"
+    (tmp_path / "t.csv").write_text("time,obj,size\n0,1,4096\n1,3,4096\n")
+    second = ident()
+    (tmp_path / "pol.py").write_text((tmp_path / "pol.py").read_text().replace("'p'", "'q'"))
+    assert len({first, second, ident()}) == 3
     monkeypatch.setattr(sweep, "_engine_id", lambda: "another build")
-    assert sweep._task_id("name = 'x'") != before
+    assert sweep._task_id("name = 'x'", "") != before
 
 
 def test_a_sweep_on_a_dask_cluster_equals_the_local_one(tmp_path):
