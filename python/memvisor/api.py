@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import threading
@@ -118,14 +117,15 @@ def simulate(
 
     if not isinstance(scenario, _core.Scenario):
         raise TypeError(f"simulate takes one resolved scenario (an item of memvisor.load's list), not {type(scenario).__name__}")
-    if step_s is not None and not (isinstance(step_s, (int, float)) and math.isfinite(step_s) and step_s >= 1e-6):
-        raise ValueError(f"step_s must be finite simulated seconds of at least 1e-6, or None, not {step_s!r}")
+    if step_s is not None and not (isinstance(step_s, (int, float)) and step_s >= 1e-6):  # nan fails too
+        raise ValueError(f"step_s must be simulated seconds, at least 1e-6 (inf: the whole run in one step), or None, not {step_s!r}")
     if traces is None:
         traces = load_traces(scenario, base)
     if policy is None and scenario.policy.startswith("python:"):
         from memvisor.policy import resolve
 
         policy = resolve(scenario.policy, base)
+    from_scenario = policy is None
     if isinstance(policy, type):
         from memvisor.policy import instantiate
 
@@ -160,10 +160,17 @@ def simulate(
     # A host-wide decision has no VM: a nullable integer column keeps the ids integers (a float
     # column would hold NaN, which decisions.jsonl cannot carry: NaN is not JSON).
     decisions["vm_id"] = decisions["vm_id"].astype("Int64")
+    toml = r["scenario_toml"]
+    if not from_scenario:
+        # The scenario's host.policy did not decide this run: say which policy did, so that the
+        # folder does not claim to reproduce it.
+        cls = type(policy)
+        toml = (f"# Run with the Python policy {cls.__module__}.{cls.__qualname__} ('{policy.name}') passed to memvisor.run, in place\n"
+                f"# of host.policy below: name it as host.policy = \"python:MODULE:CLASS\" to run it again.\n{toml}")
     return RunResult(
         name=scenario.name,
         variant=scenario.variant,
-        scenario_toml=r["scenario_toml"],
+        scenario_toml=toml,
         summary=json.loads(r["summary_json"]),
         timeseries=ts,
         decisions=decisions,

@@ -104,7 +104,15 @@ class RunFolder:
 
 
 def write_run_folder(results: Sequence[RunResult], path: Path) -> Path:
-    """Writes finished results as a run folder."""
+    """Writes the finished results of one run (one per variant) as a run folder."""
+    if isinstance(results, RunResult) or not all(isinstance(r, RunResult) for r in results):
+        raise TypeError("write_run_folder takes the list memvisor.run returns (RunResults, one per variant)")
+    if not results:
+        raise ValueError("write_run_folder: no results to write")
+    folders = [r.variant for r in results]
+    if len(results) > 1 and (None in folders or len(set(folders)) < len(folders)):
+        raise ValueError(f"write_run_folder: {len(results)} results would share a folder (variants: {', '.join(map(str, folders))}); "
+                         "a run folder holds one run's variants: write other runs to folders of their own")
     with RunFolder(path) as folder:
         for r in results:
             folder.add(r, variant_dir=len(results) > 1 or r.variant is not None)

@@ -127,3 +127,16 @@ def test_results_do_not_depend_on_the_engine_steps(small_scenario, monkeypatch):
     assert stepped.summary["vms"] == whole.summary["vms"]
     pd.testing.assert_frame_equal(stepped.timeseries, whole.timeseries)
     pd.testing.assert_frame_equal(stepped.decisions, whole.decisions)
+
+
+def test_write_run_folder_refuses_results_that_would_overwrite_each_other(small_scenario, tmp_path):
+    (a,) = memvisor.run(str(small_scenario))
+    (b,) = memvisor.run(str(small_scenario), sets=["vm.g.memory=256MiB"])
+    with pytest.raises(ValueError, match=r"2 results would share a folder \(variants: None, None\)"):
+        memvisor.write_run_folder([a, b], tmp_path / "ab")
+    with pytest.raises(TypeError, match="takes the list memvisor.run returns"):
+        memvisor.write_run_folder(a, tmp_path / "a")
+    with pytest.raises(ValueError, match="no results"):
+        memvisor.write_run_folder([], tmp_path / "none")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [small_scenario.name]
+    assert memvisor.write_run_folder([a], tmp_path / "a").joinpath("summary.json").is_file()

@@ -51,6 +51,9 @@ def test_a_python_policy_decides_exactly_as_its_rust_twin():
     assert len(rust.decisions) >= 5
     assert rust.decisions[cols].equals(py.decisions[cols])
     assert set(py.decisions["policy"]) == {"pressure.py"}
+    # Its scenario.toml says which policy ran, not only the host.policy it replaced.
+    assert py.scenario_toml.startswith("# Run with the Python policy memvisor.examples.pressure.Pressure ('pressure.py') passed to memvisor.run")
+    assert not rust.scenario_toml.startswith("# Run with")
     assert py.summary["vms"] == rust.summary["vms"], "the same decisions make the same run"
 
 
@@ -110,7 +113,7 @@ def test_python_policy_errors_are_clear():
     Never.period_s = 1e-12
     with pytest.raises(memvisor.ScenarioError, match=r"period_s must be seconds .at least 0.001. or None, got 0.000000000001"):
         api.simulate(scenario("static"), policy=Never)
-    with pytest.raises(ValueError, match="step_s must be finite"):
+    with pytest.raises(ValueError, match="step_s must be simulated seconds, at least 1e-6"):
         api.simulate(scenario("static"), step_s=0.0)
     with pytest.raises(TypeError, match="simulate takes one resolved scenario"):
         api.simulate(api.load("nfs-balloon"))
