@@ -71,15 +71,23 @@ def points_from_csv(path: Path) -> list[dict]:
     """Explicit points: a CSV file whose header names the keys and whose rows give their values."""
     import csv
 
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a spreadsheet's byte-order mark
+            lines = list(csv.reader(f))
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: byte {e.start}: a points file is UTF-8 text (CSV)") from None
+    lines = [(i, line) for i, line in enumerate(lines, start=1) if any(cell.strip() for cell in line)]
+    if len(lines) < 2:
         raise ValueError(f"{path}: no points (a header of keys, then a row of values per point)")
-    for i, r in enumerate(rows, start=2):
-        empty = [k for k, v in r.items() if k is None or v is None or not str(v).strip()]
-        if empty:
-            raise ValueError(f"{path}:{i}: every point needs a value for every key")
-    return [{k.strip(): v.strip() for k, v in r.items()} for r in rows]
+    (at, header), rows = lines[0], lines[1:]
+    keys = [k.strip() for k in header]
+    twice = sorted({k for k in keys if keys.count(k) > 1 or not k})
+    if twice:
+        raise ValueError(f"{path}:{at}: {'an empty key' if '' in twice else 'a key given twice: ' + ', '.join(twice)}; each column names one key")
+    for i, line in rows:
+        if len(line) != len(keys) or any(not v.strip() for v in line):
+            raise ValueError(f"{path}:{i}: {len(line)} values for {len(keys)} keys; every point gives one value for every key")
+    return [{k: v.strip() for k, v in zip(keys, line)} for _, line in rows]
 
 
 def overlaps(a: str, b: str) -> bool:

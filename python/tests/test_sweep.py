@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 import memvisor
 from conftest import SMALL, memvisor as run_cli
@@ -242,3 +243,21 @@ def test_a_sweep_on_a_dask_cluster_equals_the_local_one(tmp_path):
         table, runs = run_points(grid, scheduler=cluster.scheduler_address)
     pd.testing.assert_frame_equal(runs, local_runs)
     pd.testing.assert_frame_equal(table, local_table)
+
+
+def test_a_points_file_is_read_as_a_spreadsheet_writes_it_and_refused_when_ambiguous(tmp_path):
+    from memvisor.sweep import points_from_csv
+
+    f = tmp_path / "p.csv"
+    f.write_bytes(b"\xef\xbb\xbfhost.memory, vm.g.memory\r\n\r\n1GiB, 96MiB\r\n2GiB,128MiB\r\n")
+    assert points_from_csv(f) == [{"host.memory": "1GiB", "vm.g.memory": "96MiB"}, {"host.memory": "2GiB", "vm.g.memory": "128MiB"}]
+    for content, expect in [
+        (b"host.memory,host.memory \n1GiB,2GiB\n", "p.csv:1: a key given twice: host.memory"),
+        (b"host.memory,\n1GiB,2\n", "p.csv:1: an empty key"),
+        (b"host.memory\n\n1GiB,2GiB\n", "p.csv:3: 2 values for 1 keys"),
+        (b"host.memory\n\xff\n", "p.csv: byte 12: a points file is UTF-8 text"),
+        (b"host.memory\n", "p.csv: no points"),
+    ]:
+        f.write_bytes(content)
+        with pytest.raises(ValueError, match=expect):
+            points_from_csv(f)
