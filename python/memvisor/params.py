@@ -11,12 +11,12 @@ from memvisor import _core
 
 
 class IntList(click.ParamType):
-    """Comma-separated integers, each at least `min`, e.g. `16,24,32`."""
+    """Comma-separated integers, each at least `min` and at most `max`, e.g. `16,24,32`."""
 
     name = "integers"
 
-    def __init__(self, min: int | None = None):
-        self.min = min
+    def __init__(self, min: int | None = None, max: int | None = None):
+        self.min, self.max = min, max
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return "N,N,..."
@@ -35,6 +35,8 @@ class IntList(click.ParamType):
                 self.fail(f"{value!r}: {item.strip()!r} is not an integer; give {what} separated by commas", param, ctx)
             if self.min is not None and n < self.min:
                 self.fail(f"{value!r}: {n} is below {self.min}; give {what} separated by commas", param, ctx)
+            if self.max is not None and n > self.max:
+                self.fail(f"{value!r}: {n} is above {self.max}, the most allowed", param, ctx)
             out.append(n)
         if not out:
             self.fail(f"give {what} separated by commas", param, ctx)

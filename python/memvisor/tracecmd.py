@@ -136,6 +136,12 @@ def info(source: Path, as_json: bool) -> None:
         out.print(_info_table(str(source), i))
 
 
+#: Most frames `trace replay` gives a process: 1 TiB of 4 KiB pages, within the 4 TiB a guest may have.
+MAX_FRAMES = 1 << 28
+#: Most CPU time between two references: an hour (a run's whole length is bounded at a century).
+MAX_COMPUTE_NS = 3_600 * 10**9
+
+
 def replay_trace(t, name: str, frames: int, mode: str, loops: int = 1, compute_ns: int = 0) -> dict:
     """Replays a loaded trace with `frames` frames available; returns references, faults, time."""
     text = _core.replay_scenario(name, t.n_pages, frames, mode, loops, compute_ns)
@@ -157,11 +163,11 @@ def replay_trace(t, name: str, frames: int, mode: str, loops: int = 1, compute_n
 
 @trace.command()
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--frames", "-c", type=click.IntRange(min=1), required=True, help="Page frames available to the process.")
+@click.option("--frames", "-c", type=click.IntRange(min=1, max=MAX_FRAMES), required=True, help="Page frames available to the process.")
 @click.option("--mode", type=click.Choice(["exact-lru", "linux"]), default="exact-lru", show_default=True,
               help="exact-lru: every reference moves its page to the head of one recency list (libCacheSim's LRU); linux: the guest kernel's active and inactive lists and accessed bits.")
-@click.option("--loops", type=click.IntRange(min=1), default=1, show_default=True, help="Replay the trace this many times in a row.")
-@click.option("--compute", "compute_ns", type=click.IntRange(min=0), default=0, help="CPU ns between references.")
+@click.option("--loops", type=click.IntRange(min=1, max=2**32 - 1), default=1, show_default=True, help="Replay the trace this many times in a row.")
+@click.option("--compute", "compute_ns", type=click.IntRange(min=0, max=MAX_COMPUTE_NS), default=0, help="CPU ns between references.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def replay(source: Path, frames: int, mode: str, loops: int, compute_ns: int, as_json: bool) -> None:
     """Replay a trace in a one-guest simulated host with FRAMES page frames for the process."""
@@ -224,7 +230,7 @@ def peer_compare(t, name: str, sizes: list[int], repeats: int = 1) -> list[dict]
 
 @trace.command("bench")
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--frames", "-c", "sizes", type=IntList(min=1), required=True, help="Comma-separated cache sizes in frames, e.g. 100,1000,10000.")
+@click.option("--frames", "-c", "sizes", type=IntList(min=1, max=MAX_FRAMES), required=True, help="Comma-separated cache sizes in frames, e.g. 100,1000,10000.")
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Runs of each side per size (medians are shown).")
 def bench_cmd(source: Path, sizes: tuple[int, ...], repeats: int) -> None:
     """Replay a trace through memvisor's exact-LRU guest and libCacheSim's LRU; check the miss

@@ -243,6 +243,10 @@ def test_error_and_warning_lines_print_brackets_and_colons_as_they_are(capsys):
     (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "16,0"], "'--limits'"),
     (["trace", "bench", "t.csv", "--frames", "1,,2"], "'--frames'"),
     (["trace", "bench", "t.csv", "--frames", ","], "'--frames'"),
+    (["trace", "bench", "t.csv", "--frames", "4,1099511627776"], "'--frames'"),
+    (["trace", "replay", "t.csv", "--frames", "1099511627776"], "'--frames'"),
+    (["trace", "replay", "t.csv", "--frames", "4", "--loops", "4294967297"], "'--loops'"),
+    (["trace", "replay", "t.csv", "--frames", "4", "--compute", "18446744073709551615"], "'--compute'"),
 ])
 def test_bad_lists_get_a_usage_error_naming_the_option(tmp_path, args, option):
     (tmp_path / "t.csv").write_text("time,obj,size\n0,1,4096\n")

@@ -24,16 +24,38 @@ pub fn guest_pages_for(frames: u64, mode: Replacement) -> u64 {
 /// off so that `min_free_kbytes` is the formula's, as `guest_pages_for` assumes.
 pub fn replay_scenario(file: &str, distinct_pages: u64, frames: u64, mode: Replacement, loops: u64, compute_ns: u64) -> String {
     let pages = guest_pages_for(frames, mode);
+    // A file name is any text: written as TOML strings, quotes and newlines in it stay its own.
+    let quoted = |s: String| toml::Value::String(s).to_string();
+    let description = quoted(format!("replay of {file} with {frames} page frames ({})", mode.name()));
+    let file = quoted(file.to_string());
     format!(
         "name = \"trace-replay\"\n\
-         description = \"replay of {file} with {frames} page frames ({mode})\"\n\
+         description = {description}\n\
          [host]\nmemory = \"{pages} pages\"\nsample_interval = \"1h\"\n\
          [[datastore]]\nname = \"swap\"\ndevice = \"ssd\"\n\
          [[vm]]\nname = \"replay\"\nmemory = \"{pages} pages\"\nkernel_reserved = \"0B\"\noverhead = \"0B\"\ntransparent_hugepage = \"never\"\n\
          datastore = \"swap\"\nswap = \"{swap} pages\"\nreplacement = \"{mode}\"\n\
-         workload = {{ kind = \"trace\", file = {file:?}, loops = {loops}, compute = \"{compute_ns}ns\" }}\n\
+         workload = {{ kind = \"trace\", file = {file}, loops = {loops}, compute = \"{compute_ns}ns\" }}\n\
          [report]\ncolumns = [\"pgfault\", \"pgmajfault\", \"runtime_s\"]\n",
         swap = distinct_pages.max(1),
         mode = mode.name(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workloads::WorkloadSpec;
+
+    #[test]
+    fn a_file_name_is_the_name_whatever_it_holds() {
+        let name = "q\"uote\\back\nduration = \"10ms\"";
+        let text = replay_scenario(name, 10, 64, Replacement::ExactLru, 1, 0);
+        let s = crate::scenario::load(&text, "replay", &[]).expect("loads").remove(0);
+        assert_eq!(s.duration_ns, None, "nothing in the name became a key");
+        match &s.vms[0].guest.workloads[0].spec {
+            WorkloadSpec::Trace(t) => assert_eq!(t.file, name),
+            other => panic!("{other:?}"),
+        }
+    }
 }
