@@ -28,15 +28,26 @@ def _pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
         k, eq, v = item.partition("=")
         if not eq or not k or not v:
             raise MemvisorError(f"{option} {item!r}: give NAME=VALUE", USAGE)
+        if k in out:
+            raise MemvisorError(f"{option} {k}=...: given twice; give each VM once", USAGE)
         out[k] = v
     return out
 
 
 def _size(v, where: str) -> int:
+    if isinstance(v, bool):
+        raise MemvisorError(f"{where}: a size (bytes, or a string with a unit such as \"1GiB\"), not {v!r}", USAGE)
     try:
         return v if isinstance(v, int) and v >= 0 else _core.parse_bytes(str(v))
     except ValueError as e:
         raise MemvisorError(f"{where}: {e}", USAGE) from None
+
+
+def _seconds(v, where: str, least: float) -> float:
+    """A config file's number of seconds, at least `least` (TOML has no unit for them)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= least or v == float("inf"):
+        raise MemvisorError(f"{where}: seconds, a number of at least {least:g}, not {v!r}", USAGE)
+    return float(v)
 
 
 def load_config(path: Path) -> tuple[dict, list]:
@@ -48,11 +59,24 @@ def load_config(path: Path) -> tuple[dict, list]:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise MemvisorError(f"{path}: {e.strerror}", USAGE) from None
+    except UnicodeDecodeError as e:
+        raise MemvisorError(f"{path}: byte {e.start}: a config file is UTF-8 text (TOML)", USAGE) from None
     except tomllib.TOMLDecodeError as e:
         raise MemvisorError(f"{path}: not valid TOML: {e}", USAGE) from None
     unknown = set(raw) - _TOP_KEYS
     if unknown:
         raise MemvisorError(f"{path}: unknown key {', '.join(sorted(unknown))} (allowed: {', '.join(sorted(_TOP_KEYS))})", USAGE)
+    if "policy" in raw and not isinstance(raw["policy"], str):
+        raise MemvisorError(f"{path}: policy: a policy's name (a string), not {raw['policy']!r}", USAGE)
+    if "ksm" in raw and not isinstance(raw["ksm"], bool):
+        raise MemvisorError(f"{path}: ksm: true or false, not {raw['ksm']!r}", USAGE)
+    for key, least in (("period", 0.1), ("timeout", 0.01)):
+        if key in raw:
+            raw[key] = _seconds(raw[key], f"{path}: {key}", least)
+    if "host_memory" in raw and _size(raw["host_memory"], f"{path}: host_memory") == 0:
+        raise MemvisorError(f"{path}: host_memory: must be larger than zero", USAGE)
+    if not isinstance(raw.get("vm", []), list) or not all(isinstance(t, dict) for t in raw.get("vm", [])):
+        raise MemvisorError(f"{path}: vm: a [[vm]] table per VM, each with name and qmp", USAGE)
     vms = []
     for i, t in enumerate(raw.get("vm", [])):
         where = f"{path}: vm[{i}]"
@@ -61,8 +85,10 @@ def load_config(path: Path) -> tuple[dict, list]:
         for k in ("name", "qmp"):
             if not isinstance(t.get(k), str) or not t[k]:
                 raise MemvisorError(f"{where}.{k}: required, a string", USAGE)
+        if any(v.name == t["name"] for v in vms):
+            raise MemvisorError(f"{where}.name: '{t['name']}' is listed twice; give each VM once", USAGE)
         shares = t.get("shares")
-        if shares is not None and (not isinstance(shares, int) or shares <= 0):
+        if shares is not None and (isinstance(shares, bool) or not isinstance(shares, int) or shares <= 0):
             raise MemvisorError(f"{where}.shares: must be a positive integer, got {shares!r}", USAGE)
         vms.append(VmSpec(t["name"], t["qmp"], _size(t.get("floor", 0), f"{where}.floor"), shares))
     return raw, vms
@@ -74,6 +100,8 @@ def _vm_options(vm: tuple[str, ...], floor: tuple[str, ...], config: Path | None
 
     raw, specs = load_config(config) if config else ({}, [])
     for name, qmp in _pairs(vm, "--vm").items():
+        if any(s.name == name for s in specs):
+            raise MemvisorError(f"--vm {name}=...: '{name}' is listed in {config} too; give each VM once", USAGE)
         specs.append(VmSpec(name, qmp))
     floors = _pairs(floor, "--floor")
     by_name = {s.name: s for s in specs}
@@ -126,6 +154,9 @@ def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, 
         host_memory=host_memory if host_memory is not None else (_size(raw["host_memory"], f"{config}: host_memory") if "host_memory" in raw else None),
     )
     path = out_dir or Path("runs") / f"manage-{policy}"
+    # It replaces an earlier manage run's folder, never a simulated run's or anything else.
+    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / "manage.json").is_file())):
+        raise MemvisorError(f"--out {path}: exists and is not a manage run folder (it has no manage.json): name a new folder or an earlier manage run's", USAGE)
     err.print(f"managing {', '.join(s.name for s in specs)} with '{policy}'{' (dry run)' if dry_run else ''}; run folder {path}", highlight=False)
     summary = manage(cfg, path, say=lambda line: out.print(line, highlight=False))
     left = ", ".join(f"{k} {fmt((v or 0) >> 20)} MiB" for k, v in summary["balloons_left_bytes"].items())
@@ -151,10 +182,16 @@ def status_cmd(run, vm, config) -> None:
     """The live host's current state: from a running manager's run folder RUN, or observed once
     from the listed VMs (their QMP sockets must be free)."""
     if run is not None:
+        if vm or config:
+            raise MemvisorError("give a manage run folder, or VMs to observe (--vm, --config), not both", USAGE)
         try:
-            status = json.loads((run / "status.json").read_text())
+            status = json.loads((run / "status.json").read_text(encoding="utf-8"))
+            if not {"policy", "state", "dry_run", "vms"} <= set(status):
+                raise ValueError("it lacks policy, state, dry_run or vms")
         except FileNotFoundError:
             raise MemvisorError(f"{run}: no status.json (is it a manage run folder?)", USAGE) from None
+        except (OSError, ValueError, TypeError) as e:  # a folder, not UTF-8, not JSON, not an object
+            raise MemvisorError(f"{run / 'status.json'}: not a manager's status ({e})", USAGE) from None
         age = time.time() - (run / "status.json").stat().st_mtime
         out.print(f"policy {status['policy']}, state {status['state'] or '-'}, as of {age:.0f} s ago{' (dry run)' if status['dry_run'] else ''}", highlight=False)
     else:

@@ -345,3 +345,40 @@ def test_run_can_pick_variants(tmp_path, small_scenario):
     r = memvisor("run", str(small_scenario), "--out", "out2", "--quiet", "--variant", "c", cwd=tmp_path)
     assert r.returncode == 2 and "no variant c (variants: a, b)" in r.stderr, r.stderr
     assert not (tmp_path / "out2").exists()
+
+
+@pytest.mark.parametrize("config, expect", [
+    ("ksm = 'false'\n", "ksm: true or false, not 'false'"),
+    ("period = -5\n", "period: seconds, a number of at least 0.1, not -5"),
+    ("period = nan\n", "period: seconds, a number of at least 0.1, not nan"),
+    ("timeout = 'x'\n", "timeout: seconds, a number of at least 0.01, not 'x'"),
+    ("host_memory = true\n", "host_memory: a size"),
+    ("host_memory = 0\n", "host_memory: must be larger than zero"),
+    ("vm = [1]\n", "vm: a [[vm]] table per VM"),
+    ("[[vm]]\nname = 'a'\nqmp = '/x'\nshares = true\n", "vm[0].shares: must be a positive integer"),
+    ("[[vm]]\nname = 'a'\nqmp = '/x'\n[[vm]]\nname = 'a'\nqmp = '/y'\n", "vm[1].name: 'a' is listed twice"),
+])
+def test_a_manage_config_is_checked_before_any_vm_is_touched(tmp_path, config, expect):
+    (tmp_path / "m.toml").write_text("policy = 'pressure'\n" + config)
+    r = memvisor("manage", "--config", "m.toml", "--vm", "b=/nonexistent.sock", "--dry-run", "--rounds", "1", "--out", "o", cwd=tmp_path)
+    assert r.returncode == 2 and expect in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_manage_and_status_refuse_what_is_not_theirs(tmp_path, small_scenario):
+    # A VM named twice; a simulated run's folder as --out (it would have been overwritten).
+    r = memvisor("manage", "pressure", "--vm", "a=/x.sock", "--vm", "a=/y.sock", "--dry-run", cwd=tmp_path)
+    assert r.returncode == 2 and "--vm a=...: given twice" in r.stderr, r.stderr
+    assert memvisor("run", str(small_scenario), "--quiet", "--out", "sim", cwd=tmp_path).returncode == 0
+    before = (tmp_path / "sim" / "summary.json").read_text()
+    r = memvisor("manage", "pressure", "--vm", "a=/nonexistent.sock", "--dry-run", "--rounds", "1", "--out", "sim", cwd=tmp_path)
+    assert r.returncode == 2 and "--out sim: exists and is not a manage run folder" in r.stderr, r.stderr
+    assert (tmp_path / "sim" / "summary.json").read_text() == before
+    # A damaged status.json is named, not a traceback; a folder and VMs at once are refused.
+    (tmp_path / "st").mkdir()
+    for content in ["{", "{}", "[1]"]:
+        (tmp_path / "st" / "status.json").write_text(content)
+        r = memvisor("status", "st", cwd=tmp_path)
+        assert r.returncode == 2 and "status.json: not a manager's status" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    r = memvisor("status", "st", "--vm", "a=/x.sock", cwd=tmp_path)
+    assert r.returncode == 2 and "not both" in r.stderr, r.stderr
