@@ -56,6 +56,12 @@ def cases() -> list[tuple[str, str]]:
 def read_scenario_text(spec: str | dict) -> tuple[str, str]:
     """Returns (text, origin) for a case name, a scenario file path, or a scenario as a dict (the
     TOML file's tables as Python values)."""
+    if isinstance(spec, os.PathLike):
+        spec = os.fspath(spec)
+    if not isinstance(spec, (str, dict)):
+        raise TypeError(f"a scenario is a case name, a file path or a dict, not {type(spec).__name__}")
+    if isinstance(spec, str) and not spec.strip():
+        raise _core.ScenarioError("an empty name: give a case name or a scenario file")
     if isinstance(spec, dict):
         import tomli_w
 
@@ -84,13 +90,15 @@ def load(spec: str | dict, sets: Sequence[str] = ()) -> list:
     if isinstance(sets, (str, bytes)):
         # A lone string would be taken a character at a time.
         raise TypeError(f"sets must be a list of 'key=value' strings, not one string: sets=[{sets!r}]")
+    if isinstance(sets, dict) or not all(isinstance(x, str) for x in sets):
+        raise TypeError(f"sets must be a list of 'key=value' strings, not {sets!r}")
     text, origin = read_scenario_text(spec)
     return _core.load(text, origin, list(sets))
 
 
 def base_dir(spec: str | dict) -> Path | None:
     """Where relative files named in a scenario (traces) are looked for: next to the file."""
-    if isinstance(spec, dict) or _core.case_text(spec) is not None:
+    if isinstance(spec, dict) or (isinstance(spec, str) and _core.case_text(spec) is not None):
         return None
     return Path(spec).resolve().parent
 
@@ -126,6 +134,11 @@ def simulate(
 
         policy = resolve(scenario.policy, base)
     from_scenario = policy is None
+    from memvisor.policy import Policy
+
+    if not (policy is None or isinstance(policy, Policy) or (isinstance(policy, type) and issubclass(policy, Policy))):
+        raise TypeError(f"policy= takes a memvisor.Policy subclass or instance, not {policy!r}; "
+                        "a built-in policy is named in the scenario: sets=['host.policy=NAME']")
     if isinstance(policy, type):
         from memvisor.policy import instantiate
 
@@ -207,6 +220,8 @@ def simulate_all(
     engine lets go of the GIL while it simulates, so they run in parallel, and each run is what it
     would be alone. Results in the scenarios' order; `progress_for(i)` gives run i's progress
     callback. When one run fails or the caller is interrupted, the others stop at their next step."""
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise ValueError(f"jobs must be a number of threads, at least 1, or None (all CPUs), not {jobs!r}")
     pol = kw.get("policy")
     if pol is not None and not isinstance(pol, type) and len(scenarios) > 1:
         raise ValueError("a policy instance keeps one run's state: pass its class to run several scenarios or variants")

@@ -479,6 +479,8 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
     the first run, and a report that overlays them."""
     from memvisor import report
 
+    if not out_path.name:
+        raise MemvisorError("--out: give the file the overlaid report is written to, e.g. runs/compare.html", USAGE)
     try:
         per_folder = [report.runs_in(p, label=p.name) for p in runs]
     except (FileNotFoundError, report.BadRun) as e:
@@ -504,8 +506,11 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
                 cells.append(fmt(v) + ratio)
             t.add_row(r.label, vm["name"], *cells)
     out.print(t)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    out.print(f"wrote {report.write(out_path.parent, loaded, title='compare: ' + ', '.join(p.name for p in runs), out=out_path)}")
+    try:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out.print(f"wrote {report.write(out_path.parent, loaded, title='compare: ' + ', '.join(p.name for p in runs), out=out_path)}")
+    except OSError as e:
+        raise MemvisorError(f"--out {out_path}: {e.strerror}", 1) from None
 
 
 main.add_command(trace)

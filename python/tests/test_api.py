@@ -140,3 +140,23 @@ def test_write_run_folder_refuses_results_that_would_overwrite_each_other(small_
         memvisor.write_run_folder([], tmp_path / "none")
     assert sorted(p.name for p in tmp_path.iterdir()) == [small_scenario.name]
     assert memvisor.write_run_folder([a], tmp_path / "a").joinpath("summary.json").is_file()
+
+
+def test_wrong_arguments_are_named(small_scenario):
+    from memvisor import _core
+
+    assert memvisor.run(small_scenario)[0].summary == memvisor.run(str(small_scenario))[0].summary, "a Path is a file path"
+    with pytest.raises(_core.ScenarioError, match="an empty name"):
+        memvisor.load("")
+    with pytest.raises(TypeError, match="a scenario is a case name, a file path or a dict, not int"):
+        memvisor.load(5)
+    with pytest.raises(TypeError, match="sets must be a list of 'key=value' strings, not \\[1\\]"):
+        memvisor.load(str(small_scenario), sets=[1])
+    with pytest.raises(TypeError, match="sets must be a list"):
+        memvisor.load(str(small_scenario), sets={"duration": "5s"})
+    for jobs in (0, -3, 1.5, "2", True):
+        with pytest.raises(ValueError, match="jobs must be a number of threads, at least 1"):
+            memvisor.run(str(small_scenario), jobs=jobs)
+    for policy in ("pressure", 5, object):
+        with pytest.raises(TypeError, match="policy= takes a memvisor.Policy subclass or instance.*host.policy=NAME"):
+            memvisor.run(str(small_scenario), policy=policy)

@@ -71,6 +71,10 @@ def test_compare_sets_runs_side_by_side(run_folder, tmp_path):
     assert p.returncode == 0 and "report.html" in p.stdout
     p = memvisor("compare", str(tmp_path / "nope"), cwd=tmp_path)
     assert p.returncode == 2
+    p = memvisor("compare", str(run_folder), "--out", "", cwd=tmp_path)
+    assert p.returncode == 2 and "--out: give the file" in p.stderr, p.stderr
+    p = memvisor("compare", str(run_folder), "--out", "/proc/nope/c.html", cwd=tmp_path)
+    assert p.returncode == 1 and "--out /proc/nope/c.html:" in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("file, content, expect", [
