@@ -124,8 +124,32 @@ def test_python_policy_errors_are_clear():
         def decide(self, view):
             raise RuntimeError("oops")
 
-    with pytest.raises(memvisor.RunError, match="policy 'broken' failed.*oops"):
+    with pytest.raises(memvisor.RunError, match=r"policy 'broken' failed: .*test_policy.py:\d+: RuntimeError: oops"):
         api.simulate(scenario("static"), policy=Broken)
+
+    # A field of the wrong type is named, and booleans are not numbers (nor numbers booleans).
+    def returning(d: dict):
+        class Once(memvisor.Policy):
+            name = "once"
+
+            def decide(self, view):
+                return [{"vm_id": 0, "kind": "balloon_target", "bytes": 0, "reason": "r", **d}]
+
+        return Once
+
+    for d, expect in [
+        ({"vm_id": -1}, "'vm_id' must be a VM's id"),
+        ({"vm_id": "a"}, "'vm_id' must be a VM's id"),
+        ({"vm_id": True}, "'vm_id' must be a VM's id"),
+        ({"vm_id": None}, "a 'balloon_target' decision needs the vm_id of the VM it is for"),
+        ({"kind": 3}, "'kind' must be a string"),
+        ({"reason": 5}, "'reason' must be a string"),
+        ({"bytes": True}, "'bytes' must be a non-negative integer, not a boolean"),
+        ({"kind": "blocked", "blocked": 1}, "'blocked' must be True or False"),
+        ({"kind": "memory_state", "state": "high"}, "a 'memory_state' decision is the host's: its vm_id must be None"),
+    ]:
+        with pytest.raises(memvisor.RunError, match=f"policy 'once'.*{expect}"):
+            api.simulate(scenario("static"), policy=returning(d))
 
     class NoReason(memvisor.Policy):
         name = "terse"

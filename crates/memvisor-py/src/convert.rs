@@ -6,7 +6,7 @@
 use memvisor::policy::{Action, Decision, HostView, SharingView, VmId, VmView};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyBool, PyDict, PyList};
 
 fn field<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, what: &str, key: &str) -> PyResult<T> {
     let v = d.get_item(key)?.ok_or_else(|| PyValueError::new_err(format!("backend observe(): {what} lacks '{key}'")))?;
@@ -174,19 +174,27 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
     let get = |k: &str| -> PyResult<Bound<'_, PyAny>> {
         d.get_item(k)?.ok_or_else(|| PyValueError::new_err(format!("{who}: a decision lacks '{k}'")))
     };
+    let bad = |k: &str, what: &str| PyValueError::new_err(format!("{who}: '{k}' must be {what}"));
+    // Strict types: a bool is not taken for a number (True is 1 to Python), nor a number for a bool.
     let num = |k: &str| -> PyResult<u64> {
-        get(k)?.extract().map_err(|_| PyValueError::new_err(format!("{who}: '{k}' must be a non-negative integer")))
+        let v = get(k)?;
+        if v.is_instance_of::<PyBool>() {
+            return Err(bad(k, "a non-negative integer, not a boolean"));
+        }
+        v.extract().map_err(|_| bad(k, "a non-negative integer"))
     };
-    let kind: String = get("kind")?.extract()?;
+    let boolean = |k: &str| -> PyResult<bool> { get(k)?.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| bad(k, "True or False")) };
+    let string = |k: &str| -> PyResult<String> { get(k)?.extract().map_err(|_| bad(k, "a string")) };
+    let kind = string("kind")?;
     let action = match kind.as_str() {
         "balloon_target" => Action::SetBalloonTarget { bytes: num("bytes")? },
         "grant_limit" => Action::SetGrantLimit { bytes: num("bytes")? },
         "swap_target" => Action::SetSwapTarget { bytes: num("bytes")? },
-        "blocked" => Action::SetBlocked { blocked: get("blocked")?.extract()? },
-        "break_large_pages" => Action::BreakLargePages { share_now: get("share_now")?.extract()? },
-        "sharing" => Action::SetSharing { run: get("run")?.extract()?, pages_to_scan: num("pages_to_scan")?, sleep_ms: num("sleep_ms")? },
+        "blocked" => Action::SetBlocked { blocked: boolean("blocked")? },
+        "break_large_pages" => Action::BreakLargePages { share_now: boolean("share_now")? },
+        "sharing" => Action::SetSharing { run: boolean("run")?, pages_to_scan: num("pages_to_scan")?, sleep_ms: num("sleep_ms")? },
         "memory_state" => {
-            let s: String = get("state")?.extract()?;
+            let s = string("state")?;
             let state = STATES
                 .iter()
                 .find(|x| **x == s)
@@ -199,8 +207,21 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
             )));
         }
     };
-    let vm: Option<u32> = get("vm_id")?.extract()?;
-    let reason: String = get("reason")?.extract()?;
+    let id = get("vm_id")?;
+    let vm: Option<u32> = if id.is_none() {
+        None
+    } else if id.is_instance_of::<PyBool>() {
+        return Err(bad("vm_id", "a VM's id (an integer from the view) or None"));
+    } else {
+        Some(id.extract().map_err(|_| bad("vm_id", "a VM's id (an integer from the view) or None"))?)
+    };
+    let host_wide = matches!(action, Action::SetSharing { .. } | Action::SetMemoryState { .. });
+    match (host_wide, vm) {
+        (true, Some(_)) => return Err(PyValueError::new_err(format!("{who}: a '{kind}' decision is the host's: its vm_id must be None"))),
+        (false, None) => return Err(PyValueError::new_err(format!("{who}: a '{kind}' decision needs the vm_id of the VM it is for"))),
+        _ => {}
+    }
+    let reason = string("reason")?;
     if reason.trim().is_empty() {
         return Err(PyValueError::new_err(format!("{who}: every decision needs a reason")));
     }

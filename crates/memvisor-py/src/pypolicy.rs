@@ -58,7 +58,7 @@ impl Policy for PyPolicy {
     }
 
     fn decide(&mut self, view: &HostView) -> Vec<Decision> {
-        let r = Python::attach(|py| self.call(py, view).map_err(|e| format!("policy '{}' failed: {e}", self.name)));
+        let r = Python::attach(|py| self.call(py, view).map_err(|e| format!("policy '{}' failed: {}{e}", self.name, raised_at(py, &e))));
         r.unwrap_or_else(|e| {
             self.error = Some(e);
             Vec::new()
@@ -68,4 +68,22 @@ impl Policy for PyPolicy {
     fn take_error(&mut self) -> Option<String> {
         self.error.take()
     }
+}
+
+/// `file:line: ` of the innermost frame an exception passed through (the policy's own code, when
+/// it raised there), or nothing for an error raised in Rust.
+fn raised_at(py: Python<'_>, e: &PyErr) -> String {
+    let Some(tb) = e.traceback(py) else { return String::new() };
+    let mut tb = tb.into_any();
+    while let Ok(next) = tb.getattr("tb_next")
+        && !next.is_none()
+    {
+        tb = next;
+    }
+    let at = || -> PyResult<String> {
+        let file: String = tb.getattr("tb_frame")?.getattr("f_code")?.getattr("co_filename")?.extract()?;
+        let line: u32 = tb.getattr("tb_lineno")?.extract()?;
+        Ok(format!("{file}:{line}: "))
+    };
+    at().unwrap_or_default()
 }
