@@ -32,7 +32,8 @@ class Monitor:
                 await asyncio.wait_for(c.connect(self.path), self.timeout_s)
             except (Exception, asyncio.TimeoutError) as e:
                 await _quietly(c.disconnect())
-                raise Unreachable(f"cannot connect to {self.path}: {e or type(e).__name__}") from None
+                why = f"no answer within {self.timeout_s:g} s" if isinstance(e, asyncio.TimeoutError) else str(e) or type(e).__name__
+                raise Unreachable(f"cannot connect to {self.path}: {why}") from None
             self.client = c
         return self.client
 
