@@ -506,6 +506,10 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
                 cells.append(fmt(v) + ratio)
             t.add_row(r.label, vm["name"], *cells)
     out.print(t)
+    # A manage run measures no runtime or report values: it is only in the overlaid charts.
+    for r in loaded:
+        if not r.summary.get("vms"):
+            out.print(f"{r.label}: no runtime or report values (a manage run's folder has none); its series are in the overlaid report", highlight=False)
     try:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out.print(f"wrote {report.write(out_path.parent, loaded, title='compare: ' + ', '.join(p.name for p in runs), out=out_path)}")

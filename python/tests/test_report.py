@@ -71,6 +71,12 @@ def test_compare_sets_runs_side_by_side(run_folder, tmp_path):
     assert p.returncode == 0 and "report.html" in p.stdout
     p = memvisor("compare", str(tmp_path / "nope"), cwd=tmp_path)
     assert p.returncode == 2
+    # A folder whose summary has no VMs (a manage run's) is named, not left out without a word.
+    managed = tmp_path / "managed"
+    shutil.copytree(run_folder / "8GiB", managed)
+    (managed / "summary.json").write_text('{"policy": "pressure", "rounds": 3}')
+    p = memvisor("compare", str(run_folder), str(managed), "--out", str(tmp_path / "m.html"), cwd=tmp_path)
+    assert p.returncode == 0 and "managed: no runtime or report values" in p.stdout, p.stdout + p.stderr
     p = memvisor("compare", str(run_folder), "--out", "", cwd=tmp_path)
     assert p.returncode == 2 and "--out: give the file" in p.stderr, p.stderr
     p = memvisor("compare", str(run_folder), "--out", "/proc/nope/c.html", cwd=tmp_path)
