@@ -198,7 +198,7 @@ def status_cmd(run, vm, config) -> None:
         from memvisor.live.livehost import LiveHost
 
         _, specs = _vm_options(vm, (), config)
-        host = LiveHost(specs, dry_run=True)
+        host = LiveHost(specs, dry_run=True, observe_only=True)
         try:
             host.observe()
         finally:

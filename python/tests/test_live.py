@@ -90,6 +90,9 @@ def test_dry_run_changes_nothing(guests, tmp_path):
     assert all(r["outcome"] == "dry run: not applied" for r in recs)
     assert "dry run" in stdout
     assert {n: actual(g) for n, g in guests.items()} == before
+    # status observes a listed VM once, through the same QMP socket.
+    st = subprocess.run([sys.executable, "-m", "memvisor.cli", "status", "--vm", f"a={a.qmp}"], capture_output=True, text=True, timeout=60)
+    assert st.returncode == 0 and st.stdout.split("\n")[1].split()[:2] == ["a", "yes"], st.stdout + st.stderr
 
 
 def test_manage_moves_memory_from_idle_to_busy_within_floors(guests, tmp_path):

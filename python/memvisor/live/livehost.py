@@ -65,10 +65,13 @@ class LiveHost:
         timeout_s: float = 1.0,
         stats_poll_s: int = 1,
         host_memory: int | None = None,
+        observe_only: bool = False,
     ):
         """`host_memory`: manage the listed VMs as if the host had this much memory for them (a
         share of a larger machine: free memory is then this less what the VMs' cgroups hold);
-        None: the machine's own /proc/meminfo."""
+        None: the machine's own /proc/meminfo. `observe_only` (`memvisor status`): leave what a
+        running manager relies on as it is: the guests' statistics interval unless they are off,
+        and the referenced bits its active-memory sampling reads."""
         names = [v.name for v in vms]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
@@ -78,6 +81,7 @@ class LiveHost:
         self.manage_ksm = manage_ksm
         self.stats_poll_s = max(1, int(stats_poll_s))
         self.host_memory = host_memory
+        self.observe_only = observe_only
         self.start = time.monotonic()
         self.loop = asyncio.new_event_loop()
         self.state = ""
@@ -92,7 +96,9 @@ class LiveHost:
         vm.pid = hostfs.socket_pid(vm.spec.qmp)
         vm.cgroup = MemoryCgroup.of_pid(vm.pid) if vm.pid else None
         vm.memory = (await vm.mon.cmd("query-memory-size-summary"))["base-memory"]
-        await vm.mon.cmd("qom-set", {"path": BALLOON, "property": "guest-stats-polling-interval", "value": self.stats_poll_s})
+        poll = {"path": BALLOON, "property": "guest-stats-polling-interval"}
+        if not self.observe_only or not await vm.mon.cmd("qom-get", poll):
+            await vm.mon.cmd("qom-set", {**poll, "value": self.stats_poll_s})
 
     async def _observe_vm(self, vm: _Vm) -> dict | None:
         try:
@@ -115,7 +121,7 @@ class LiveHost:
         cg = vm.cgroup
         try:
             rss, ref, huge = hostfs.referenced(vm.pid) if vm.pid else (0, 0, 0)
-            if vm.pid:
+            if vm.pid and not self.observe_only:
                 hostfs.clear_refs(vm.pid)
             granted = cg.usage() if cg else rss
             swapped = cg.swapped() if cg else 0
