@@ -237,7 +237,8 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
         points = product(varies) if varies else points_from_csv(points_file)
         grid = plan_points(spec, points, column, sets, vm)
     except (_core.ScenarioError, ValueError) as e:
-        raise MemvisorError(str(e), USAGE) from None
+        # A point's value is located as a --vary; from a file, it is the file's.
+        raise MemvisorError(str(e) if varies else str(e).replace("--vary ", f"--points {points_file}: "), USAGE) from None
     key = grid.key
     for w in warnings_of(grid):
         warn(w)

@@ -261,3 +261,8 @@ def test_a_points_file_is_read_as_a_spreadsheet_writes_it_and_refused_when_ambig
         f.write_bytes(content)
         with pytest.raises(ValueError, match=expect):
             points_from_csv(f)
+    # A bad value in the file is located in the file, not in a --vary the user did not write.
+    write(tmp_path)
+    f.write_text("vm.g.memory\nlots\n")
+    r = run_cli("sweep", "s.toml", "--points", "p.csv", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.startswith("error: --points p.csv: vm.g.memory=lots: ") and "--vary" not in r.stderr, r.stderr
