@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import sys
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
@@ -31,6 +34,15 @@ class _Main(click.Group):
             raise MemvisorError("terminated", 143) from None
         except KeyboardInterrupt:
             raise MemvisorError("interrupted", 130) from None
+        except OSError as e:
+            # A full disk or a closed pipe is the machine's state, not a bug: one line, no traceback.
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EPIPE):
+                raise
+            # What is still buffered for stdout could not be written either; drop it.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            if e.errno == errno.EPIPE:  # the reader left (`| head`): nothing more to say
+                raise SystemExit(141) from None
+            raise MemvisorError(f"{e.filename or 'output'}: {e.strerror}", 1) from None
 
 
 @click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})

@@ -382,3 +382,10 @@ def test_manage_and_status_refuse_what_is_not_theirs(tmp_path, small_scenario):
         assert r.returncode == 2 and "status.json: not a manager's status" in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = memvisor("status", "st", "--vm", "a=/x.sock", cwd=tmp_path)
     assert r.returncode == 2 and "not both" in r.stderr, r.stderr
+
+
+def test_output_to_a_full_device_is_one_error_line(tmp_path):
+    exe = Path(sys.executable).parent / "memvisor"
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([str(exe), "cases"], stdout=full, stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=60)
+    assert r.returncode == 1 and r.stderr.strip() == "error: output: No space left on device", r.stderr
