@@ -495,7 +495,9 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
     if not out_path.name:
         raise MemvisorError("--out: give the file the overlaid report is written to, e.g. runs/compare.html", USAGE)
     try:
-        per_folder = [report.runs_in(p, label=p.name) for p in runs]
+        # Folders are labelled by name, or by the path given where two share a name.
+        names = [p.name for p in runs]
+        per_folder = [report.runs_in(p, label=p.name if names.count(p.name) == 1 else str(p)) for p in runs]
     except (FileNotFoundError, report.BadRun) as e:
         raise MemvisorError(str(e), USAGE) from None
     loaded = [r for rs in per_folder for r in rs]

@@ -207,3 +207,5 @@ def status_cmd(run, vm, config) -> None:
             err.print(f"{name}: {what}", highlight=False)
         status = {"vms": [{"name": v.spec.name, "reachable": v.reachable, **v.last} for v in host.vms]}
     out.print(_status_table(status))
+    if run is None and not any(v["reachable"] for v in status["vms"]):
+        raise MemvisorError("no listed VM answered", 1)

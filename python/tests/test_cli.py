@@ -382,6 +382,9 @@ def test_manage_and_status_refuse_what_is_not_theirs(tmp_path, small_scenario):
         assert r.returncode == 2 and "status.json: not a manager's status" in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = memvisor("status", "st", "--vm", "a=/x.sock", cwd=tmp_path)
     assert r.returncode == 2 and "not both" in r.stderr, r.stderr
+    # Observing VMs none of which answers is a failure a script can see.
+    r = memvisor("status", "--vm", "a=/nonexistent.sock", cwd=tmp_path)
+    assert r.returncode == 1 and "no listed VM answered" in r.stderr, r.stdout + r.stderr
 
 
 def test_output_to_a_full_device_is_one_error_line(tmp_path):

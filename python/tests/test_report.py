@@ -71,6 +71,11 @@ def test_compare_sets_runs_side_by_side(run_folder, tmp_path):
     assert p.returncode == 0 and "report.html" in p.stdout
     p = memvisor("compare", str(tmp_path / "nope"), cwd=tmp_path)
     assert p.returncode == 2
+    # Two folders of one name are told apart by the paths given.
+    (tmp_path / "x").mkdir()
+    shutil.copytree(run_folder, tmp_path / "x" / run_folder.name)
+    p = memvisor("compare", str(run_folder), f"x/{run_folder.name}", "--out", str(tmp_path / "two.html"), cwd=tmp_path)
+    assert p.returncode == 0 and f"x/{run_folder.name}/4GiB" in p.stdout, p.stdout
     # A folder whose summary has no VMs (a manage run's) is named, not left out without a word.
     managed = tmp_path / "managed"
     shutil.copytree(run_folder / "8GiB", managed)
