@@ -53,6 +53,25 @@ def cases() -> list[tuple[str, str]]:
     return list(_core.cases())
 
 
+def _untomlable(v, path: str = "") -> str | None:
+    """The dotted path of the first value in a scenario dict that TOML cannot hold (None, a set, an
+    object), or None."""
+    import datetime
+
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if not isinstance(k, str):
+                return f"{path}.{k!r}".lstrip(".")
+            found = _untomlable(x, f"{path}.{k}".lstrip("."))
+            if found is not None:
+                return found
+        return None
+    if isinstance(v, (list, tuple)):
+        return next((f for i, x in enumerate(v) if (f := _untomlable(x, f"{path}[{i}]")) is not None), None)
+    ok = (str, int, float, bool, datetime.date, datetime.time)
+    return None if isinstance(v, ok) else (path or "<dict>")
+
+
 def read_scenario_text(spec: str | dict) -> tuple[str, str]:
     """Returns (text, origin) for a case name, a scenario file path, or a scenario as a dict (the
     TOML file's tables as Python values)."""
@@ -68,7 +87,8 @@ def read_scenario_text(spec: str | dict) -> tuple[str, str]:
         try:
             return tomli_w.dumps(spec), "<dict>"
         except TypeError as e:
-            raise _core.ScenarioError(f"<dict>: not a scenario: {e}") from None
+            where = _untomlable(spec)
+            raise _core.ScenarioError(f"<dict>: {where + ': ' if where else ''}not a scenario value: {e}") from None
     text = _core.case_text(spec)
     if text is not None:
         return text, f"case:{spec}"

@@ -154,6 +154,8 @@ def test_wrong_arguments_are_named(small_scenario):
         memvisor.load(str(small_scenario), sets=[1])
     with pytest.raises(TypeError, match="sets must be a list"):
         memvisor.load(str(small_scenario), sets={"duration": "5s"})
+    with pytest.raises(_core.ScenarioError, match=r"<dict>: vm\[1\].memory: not a scenario value: Object of type 'set'"):
+        memvisor.load({"name": "x", "vm": [{"name": "g"}, {"memory": {1, 2}}]})
     for jobs in (0, -3, 1.5, "2", True):
         with pytest.raises(ValueError, match="jobs must be a number of threads, at least 1"):
             memvisor.run(str(small_scenario), jobs=jobs)
