@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 import os
 import signal
 import threading
@@ -110,7 +111,10 @@ def load(spec: str | dict, sets: Sequence[str] = ()) -> list:
     if isinstance(sets, (str, bytes)):
         # A lone string would be taken a character at a time.
         raise TypeError(f"sets must be a list of 'key=value' strings, not one string: sets=[{sets!r}]")
-    if isinstance(sets, dict) or not all(isinstance(x, str) for x in sets):
+    if isinstance(sets, dict):
+        raise TypeError(f"sets must be a list of 'key=value' strings, not {sets!r}")
+    sets = list(sets)  # once: a generator is read a single time
+    if not all(isinstance(x, str) for x in sets):
         raise TypeError(f"sets must be a list of 'key=value' strings, not {sets!r}")
     text, origin = read_scenario_text(spec)
     return _core.load(text, origin, list(sets))
@@ -118,8 +122,10 @@ def load(spec: str | dict, sets: Sequence[str] = ()) -> list:
 
 def base_dir(spec: str | dict) -> Path | None:
     """Where relative files named in a scenario (traces) are looked for: next to the file."""
-    if isinstance(spec, dict) or (isinstance(spec, str) and _core.case_text(spec) is not None):
-        return None
+    if isinstance(spec, os.PathLike):
+        spec = os.fspath(spec)
+    if not isinstance(spec, str) or _core.case_text(spec) is not None:
+        return None  # a dict, a case, or something `load` will refuse
     return Path(spec).resolve().parent
 
 
@@ -149,20 +155,17 @@ def simulate(
         raise ValueError(f"step_s must be simulated seconds, at least 1e-6 (inf: the whole run in one step), or None, not {step_s!r}")
     if traces is None:
         traces = load_traces(scenario, base)
-    if policy is None and scenario.policy.startswith("python:"):
-        from memvisor.policy import resolve
+    from memvisor.policy import instantiate, resolve
 
-        policy = resolve(scenario.policy, base)
-    from_scenario = policy is None
-    from memvisor.policy import Policy
-
-    if not (policy is None or isinstance(policy, Policy) or (isinstance(policy, type) and issubclass(policy, Policy))):
-        raise TypeError(f"policy= takes a memvisor.Policy subclass or instance, not {policy!r}; "
+    # Given with policy=, it replaces the scenario's host.policy; else a `python:` one is resolved.
+    given = policy is not None
+    if given and not callable(getattr(policy, "decide", None)):
+        raise TypeError(f"policy= takes a memvisor.Policy subclass or instance (with a decide method), not {policy!r}; "
                         "a built-in policy is named in the scenario: sets=['host.policy=NAME']")
+    if not given and scenario.policy.startswith("python:"):
+        policy = resolve(scenario.policy, base)
     if isinstance(policy, type):
-        from memvisor.policy import instantiate
-
-        policy = instantiate(policy, scenario.policy if scenario.policy.startswith("python:") else policy.__name__)
+        policy = instantiate(policy, policy.__name__ if given else scenario.policy)
     t0 = time.perf_counter()
     sim = _core.Simulation(scenario, traces, policy)
     t = 0.0
@@ -194,7 +197,7 @@ def simulate(
     # column would hold NaN, which decisions.jsonl cannot carry: NaN is not JSON).
     decisions["vm_id"] = decisions["vm_id"].astype("Int64")
     toml = r["scenario_toml"]
-    if not from_scenario:
+    if given:
         # The scenario's host.policy did not decide this run: say which policy did, so that the
         # folder does not claim to reproduce it.
         cls = type(policy)
@@ -240,8 +243,14 @@ def simulate_all(
     engine lets go of the GIL while it simulates, so they run in parallel, and each run is what it
     would be alone. Results in the scenarios' order; `progress_for(i)` gives run i's progress
     callback. When one run fails or the caller is interrupted, the others stop at their next step."""
-    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
-        raise ValueError(f"jobs must be a number of threads, at least 1, or None (all CPUs), not {jobs!r}")
+    if jobs is not None:
+        try:
+            n = -1 if isinstance(jobs, bool) else operator.index(jobs)  # numpy integers too
+        except TypeError:
+            n = -1
+        if n < 1:
+            raise ValueError(f"jobs must be a number of threads, at least 1, or None (all CPUs), not {jobs!r}")
+        jobs = n
     pol = kw.get("policy")
     if pol is not None and not isinstance(pol, type) and len(scenarios) > 1:
         raise ValueError("a policy instance keeps one run's state: pass its class to run several scenarios or variants")

@@ -247,10 +247,9 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
         raise MemvisorError(f"--csv {csv_path}: no directory {csv_path.parent}", USAGE)
     try:
         points = product(varies) if varies else points_from_csv(points_file)
-        grid = plan_points(spec, points, column, sets, vm)
+        grid = plan_points(spec, points, column, sets, vm, source="--vary" if varies else f"--points {points_file}:")
     except (_core.ScenarioError, ValueError) as e:
-        # A point's value is located as a --vary; from a file, it is the file's.
-        raise MemvisorError(str(e) if varies else str(e).replace("--vary ", f"--points {points_file}: "), USAGE) from None
+        raise MemvisorError(str(e), USAGE) from None
     key = grid.key
     for w in warnings_of(grid):
         warn(w)

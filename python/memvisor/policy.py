@@ -75,36 +75,40 @@ PREFIX = "python:"
 
 
 def module_file(name: str, base: Path | None) -> Path | None:
-    """The file beside the scenario that a `python:MODULE:CLASS` policy names, if there is one."""
+    """The file beside the scenario that a `python:MODULE:CLASS` policy names, if there is one:
+    MODULE.py, or a package's module or `__init__.py`."""
     module = name[len(PREFIX):].partition(":")[0]
-    path = None if base is None else base.joinpath(*module.split(".")).with_suffix(".py")
-    return path if path is not None and path.is_file() else None
+    if base is None:
+        return None
+    p = base.joinpath(*module.split("."))
+    return next((f for f in (p.with_suffix(".py"), p / "__init__.py") if f.is_file()), None)
 
 
 def _import(module: str, base: Path | None):
-    """MODULE from a file beside the scenario, loaded afresh under a name of its own (two scenarios
-    may each have a `pol.py`, and an edited file must not be answered from `sys.modules`), else
-    the installed module."""
+    """MODULE: a single file beside the scenario is loaded afresh under a name of its own (two
+    scenarios may each have a `pol.py`, and an edited file must not be answered from
+    `sys.modules`); a package, or an installed module, is imported with the scenario's folder
+    first on the path."""
     path = module_file(f"{PREFIX}{module}:", base)
-    if path is None:
-        return importlib.import_module(module)
-    name = f"_memvisor_policy_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses and pickling look classes up by their module
-    # Its own imports may name files beside it.
-    added = str(base) not in sys.path
+    added = base is not None and str(base) not in sys.path
     if added:
-        sys.path.insert(0, str(base))
+        sys.path.insert(0, str(base))  # its own imports may name files beside it
     try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules[name]
-        raise
+        if path is None or "." in module or path.name == "__init__.py":
+            return importlib.import_module(module)
+        name = f"_memvisor_policy_{hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # dataclasses and pickling look classes up by their module
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            del sys.modules[name]
+            raise
+        return mod
     finally:
         if added:
             sys.path.remove(str(base))
-    return mod
 
 
 def _where(e: BaseException) -> str:

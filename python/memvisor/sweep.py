@@ -53,6 +53,8 @@ class Grid:
     base: Path | None
     vm: str | None = None
     points: list[dict] | None = None
+    #: Where the points' values were given, for messages: `--vary` or `--points FILE:`.
+    source: str = "--vary"
 
     @property
     def runs(self) -> int:
@@ -85,8 +87,11 @@ def points_from_csv(path: Path) -> list[dict]:
     if twice:
         raise ValueError(f"{path}:{at}: {'an empty key' if '' in twice else 'a key given twice: ' + ', '.join(twice)}; each column names one key")
     for i, line in rows:
-        if len(line) != len(keys) or any(not v.strip() for v in line):
+        if len(line) != len(keys):
             raise ValueError(f"{path}:{i}: {len(line)} values for {len(keys)} keys; every point gives one value for every key")
+        empty = [k for k, v in zip(keys, line) if not v.strip()]
+        if empty:
+            raise ValueError(f"{path}:{i}: no value for {', '.join(empty)}; every point gives one value for every key")
     return [{k: v.strip() for k, v in zip(keys, line)} for _, line in rows]
 
 
@@ -112,9 +117,11 @@ def plan(spec: str, key: str, values: Sequence[str], column: str | None = None, 
     return plan_points(spec, [{key: v} for v in values], column, sets, vm)
 
 
-def plan_points(spec: str, points: Sequence[dict], column: str | None = None, sets: Sequence[str] = (), vm: str | None = None) -> Grid:
+def plan_points(spec: str, points: Sequence[dict], column: str | None = None, sets: Sequence[str] = (), vm: str | None = None,
+                source: str = "--vary") -> Grid:
     """Loads the scenario once per point (the `sets`, then the point's overrides), so that a bad
-    key, value or column raises the scenario's own `ScenarioError` before anything runs."""
+    key, value or column raises the scenario's own `ScenarioError` before anything runs. Messages
+    locate a point's value in `source` (`--vary`, or `--points FILE:`)."""
     points = [dict(p) for p in points]
     if not points:
         raise ValueError("a sweep needs at least one point")
@@ -128,7 +135,7 @@ def plan_points(spec: str, points: Sequence[dict], column: str | None = None, se
     except _core.ScenarioError as e:
         msg = str(e)
         for k in keys:
-            msg = msg.replace(f"--set {k}=", f"--vary {k}=")
+            msg = msg.replace(f"--set {k}=", f"{source} {k}=")
         raise _core.ScenarioError(msg) from None
     first = scenarios[0][0]
     # A VM absent from some runs (a variant without it) shows "-" there; one in none is a mistake.
@@ -148,15 +155,15 @@ def plan_points(spec: str, points: Sequence[dict], column: str | None = None, se
                 f"'{column}' is not a report column of {s.name} (report columns: {', '.join(s.report_columns)}; "
                 "others can be added with --set report.columns=[...])"
             )
-    return Grid(key, values, column, scenarios, origin, api.base_dir(spec), vm, points)
+    return Grid(key, values, column, scenarios, origin, api.base_dir(spec), vm, points, source)
 
 
 def warnings_of(grid: Grid) -> list[str]:
-    """The scenarios' warnings, once each, naming the swept keys as --vary."""
+    """The scenarios' warnings, once each, naming the swept keys where they were given."""
     out = []
     for w in (w for per in grid.scenarios for s in per for w in s.warnings):
         for k in grid.key.split(" × "):
-            w = w.replace(f"--set {k} ", f"--vary {k} ")
+            w = w.replace(f"--set {k} ", f"{grid.source} {k} ")
         out.append(w)
     return list(dict.fromkeys(out))
 

@@ -172,8 +172,19 @@ def test_a_policy_module_beside_each_scenario_is_its_own(tmp_path: Path):
             "    def decide(self, view):\n        return [memory_state('high', 'plenty')]\n"
         )
         (tmp_path / d / "s.toml").write_text(SCENARIO.format(policy="python:pol:P").replace('duration = "40s"', 'duration = "2s"'))
-    got = [set(memvisor.run(str(tmp_path / d / "s.toml"))[0].decisions["policy"]) for d in "ab"]
-    assert got == [{"policy-a"}, {"policy-b"}], got
+    runs = [memvisor.run(str(tmp_path / d / "s.toml"))[0] for d in "ab"]
+    assert [set(r.decisions["policy"]) for r in runs] == [{"policy-a"}, {"policy-b"}]
+    assert not runs[0].scenario_toml.startswith("# Run with"), "its host.policy did decide it"
+    # A package beside the scenario, whose module imports its sibling relatively, still imports.
+    (tmp_path / "a" / "pkg").mkdir()
+    (tmp_path / "a" / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "a" / "pkg" / "helpers.py").write_text("STATE = 'high'\n")
+    (tmp_path / "a" / "pkg" / "mod.py").write_text(
+        "from memvisor.policy import Policy, memory_state\nfrom . import helpers\n"
+        "class P(Policy):\n    name = 'in-a-package'\n    def decide(self, view):\n        return [memory_state(helpers.STATE, 'from a package')]\n"
+    )
+    (r,) = memvisor.run(str(tmp_path / "a" / "s.toml"), sets=["host.policy=python:pkg.mod:P"])
+    assert set(r.decisions["policy"]) == {"in-a-package"}
     (tmp_path / "a" / "pol.py").write_text("x = 1\ny = )\n")
     with pytest.raises(memvisor.ScenarioError, match=r"module 'pol' failed as it was imported: .*pol.py:2: SyntaxError"):
         memvisor.run(str(tmp_path / "a" / "s.toml"))
@@ -182,6 +193,22 @@ def test_a_policy_module_beside_each_scenario_is_its_own(tmp_path: Path):
     )
     with pytest.raises(memvisor.ScenarioError, match=r"host.policy: 'python:pol:P': P\(\) raised .*pol.py:5: ValueError: bad config"):
         memvisor.run(str(tmp_path / "a" / "s.toml"))
+
+
+def test_what_python_hands_over_is_taken_as_python_means_it(small_scenario):
+    """Not only the exact built-in types: a policy object that is not a Policy subclass but has
+    name, period_s and decide; sets as a generator; numpy's integers and booleans."""
+    import numpy as np
+
+    class Duck:
+        name = "duck"
+        period_s = 1.0
+
+        def decide(self, view):
+            return [{"vm_id": v["id"], "kind": "blocked", "blocked": np.bool_(False), "reason": "quack"} for v in view["vms"]]
+
+    (r,) = memvisor.run(str(small_scenario), policy=Duck, jobs=np.int64(1), sets=(x for x in ["duration=3s"]))
+    assert set(r.decisions["policy"]) == {"duck"} and r.summary["sim_time_s"] == 3.0, r.summary["sim_time_s"]
 
 
 def test_on_a_case_too():

@@ -255,6 +255,7 @@ def test_a_points_file_is_read_as_a_spreadsheet_writes_it_and_refused_when_ambig
         (b"host.memory,host.memory \n1GiB,2GiB\n", "p.csv:1: a key given twice: host.memory"),
         (b"host.memory,\n1GiB,2\n", "p.csv:1: an empty key"),
         (b"host.memory\n\n1GiB,2GiB\n", "p.csv:3: 2 values for 1 keys"),
+        (b"host.memory,seed\n1GiB, \n", "p.csv:2: no value for seed"),
         (b"host.memory\n\xff\n", "p.csv: byte 12: a points file is UTF-8 text"),
         (b"host.memory\n", "p.csv: no points"),
     ]:

@@ -99,7 +99,8 @@ def test_corrupt_traces_get_a_located_error(traces, tmp_path):
     # A native trace cut inside its header is one, by its name or by the start of its magic.
     (tmp_path / "empty.mvtrace").write_bytes(b"")
     (tmp_path / "cut12").write_bytes(data[:12])
-    for f in ["empty.mvtrace", "cut12"]:
+    (tmp_path / "cut4").write_bytes(data[:4])  # inside the magic itself
+    for f in ["empty.mvtrace", "cut12", "cut4"]:
         r = run_cli("trace", "info", f, cwd=tmp_path)
         assert r.returncode == 1 and "truncated: a native trace header is 24 bytes" in r.stderr and "Traceback" not in r.stderr, r.stderr
     # Nothing to replay is an error, whether the file is empty or its one line was a header.

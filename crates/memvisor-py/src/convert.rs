@@ -175,7 +175,7 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
         d.get_item(k)?.ok_or_else(|| PyValueError::new_err(format!("{who}: a decision lacks '{k}'")))
     };
     let bad = |k: &str, what: &str| PyValueError::new_err(format!("{who}: '{k}' must be {what}"));
-    // Strict types: a bool is not taken for a number (True is 1 to Python), nor a number for a bool.
+    // Strict types: a bool is not taken for a number (True is 1 to Python).
     let num = |k: &str| -> PyResult<u64> {
         let v = get(k)?;
         if v.is_instance_of::<PyBool>() {
@@ -183,7 +183,8 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
         }
         v.extract().map_err(|_| bad(k, "a non-negative integer"))
     };
-    let boolean = |k: &str| -> PyResult<bool> { get(k)?.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| bad(k, "True or False")) };
+    // pyo3 takes bool and numpy.bool_ for a bool, never 0 or 1.
+    let boolean = |k: &str| -> PyResult<bool> { get(k)?.extract().map_err(|_| bad(k, "True or False")) };
     let string = |k: &str| -> PyResult<String> { get(k)?.extract().map_err(|_| bad(k, "a string")) };
     let kind = string("kind")?;
     let action = match kind.as_str() {

@@ -47,7 +47,7 @@ class Monitor:
             raise Unreachable(f"'{name}' got no answer within {self.timeout_s:g} s") from None
         except Exception as e:
             await self.close()
-            raise Unreachable(f"'{name}' failed: {e or type(e).__name__}") from None
+            raise Unreachable(f"'{name}' failed: {str(e) or type(e).__name__}") from None
 
     async def close(self) -> None:
         c, self.client = self.client, None
