@@ -258,6 +258,9 @@ fn a_value_set_twice_is_refused_not_left_to_order() {
     // A table and a field inside it overlap as well.
     let e = twice("vm.g.sysctl.vm.swappiness=7", "vm.g.sysctl={}").unwrap_err().to_string();
     assert!(e.contains("also set by --set vm.g.sysctl.vm.swappiness=7"), "{e}");
+    // One value named two ways, by the workload's kind and by its index, is one value.
+    let e = twice("vm.g.workload.stress.passes=2", "vm.g.workload.0.passes=3").unwrap_err().to_string();
+    assert!(e.contains("also set by --set vm.g.workload.stress.passes=2"), "{e}");
     // Neighbours whose names share a prefix do not.
     assert!(twice("vm.g.memory=3GiB", "vm.g.memory_limit=3GiB").map_or_else(|e| !e.to_string().contains("also set"), |_| true));
 }

@@ -157,13 +157,7 @@ impl<'a, 's> Overrides<'a, 's> {
                 Ok(v) => v.into_inner(),
                 Err(_) => DeValue::String(Cow::Borrowed(value)),
             };
-            let path = path.trim().to_string();
-            // Two overrides of one value would leave the answer to their order; refuse rather
-            // than let the last one win unseen.
-            if let Some(j) = sets.iter().position(|s: &Set| overlaps(&s.path, &path)) {
-                return Err(src.error(Some(span), &path, format!("also set by --set {}; give each value once", src.sets[j])));
-            }
-            sets.push(Set { path, value: respan(parsed, &span) });
+            sets.push(Set { path: path.trim().to_string(), value: respan(parsed, &span) });
         }
         Ok(Self { src, base, variants, sets })
     }
@@ -177,21 +171,33 @@ impl<'a, 's> Overrides<'a, 's> {
             self.variants.iter().map(|(n, s)| (Some(n.clone()), s.as_slice())).collect()
         };
         for (name, vsets) in plain {
+            let in_variant = |mut e: ScenarioError| {
+                if let Some(n) = &name {
+                    e.location = format!("{} (variant '{n}')", e.location);
+                }
+                e
+            };
             let mut doc = self.base.clone();
+            // Where each override landed, by position (`vm.0.workload.1.size`), so that one value
+            // named two ways (by a workload's kind and by its index) is still one value.
+            let mut landed: Vec<(String, &Set<'a>)> = Vec::new();
             for s in vsets.iter().chain(&self.sets) {
-                self.apply(doc.get_mut(), s).map_err(|mut e| {
-                    if let Some(n) = &name {
-                        e.location = format!("{} (variant '{n}')", e.location);
-                    }
-                    e
-                })?;
+                landed.push((self.apply(doc.get_mut(), s).map_err(in_variant)?, s));
+            }
+            let (by_variant, by_set) = landed.split_at(vsets.len());
+            // Two --set of one value would leave the answer to their order: refuse.
+            for (k, (at, s)) in by_set.iter().enumerate() {
+                if let Some(j) = by_set[..k].iter().position(|(a, _)| overlaps(a, at)) {
+                    let why = format!("also set by --set {}; give each value once", self.src.sets[j]);
+                    return Err(in_variant(self.src.error(Some(s.value.span()), &s.path, why)));
+                }
             }
             normalize_workloads(doc.get_mut());
             // A --set wins over the variant; say so, since it may undo what tells variants apart.
             let mut warnings = Vec::new();
             if let Some(n) = &name {
-                for s in &self.sets {
-                    for v in vsets.iter().filter(|v| overlaps(&s.path, &v.path)) {
+                for (at, s) in by_set {
+                    for (_, v) in by_variant.iter().filter(|(a, _)| overlaps(a, at)) {
                         warnings.push(format!("--set {} replaces what variant '{n}' sets for {}", s.path, v.path));
                     }
                 }
@@ -201,11 +207,13 @@ impl<'a, 's> Overrides<'a, 's> {
         Ok(out)
     }
 
-    fn apply(&self, root: &mut DeTable<'a>, set: &Set<'a>) -> Result<(), ScenarioError> {
+    /// Applies one override; returns where it landed, with array entries by position.
+    fn apply(&self, root: &mut DeTable<'a>, set: &Set<'a>) -> Result<String, ScenarioError> {
         let span = set.value.span();
         let err = |m: String| self.src.error(Some(span.clone()), &set.path, m);
         let segs: Vec<&str> = set.path.split('.').collect();
         let mut table = root;
+        let mut landed: Vec<String> = Vec::new();
         let mut i = 0;
         while i < segs.len() {
             let seg = segs[i];
@@ -213,9 +221,10 @@ impl<'a, 's> Overrides<'a, 's> {
             // A sysctl name contains dots: the rest of the path is the key.
             let key = if i > 0 && segs[i - 1] == "sysctl" { segs[i..].join(".") } else { seg.to_string() };
             let last = last || key.contains('.');
+            landed.push(key.clone());
             if last {
                 table.insert(Spanned::new(span.clone(), Cow::Owned(key)), set.value.clone());
-                return Ok(());
+                return Ok(landed.join("."));
             }
             if !table.contains_key(seg) {
                 table.insert(
@@ -260,6 +269,7 @@ impl<'a, 's> Overrides<'a, 's> {
                     if i + 1 == segs.len() {
                         return Err(err(format!("'{seg}.{sel}' is a whole table; set one of its fields")));
                     }
+                    landed.push(pos.to_string());
                     match items.as_mut()[pos].get_mut() {
                         DeValue::Table(t) => t,
                         other => return Err(err(format!("'{seg}' holds {}, not tables", kind_of(other)))),
@@ -269,6 +279,6 @@ impl<'a, 's> Overrides<'a, 's> {
             };
             i += 1;
         }
-        Ok(())
+        Ok(landed.join("."))
     }
 }
