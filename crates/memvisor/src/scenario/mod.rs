@@ -90,10 +90,12 @@ pub fn load(text: &str, origin: &str, sets: &[String]) -> Result<Vec<Scenario>, 
     let doc = toml::de::DeTable::parse(text).map_err(|e| plain_error(&src, e, None))?;
     let ov = Overrides::new(&src, doc)?;
     let mut out = Vec::new();
-    for (variant, table, warnings) in ov.variants()? {
-        let doc = table.get_ref().clone();
-        let raw: raw::RawScenario =
-            serde::Deserialize::deserialize(toml::de::Deserializer::from(table)).map_err(|e| plain_error(&src, e, Some(&doc)))?;
+    for (k, (variant, table, warnings)) in ov.variants()?.into_iter().enumerate() {
+        let raw: raw::RawScenario = serde::Deserialize::deserialize(toml::de::Deserializer::from(table)).map_err(|e| {
+            // The document was consumed; built again (only on this error path) to name the key.
+            let doc = ov.variants().ok().and_then(|mut v| (k < v.len()).then(|| v.swap_remove(k).1));
+            plain_error(&src, e, doc.as_ref().map(|d| d.get_ref()))
+        })?;
         let mut s = resolve::resolve(&src, raw)?;
         s.variant = variant;
         s.warnings.extend(warnings);
