@@ -85,8 +85,6 @@ def load_config(path: Path) -> tuple[dict, list]:
         for k in ("name", "qmp"):
             if not isinstance(t.get(k), str) or not t[k]:
                 raise MemvisorError(f"{where}.{k}: required, a string", USAGE)
-        if any(v.name == t["name"] for v in vms):
-            raise MemvisorError(f"{where}.name: '{t['name']}' is listed twice; give each VM once", USAGE)
         shares = t.get("shares")
         if shares is not None and (isinstance(shares, bool) or not isinstance(shares, int) or shares <= 0):
             raise MemvisorError(f"{where}.shares: must be a positive integer, got {shares!r}", USAGE)
@@ -100,9 +98,11 @@ def _vm_options(vm: tuple[str, ...], floor: tuple[str, ...], config: Path | None
 
     raw, specs = load_config(config) if config else ({}, [])
     for name, qmp in _pairs(vm, "--vm").items():
-        if any(s.name == name for s in specs):
-            raise MemvisorError(f"--vm {name}=...: '{name}' is listed in {config} too; give each VM once", USAGE)
         specs.append(VmSpec(name, qmp))
+    names = [s.name for s in specs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise MemvisorError(f"VM {', '.join(twice)} listed twice (counting --config and --vm together); give each VM once", USAGE)
     floors = _pairs(floor, "--floor")
     by_name = {s.name: s for s in specs}
     for name, size in floors.items():

@@ -356,7 +356,8 @@ def test_run_can_pick_variants(tmp_path, small_scenario):
     ("host_memory = 0\n", "host_memory: must be larger than zero"),
     ("vm = [1]\n", "vm: a [[vm]] table per VM"),
     ("[[vm]]\nname = 'a'\nqmp = '/x'\nshares = true\n", "vm[0].shares: must be a positive integer"),
-    ("[[vm]]\nname = 'a'\nqmp = '/x'\n[[vm]]\nname = 'a'\nqmp = '/y'\n", "vm[1].name: 'a' is listed twice"),
+    ("[[vm]]\nname = 'a'\nqmp = '/x'\n[[vm]]\nname = 'a'\nqmp = '/y'\n", "VM a listed twice"),
+    ("[[vm]]\nname = 'b'\nqmp = '/x'\n", "VM b listed twice"),
 ])
 def test_a_manage_config_is_checked_before_any_vm_is_touched(tmp_path, config, expect):
     (tmp_path / "m.toml").write_text("policy = 'pressure'\n" + config)
