@@ -493,6 +493,9 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
 
     if not out_path.name:
         raise MemvisorError("--out: give the file the overlaid report is written to, e.g. runs/compare.html", USAGE)
+    # A run folder's own files are the run's: the overlay goes beside them, never over one.
+    if (out_path.parent / "summary.json").is_file():
+        raise MemvisorError(f"--out {out_path}: inside a run folder ({out_path.parent}); write the overlaid report elsewhere", USAGE)
     try:
         # Folders are labelled by name, or by the path given where two share a name.
         names = [p.name for p in runs]

@@ -82,6 +82,8 @@ def test_compare_sets_runs_side_by_side(run_folder, tmp_path):
     (managed / "summary.json").write_text('{"policy": "pressure", "rounds": 3}')
     p = memvisor("compare", str(run_folder), str(managed), "--out", str(tmp_path / "m.html"), cwd=tmp_path)
     assert p.returncode == 0 and "managed: no runtime or report values" in p.stdout, p.stdout + p.stderr
+    p = memvisor("compare", str(run_folder), "--out", str(run_folder / "8GiB" / "report.html"), cwd=tmp_path)
+    assert p.returncode == 2 and "inside a run folder" in p.stderr, p.stderr
     p = memvisor("compare", str(run_folder), "--out", "", cwd=tmp_path)
     assert p.returncode == 2 and "--out: give the file" in p.stderr, p.stderr
     p = memvisor("compare", str(run_folder), "--out", "/proc/nope/c.html", cwd=tmp_path)
