@@ -177,13 +177,13 @@ def _charts(runs: list[Run]) -> list[str]:
         if more:
             total = df.groupby("time_s", as_index=False).sum(numeric_only=True)
             d, step = _thin(total)
-            fig = _figure(f"{r.label}: all {df['vm'].nunique()} VMs summed: memory by where it lives" + ("" if step == 1 else f" (every {step}th sample)"), "MiB")
+            fig = _figure(f"{r.label}: all {df['vm'].nunique()} VMs summed: memory by where it lives" + ("" if step == 1 else f" (one sample in {step})"), "MiB")
             _where(fig, d)
             _state_bands(fig, df)
             figs.append(fig)
         for vm in vms:
             d, step = _thin(df[df.vm == vm])
-            note = "" if step == 1 else f" (every {step}th sample)"
+            note = "" if step == 1 else f" (one sample in {step})"
             fig = _figure(f"{r.label}: {vm}: memory by where it lives{note}", "MiB")
             _where(fig, d)
             _state_bands(fig, df)

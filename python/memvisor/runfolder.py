@@ -85,7 +85,9 @@ class RunFolder:
         if results:
             from memvisor import report
 
-            report.write(self.tmp, title=self.path.name)
+            # Labelled by the folder's final name, not the temporary one it is written under.
+            alone = (self.tmp / "timeseries.parquet").exists()
+            report.write(self.tmp, report.runs_in(self.tmp, label=self.path.name) if alone else None, title=self.path.name)
         old = self.path.parent / f".{self.path.name}.old-{os.getpid()}"
         if self.path.exists():
             self.path.rename(old)

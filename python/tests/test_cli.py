@@ -51,6 +51,9 @@ def test_run_writes_a_complete_run_folder(tmp_path, small_scenario):
     assert "static partitioning" in (d / "decisions.jsonl").read_text()
     assert 'name = "small"' in (d / "scenario.toml").read_text()
     assert "small" in r.stdout and "run folder" in r.stdout
+    # The report names the run by its folder, not by the temporary name it was written under.
+    page = (d / "report.html").read_text()
+    assert "out: g: memory by where it lives" in page and ".out.partial" not in page
 
 
 def test_decisions_jsonl_is_strict_json_and_a_host_decision_has_no_vm_id(tmp_path):
