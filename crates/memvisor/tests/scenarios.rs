@@ -360,4 +360,7 @@ fn a_memory_limit_is_whole_pages_rounded_down_as_the_kernel_reads_memory_max() {
     assert!(s[0].to_toml().contains("memory_limit = \"4KiB\""), "{}", s[0].to_toml());
     let e = limit("4095B").unwrap_err().to_string();
     assert!(e.contains("a memory cgroup's limit must hold at least one page (4 KiB)"), "{e}");
+    // The host's memory likewise, and the scenario written back says so.
+    let s = scenario::load(&base(""), "ok.toml", &["host.memory=2000001KiB".into()]).unwrap();
+    assert!(s[0].to_toml().contains("memory = \"2000000KiB\""), "{}", s[0].to_toml());
 }

@@ -300,7 +300,8 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
     }
 
     let h = raw.host.get_ref();
-    let memory = c.bytes(&h.memory, "host.memory")?;
+    // Whole frames: a part of one holds nothing (the scenario written back shows what is used).
+    let memory = c.bytes(&h.memory, "host.memory")? / PAGE_SIZE * PAGE_SIZE;
     let profile = HostProfile::parse(c.choice(&h.profile, "host.profile", "kvm", HostProfile::NAMES)?).expect("checked");
     let mut host_costs = HostCosts::default();
     if let Some(rc) = &raw.costs {
@@ -338,7 +339,10 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
                     }
                     p.get_ref().clone()
                 }
-                _ => c.choice(&h.policy, "host.policy", "static", POLICY_NAMES)?.to_string(),
+                _ => {
+                    let names: Vec<&str> = POLICY_NAMES.iter().copied().chain(["python:MODULE:CLASS"]).collect();
+                    c.choice(&h.policy, "host.policy", "static", &names)?.to_string()
+                }
             },
             esx_states: {
                 let names: Vec<&str> = ESX_STATE_TABLES.iter().map(|t| t.name).collect();
