@@ -822,7 +822,11 @@ fn resolve_vm(
                 return c.err(b.span(), &f(name), "needs a host with transcendent memory: set host.tmem = true");
             }
             if replacement != Replacement::Linux {
-                return c.err(b.span(), &f(name), format!("is a Linux client; this guest's replacement is '{}'", replacement.name()));
+                return c.err(
+                    b.span(),
+                    &f(name),
+                    format!("is a Linux client; this guest's os or replacement makes it '{}'", replacement.name()),
+                );
             }
         }
     }
@@ -836,7 +840,10 @@ fn resolve_vm(
                 return c.err(
                     q.span(),
                     &f("workload.memory_limit"),
-                    format!("memory cgroups are modelled in Linux guests only (this guest's replacement is '{}')", replacement.name()),
+                    format!(
+                        "memory cgroups are modelled in Linux guests only (this guest's os or replacement makes it '{}')",
+                        replacement.name()
+                    ),
                 );
             }
             if (os == "ilwaco") != matches!(entry.spec, WorkloadSpec::WebServer(_)) {
