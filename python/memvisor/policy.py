@@ -7,8 +7,8 @@ The view is a dict: `time_ns`, `host_memory`, `host_free`, `host_available`, `hy
 `sharing` (`run`, `pages_to_scan`, `sleep_ms`, `pages_shared`, `pages_sharing`) and `vms`, a list of
 dicts with the `VmView` fields (`id`, `name`, `memory`, `reservation`, `limit`, `shares`,
 `granted`, `guest_total`, `guest_free`, `guest_available`, `swap_in`, `swap_out`, `major_faults`,
-`memory_stall_ns`, `host_stall_ns`, `committed`, `guest_reserve` (None where the host cannot see
-it), `balloon_size`, `balloon_target`, `balloon_max`, `swapped`,
+`memory_stall_ns`, `host_stall_ns`, `committed`, `guest_reserve` and `frontswap_selfshrink` (None
+where the host cannot see them), `balloon_size`, `balloon_target`, `balloon_max`, `swapped`,
 `active_sample`, `large_pages`, ...; sizes in bytes). Decisions are dicts made with the helpers below.
 """
 
@@ -59,6 +59,12 @@ def break_large_pages(vm_id: int, share_now: bool, reason: str) -> dict:
     """Break VM `vm_id`'s large pages so its small pages can share; with `share_now`, share what
     the scanner has already hashed at once (ESX 6.0's clear state)."""
     return {"vm_id": vm_id, "kind": "break_large_pages", "share_now": bool(share_now), "reason": reason}
+
+
+def shrink_frontswap(vm_id: int, nbytes: int, reason: str) -> dict:
+    """Bring VM `vm_id`'s frontswap pages back into its memory until frontswap holds `nbytes` (the
+    guest's own self-ballooning driver does this; a live host cannot)."""
+    return {"vm_id": vm_id, "kind": "shrink_frontswap", "bytes": int(nbytes), "reason": reason}
 
 
 def memory_state(state: str, reason: str) -> dict:

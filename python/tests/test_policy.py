@@ -221,6 +221,25 @@ def test_on_a_case_too():
     assert rust.decisions[cols].equals(py.decisions[cols])
 
 
+def test_a_frontswap_shrink_reaches_the_guest_and_says_why_it_did_nothing():
+    """`shrink_frontswap` goes through to the guest's `frontswap_shrink`; these guests run no
+    frontswap (a KVM host has no tmem), so the outcome says so, and their view has no frontswap."""
+    seen = []
+
+    class Shrink(memvisor.Policy):
+        name = "shrink"
+        period_s = None
+
+        def decide(self, view):
+            seen.extend(v["frontswap_selfshrink"] for v in view["vms"])
+            return [memvisor.policy.shrink_frontswap(v["id"], 0, "all of it") for v in view["vms"]]
+
+    r = api.simulate(scenario("static"), policy=Shrink)
+    assert seen == [None, None]
+    assert list(r.decisions["action"]) == ["shrink frontswap to 0 B"] * 2
+    assert set(r.decisions["outcome"]) == {"not applied: the guest runs no frontswap"}
+
+
 def test_a_live_backend_view_that_contradicts_itself_is_refused():
     """A backend's `observe()` is checked as it is read: a balloon or a reservation larger than the
     VM's memory would make the policies subtract past zero, so it is an error naming the VM and the

@@ -44,6 +44,7 @@ fn vm_view(d: &Bound<'_, PyDict>) -> PyResult<VmView> {
         host_stall_ns: field(d, &w, "host_stall_ns")?,
         committed: f("committed")?,
         guest_reserve: field(d, &w, "guest_reserve")?,
+        frontswap_selfshrink: field(d, &w, "frontswap_selfshrink")?,
         balloon_size: within("balloon_size")?,
         balloon_target: within("balloon_target")?,
         balloon_max: f("balloon_max")?,
@@ -98,6 +99,7 @@ pub fn decision_dict<'py>(py: Python<'py>, d: &Decision) -> PyResult<Bound<'py, 
         Action::SetBlocked { blocked } => (e.set_item("kind", "blocked")?, e.set_item("blocked", blocked)?),
         Action::SetMemoryState { state } => (e.set_item("kind", "memory_state")?, e.set_item("state", state)?),
         Action::BreakLargePages { share_now } => (e.set_item("kind", "break_large_pages")?, e.set_item("share_now", share_now)?),
+        Action::ShrinkFrontswap { bytes } => (e.set_item("kind", "shrink_frontswap")?, e.set_item("bytes", bytes)?),
         Action::SetSharing { run, pages_to_scan, sleep_ms } => {
             e.set_item("kind", "sharing")?;
             e.set_item("run", run)?;
@@ -157,6 +159,7 @@ pub fn view_dict<'py>(py: Python<'py>, v: &HostView) -> PyResult<Bound<'py, PyDi
         e.set_item("memory_stall_ns", m.memory_stall_ns)?;
         e.set_item("host_stall_ns", m.host_stall_ns)?;
         e.set_item("guest_reserve", m.guest_reserve)?;
+        e.set_item("frontswap_selfshrink", m.frontswap_selfshrink)?;
         e.set_item("active_sample", m.active_sample)?;
         e.set_item("active_sample_now", m.active_sample_now)?;
         vms.append(e)?;
@@ -193,6 +196,7 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
         "swap_target" => Action::SetSwapTarget { bytes: num("bytes")? },
         "blocked" => Action::SetBlocked { blocked: boolean("blocked")? },
         "break_large_pages" => Action::BreakLargePages { share_now: boolean("share_now")? },
+        "shrink_frontswap" => Action::ShrinkFrontswap { bytes: num("bytes")? },
         "sharing" => Action::SetSharing { run: boolean("run")?, pages_to_scan: num("pages_to_scan")?, sleep_ms: num("sleep_ms")? },
         "memory_state" => {
             let s = string("state")?;
@@ -204,7 +208,7 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
         }
         other => {
             return Err(PyValueError::new_err(format!(
-                "{who}: unknown decision kind '{other}' (kinds: balloon_target, grant_limit, swap_target, blocked, break_large_pages, sharing, memory_state)"
+                "{who}: unknown decision kind '{other}' (kinds: balloon_target, grant_limit, swap_target, blocked, break_large_pages, shrink_frontswap, sharing, memory_state)"
             )));
         }
     };

@@ -100,6 +100,20 @@ impl Bitmap {
         None
     }
 
+    /// The set bits, in ascending order.
+    pub fn ones(&self) -> impl Iterator<Item = usize> + '_ {
+        self.words.iter().enumerate().flat_map(|(i, &w)| {
+            let mut w = w;
+            std::iter::from_fn(move || {
+                (w != 0).then(|| {
+                    let b = w.trailing_zeros() as usize;
+                    w &= w - 1;
+                    i * 64 + b
+                })
+            })
+        })
+    }
+
     /// Number of set bits.
     pub fn count_ones(&self) -> usize {
         self.words.iter().map(|w| w.count_ones() as usize).sum()
@@ -116,6 +130,12 @@ mod tests {
         for i in 10..150 {
             b.set(i);
         }
+        assert_eq!(b.ones().collect::<Vec<_>>(), (10..150).collect::<Vec<_>>());
+        let mut sparse = Bitmap::new(300);
+        for i in [0, 63, 64, 199, 299] {
+            sparse.set(i);
+        }
+        assert_eq!(sparse.ones().collect::<Vec<_>>(), vec![0, 63, 64, 199, 299]);
         assert_eq!(b.ones_from(10, 1000), 140);
         assert_eq!(b.ones_from(10, 5), 5);
         assert_eq!(b.ones_from(9, 10), 0);

@@ -364,3 +364,11 @@ fn a_memory_limit_is_whole_pages_rounded_down_as_the_kernel_reads_memory_max() {
     let s = scenario::load(&base(""), "ok.toml", &["host.memory=2000001KiB".into()]).unwrap();
     assert!(s[0].to_toml().contains("memory = \"2000000KiB\""), "{}", s[0].to_toml());
 }
+
+#[test]
+fn frontswap_self_shrink_without_frontswap_is_refused() {
+    let e = load_err(&base("frontswap_selfshrink = true"));
+    assert!(e.contains("vm.g.frontswap_selfshrink") && e.contains("host.tmem = true"), "{e}");
+    // Turning it off where there is nothing to shrink is harmless.
+    scenario::load(&base("frontswap_selfshrink = false"), "ok.toml", &[]).unwrap_or_else(|e| panic!("{e}"));
+}

@@ -47,6 +47,41 @@ fn frontswap_and_cleancache_keep_every_page_under_memory_pressure() {
     assert!(t.stats.evicted > 0, "the pool filled and evicted");
 }
 
+/// Pages the self-shrink's decisions brought back, by the log's outcomes.
+fn brought_back(sim: &Simulation) -> u64 {
+    let n = |o: &str| o.strip_prefix("applied: ")?.strip_suffix(" pages brought back")?.parse::<u64>().ok();
+    sim.results().decisions.iter().filter(|d| d.action.starts_with("shrink frontswap")).filter_map(|d| n(&d.outcome)).sum()
+}
+
+#[test]
+fn self_shrink_brings_idle_pages_back_from_frontswap() {
+    // An idle process's 96 MiB is pushed into frontswap by a 200 MiB stress run in a 256 MiB
+    // guest; once stress has ended frontswap stops growing, and the driver takes it back a
+    // twentieth at a time. Every page that comes back holds what its process wrote (checked).
+    let text = |selfshrink: bool| {
+        format!(
+            "name = \"t\"\nseed = 1\nduration = \"150s\"\n[host]\nmemory = \"1GiB\"\nprofile = \"xen\"\nhypervisor = \"288MiB\"\n\
+             policy = \"xen-selfballoon\"\ntmem = true\nsample_interval = \"5s\"\n[[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
+             [[vm]]\nname = \"g\"\nmemory = \"256MiB\"\ndatastore = \"d\"\nswap = \"512MiB\"\nkernel_reserved = \"16MiB\"\n\
+             frontswap_selfshrink = {selfshrink}\n\
+             [[vm.workload]]\nkind = \"idle\"\nfootprint = \"96MiB\"\n\
+             [[vm.workload]]\nkind = \"stress\"\npages = \"200MiB\"\npasses = 3\nstart = \"1s\"\n"
+        )
+    };
+    let on = run_checked(&scenario(&text(true)), 1_000_000_000);
+    let off = run(&scenario(&text(false)));
+    let held = |sim: &Simulation| sim.world().guests()[0].frontswap_pages();
+    let back = brought_back(&on);
+    assert!(back > 1000, "self-shrink brought {back} pages back");
+    assert_eq!(brought_back(&off), 0, "noselfshrink: none");
+    assert!(held(&off) > 1000, "without self-shrink frontswap keeps {} pages", held(&off));
+    // A twentieth back every 5 s for some 25 ticks leaves about 0.95^25, a quarter, of it.
+    assert!(held(&on) < held(&off) / 2, "with it {} pages are left, without {}", held(&on), held(&off));
+    // The first shrink waits for three ticks (15 s) without growth.
+    let first = on.results().decisions.iter().find(|d| d.action.starts_with("shrink frontswap")).expect("a shrink").time_ns;
+    assert!(first >= 15_000_000_000, "first shrink at {first} ns");
+}
+
 #[test]
 fn self_ballooning_alone_makes_the_page_cache_refault() {
     // Two jobs leave the page cache room in a 384 MiB guest: unchanged, the tree stays cached

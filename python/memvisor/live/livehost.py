@@ -156,6 +156,7 @@ class LiveHost:
             # Committed_AS is not among the virtio-balloon statistics, nor the guest's reserve.
             "committed": 0,
             "guest_reserve": None,
+            "frontswap_selfshrink": None,
             "balloon_size": balloon,
             "balloon_target": vm.balloon_target,
             "balloon_max": vm.memory - min(vm.spec.floor, vm.memory),
@@ -233,6 +234,8 @@ class LiveHost:
             return f"failed: {e}"
         if kind == "break_large_pages":
             return "not applied: a KVM host splits transparent huge pages by its own reclaim; it has no per-VM call to break them"
+        if kind == "shrink_frontswap":
+            return "not applied: frontswap lives inside the guest; only its own driver can shrink it"
         if kind == "swap_target":
             return "not applied: a live host has no per-VM swap target (the host kernel swaps a VM's cgroup by its own reclaim)"
         return f"refused: unknown action '{kind}'"

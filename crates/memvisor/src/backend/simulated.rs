@@ -235,6 +235,7 @@ impl Backend for SimulatedHost {
                 committed: g.committed_as() * PAGE_SIZE,
                 // One zone, no lowmem reserve: totalreserve_pages is its high watermark.
                 guest_reserve: Some(g.watermarks().high * PAGE_SIZE),
+                frontswap_selfshrink: g.config().frontswap_selfshrink.then(|| g.frontswap_pages() * PAGE_SIZE),
                 balloon_size: h.ballooned * PAGE_SIZE,
                 balloon_target: h.balloon_target * PAGE_SIZE,
                 balloon_max: h.balloon_max * PAGE_SIZE,
@@ -327,6 +328,14 @@ impl Backend for SimulatedHost {
                         self.events.push(self.now, Event::Guest { guest: i as u32, ev });
                     }
                 }
+            }
+            Action::ShrinkFrontswap { bytes } => {
+                let now = self.now;
+                let (g, mut env) = self.split(i);
+                return match g.frontswap_shrink(pages(bytes), now, &mut env) {
+                    Ok((n, _)) => Ok(format!("{APPLIED}: {n} pages brought back")),
+                    Err(why) => Ok(format!("not applied: {why}")),
+                };
             }
             Action::SetMemoryState { .. } | Action::SetSharing { .. } => unreachable!("host-wide, handled above"),
         }

@@ -306,6 +306,9 @@ pub struct GuestConfig {
     pub cleancache: bool,
     /// The kernel runs frontswap over its swap device (used when the host has tmem).
     pub frontswap: bool,
+    /// Its self-ballooning driver gives frontswap's pages back to the guest while frontswap does
+    /// not grow (`frontswap_selfshrinking`, on unless booted with `noselfshrink`).
+    pub frontswap_selfshrink: bool,
     /// Seed of the guest's random streams, derived from the scenario's seed and the VM's place.
     pub seed: u64,
 }

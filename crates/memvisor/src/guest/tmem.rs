@@ -16,6 +16,9 @@
 //! CPU time instead of the device's.
 
 use super::bio::{BioKind, Submission};
+use super::lru::LruList;
+use super::page::{NONE, PG_DIRTY, PG_MAPPED, PG_READAHEAD, PG_WRITEBACK, PageKind};
+use super::process::{PTE_MASK, PTE_PRESENT, PTE_SWAP};
 use super::{Counter, Env, Guest};
 use crate::bitmap::Bitmap;
 use crate::host::{PoolKind, Put};
@@ -67,6 +70,93 @@ impl Guest {
             self.tmem.to_invalidate.push(slot);
         }
         self.swap.free(slot)
+    }
+
+    /// Pages frontswap holds for the guest (`frontswap_curr_pages`).
+    pub fn frontswap_pages(&self) -> u64 {
+        self.tmem.frontswap_map.count_ones() as u64
+    }
+
+    /// `frontswap_shrink(target)`, "essentially a partial swapoff" (`mm/frontswap.c`, 3.x): brings
+    /// pages frontswap holds back into guest memory until it holds `target`, as `try_to_unuse`
+    /// does, slot by slot from the swap area's start. Each page is allocated (reclaiming if memory
+    /// is short), loaded from the pool, mapped again old (`unuse_pte`: `pte_mkold`), activated and
+    /// dirtied, and its slot freed, which invalidates the pool's copy. Returns the pages brought
+    /// back and the worker's time, or why none could be.
+    pub fn frontswap_shrink(&mut self, target: u64, now: u64, env: &mut Env) -> Result<(u64, u64), &'static str> {
+        let Some(pool) = self.tmem.frontswap else { return Err("the guest runs no frontswap") };
+        let n = self.frontswap_pages().saturating_sub(target);
+        if n == 0 {
+            return Ok((0, 0));
+        }
+        // `__frontswap_unuse_pages` first asks `security_vm_enough_memory_mm` (OVERCOMMIT_GUESS,
+        // as for a privileged task): free, page-cache and free swap pages beyond the reserve.
+        let cache = self.lru.len(LruList::ActiveFile) + self.lru.len(LruList::InactiveFile);
+        let room = (self.pages.nr_free() + cache + self.swap.size() - self.swap.nr_used()).saturating_sub(self.wmark.high);
+        if room <= n {
+            return Err("not enough memory to take the pages back (vm_enough_memory)");
+        }
+        let slots: Vec<u32> = self.tmem.frontswap_map.ones().take(n as usize).map(|s| s as u32).collect();
+        // unuse_mm: the page-table entries that hold those slots, found by walking every process.
+        let mut want = Bitmap::new(self.tmem.frontswap_map.len());
+        slots.iter().for_each(|&s| want.set(s as usize));
+        let mut owner = vec![(NONE, NONE); slots.len()];
+        for (pid, proc) in self.procs.iter().enumerate() {
+            for (vpn, &pte) in proc.mm.pte.iter().enumerate() {
+                let slot = pte & PTE_MASK;
+                if pte & PTE_SWAP != 0 && want.get(slot as usize) {
+                    owner[slots.binary_search(&slot).expect("wanted slot")] = (pid as u32, vpn as u32);
+                }
+            }
+        }
+        let (mut done, mut spent) = (0, 0);
+        for (&slot, &(pid, vpn)) in slots.iter().zip(&owner) {
+            let cached = self.swap.cached(slot);
+            if cached != NONE {
+                // In the swap cache: a page being read or written is left for this pass (the
+                // kernel would wait for it); otherwise it is mapped where the entry still is.
+                if self.pages[cached as usize].io != NONE || self.pages.has(cached, PG_WRITEBACK) {
+                    continue;
+                }
+                if pid != NONE {
+                    self.unuse_pte(pid, vpn, cached);
+                }
+                // A readahead page taken this way was not a readahead hit.
+                self.pages.clear(cached, PG_READAHEAD);
+                self.pages.set(cached, PG_DIRTY);
+                self.delete_from_swap_cache(cached, true);
+                done += 1;
+                continue;
+            }
+            if pid == NONE {
+                continue;
+            }
+            let memcg = self.memcg_of(pid);
+            let Some((p, ns)) = self.alloc_page_nowait(PageKind::Anon, pid, vpn, memcg, now + spent, env) else { break };
+            let (oid, index) = swizzle(slot);
+            let (hit, t) = env.host.tmem_get(pool, oid, index);
+            debug_assert!(hit, "frontswap returns every page it accepted");
+            spent += ns + t;
+            self.vmstat.inc(Counter::FrontswapLoads);
+            self.pages[p as usize].content = self.written(pid, vpn);
+            self.pages.set(p, PG_DIRTY);
+            self.lru_add(p, false, true);
+            self.unuse_pte(pid, vpn, p);
+            if self.swap_free(slot) {
+                self.vmstat.inc(Counter::SwapDiscard);
+            }
+            done += 1;
+        }
+        Ok((done, spent))
+    }
+
+    /// Maps page `p` where `pid`'s entry at `vpn` holds its slot, not yet accessed (`unuse_pte`).
+    fn unuse_pte(&mut self, pid: u32, vpn: u32, p: u32) {
+        let mm = &mut self.procs[pid as usize].mm;
+        mm.pte[vpn as usize] = PTE_PRESENT | p;
+        mm.rss += 1;
+        mm.swapents -= 1;
+        self.pages.set(p, PG_MAPPED);
     }
 
     /// Reclaim dropped clean page-cache page `p`: cleancache will be offered it.
@@ -176,8 +266,8 @@ impl Guest {
         let (Some(pool), Some(t)) = (self.tmem.frontswap, env.host.tmem()) else { return Ok(()) };
         for (pid, proc) in self.procs.iter().enumerate() {
             for (vpn, &pte) in proc.mm.pte.iter().enumerate() {
-                let slot = pte & super::process::PTE_MASK;
-                if pte & super::process::PTE_SWAP == 0 || !self.tmem.frontswap_map.get(slot as usize) {
+                let slot = pte & PTE_MASK;
+                if pte & PTE_SWAP == 0 || !self.tmem.frontswap_map.get(slot as usize) {
                     continue;
                 }
                 let (oid, index) = swizzle(slot);

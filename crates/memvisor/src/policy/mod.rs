@@ -69,6 +69,10 @@ pub struct VmView {
     /// reserves): what it keeps free, which its own self-ballooning driver adds to Committed_AS.
     /// The simulator knows it; a live host cannot see it (no guest agent reports it).
     pub guest_reserve: Option<u64>,
+    /// What the guest holds in frontswap, bytes (`frontswap_curr_pages`), where its own
+    /// self-ballooning driver shrinks frontswap (`frontswap_selfshrinking`): the simulator knows
+    /// it; a live host cannot see it.
+    pub frontswap_selfshrink: Option<u64>,
     /// Pages in the balloon, bytes (MCTLSZ; virtio `actual`).
     pub balloon_size: u64,
     /// Balloon target, bytes (MCTLTGT).
@@ -177,6 +181,12 @@ pub enum Action {
         /// Whether to share what the scanner has hashed now rather than as it next reaches it.
         share_now: bool,
     },
+    /// Bring the VM's frontswap pages back into guest memory until frontswap holds this much
+    /// (`frontswap_shrink`, the self-ballooning driver's self-shrink inside the guest).
+    ShrinkFrontswap {
+        /// Bytes left in frontswap.
+        bytes: u64,
+    },
     /// The host's memory state as the policy judges it (ESX high, soft, hard, low), for the record
     /// and the time series (host-wide).
     SetMemoryState {
@@ -275,7 +285,7 @@ pub fn build(spec: &PolicySpec) -> Option<Box<dyn Policy>> {
         "mom" => Some(Box::new(Mom::default())),
         "proxmox" => Some(Box::new(Proxmox)),
         "pressure" => Some(Box::new(Pressure::default())),
-        "xen-selfballoon" => Some(Box::new(XenSelfballoon)),
+        "xen-selfballoon" => Some(Box::new(XenSelfballoon::default())),
         "dmc" => Some(Box::new(Dmc::default())),
         _ => None,
     }
@@ -295,6 +305,7 @@ impl std::fmt::Display for Action {
             }
             Self::BreakLargePages { share_now: false } => write!(f, "break large pages"),
             Self::BreakLargePages { share_now: true } => write!(f, "break large pages and share the hashed pages now"),
+            Self::ShrinkFrontswap { bytes } => write!(f, "shrink frontswap to {}", crate::units::human_bytes(*bytes)),
             Self::SetMemoryState { state } => write!(f, "memory state {state}"),
         }
     }

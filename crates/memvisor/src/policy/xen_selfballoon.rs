@@ -9,12 +9,20 @@
 //! floor that is a piecewise-linear function of the guest's size. The driver's balloon target is
 //! `tgt + current_pages - totalram_pages`: the balloon moves by MemTotal less `tgt`.
 //!
+//! The same worker shrinks frontswap where the guest lets it (`frontswap_selfshrinking`, on by
+//! default): the goal makes room for what frontswap holds, and once frontswap has not grown for
+//! `frontswap_inertia` (3) ticks, each tick brings back 1/`frontswap_hysteresis` (1/20) of it,
+//! all of it at 20 pages or fewer (`frontswap_selfshrink`). In the 3.1 form the inertia counter is
+//! not reset after a shrink, so shrinking goes on every tick until frontswap grows again.
+//!
 //! That arithmetic assumes ballooned pages leave MemTotal (Xen's balloon lowers
 //! `totalram_pages`); the scenario checks that every guest's balloon does (`virtio`). A guest whose
 //! reserve is not visible (a live host sees no guest's `totalreserve_pages`, nor its Committed_AS)
 //! is left alone: self-ballooning is the guest's own driver.
 
-use super::{Action, Decision, HostView, Policy, VmView};
+use std::collections::BTreeMap;
+
+use super::{Action, Decision, HostView, Policy, VmId, VmView};
 use crate::units::{PAGE_SIZE, human_bytes};
 
 /// `selfballoon_interval`: 5 s.
@@ -25,10 +33,43 @@ const DOWN_HYSTERESIS: u64 = 8;
 const UP_HYSTERESIS: u64 = 1;
 /// `MB2PAGES(1)`.
 const MB: u64 = (1 << 20) / PAGE_SIZE;
+/// `frontswap_hysteresis`: each shrink takes 1/20 of frontswap.
+const FRONTSWAP_HYSTERESIS: u64 = 20;
+/// `frontswap_inertia`: ticks without growth before the first shrink.
+const FRONTSWAP_INERTIA: u32 = 3;
 
-/// The policy.
+/// The policy: the driver of every guest, each with its own self-shrink state.
+#[derive(Clone, Debug, Default)]
+pub struct XenSelfballoon {
+    shrink: BTreeMap<VmId, SelfShrink>,
+}
+
+/// `frontswap_selfshrink`'s statics, per guest.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct XenSelfballoon;
+struct SelfShrink {
+    /// `cur_frontswap_pages` at the last tick.
+    cur: u64,
+    /// `frontswap_inertia_counter`.
+    inertia: u32,
+}
+
+impl SelfShrink {
+    /// One tick with frontswap at `cur` pages: the pages to shrink it to, if it is time.
+    fn tick(&mut self, cur: u64) -> Option<u64> {
+        let last = std::mem::replace(&mut self.cur, cur);
+        if cur == 0 || cur > last {
+            self.inertia = FRONTSWAP_INERTIA;
+            return None;
+        }
+        if self.inertia > 0 {
+            self.inertia -= 1;
+            if self.inertia > 0 {
+                return None;
+            }
+        }
+        Some(if cur <= FRONTSWAP_HYSTERESIS { 0 } else { cur - cur / FRONTSWAP_HYSTERESIS })
+    }
+}
 
 /// The driver's floor in pages (`selfballoon_process`, `selfballoon_min_usable_mb` 0): no
 /// ballooning under 16 MB of useful memory, then slopes of 1/2, 1/8 and 1/32 ("ending in ~3%").
@@ -49,7 +90,9 @@ pub fn floor_pages(max_pfn: u64, totalreserve: u64) -> u64 {
 fn tick(v: &VmView) -> Option<(u64, String)> {
     let reserve = v.guest_reserve? / PAGE_SIZE;
     let (cur, max_pfn) = (v.guest_total / PAGE_SIZE, v.memory / PAGE_SIZE);
-    let goal = v.committed / PAGE_SIZE + reserve;
+    // Room for frontswap's pages to come back, where the driver shrinks frontswap.
+    let frontswap = v.frontswap_selfshrink.unwrap_or(0) / PAGE_SIZE;
+    let goal = v.committed / PAGE_SIZE + reserve + frontswap;
     let (mut tgt, how) = if cur > goal {
         (cur - (cur - goal) / DOWN_HYSTERESIS, "down by 1/8 of the gap")
     } else if cur < goal {
@@ -66,9 +109,10 @@ fn tick(v: &VmView) -> Option<(u64, String)> {
         return None;
     }
     let why = format!(
-        "xen-selfballoon: Committed_AS {} + reserve {} = goal {}; MemTotal {} -> {} ({how}{})",
+        "xen-selfballoon: Committed_AS {} + reserve {}{} = goal {}; MemTotal {} -> {} ({how}{})",
         human_bytes(v.committed),
         human_bytes(reserve * PAGE_SIZE),
+        if v.frontswap_selfshrink.is_some() { format!(" + frontswap {}", human_bytes(frontswap * PAGE_SIZE)) } else { String::new() },
         human_bytes(goal * PAGE_SIZE),
         human_bytes(cur * PAGE_SIZE),
         human_bytes(tgt * PAGE_SIZE),
@@ -87,13 +131,28 @@ impl Policy for XenSelfballoon {
     }
 
     fn decide(&mut self, view: &HostView) -> Vec<Decision> {
-        view.vms
-            .iter()
-            .filter_map(|v| {
-                let (bytes, reason) = tick(v)?;
-                Some(Decision { vm: Some(v.id), action: Action::SetBalloonTarget { bytes }, reason })
-            })
-            .collect()
+        let mut out = Vec::new();
+        for v in &view.vms {
+            if let Some((bytes, reason)) = tick(v) {
+                out.push(Decision { vm: Some(v.id), action: Action::SetBalloonTarget { bytes }, reason });
+            }
+            // After the balloon's target, as `selfballoon_process` calls `frontswap_selfshrink`.
+            let Some(held) = v.frontswap_selfshrink else { continue };
+            let cur = held / PAGE_SIZE;
+            if let Some(tgt) = self.shrink.entry(v.id).or_default().tick(cur) {
+                let how = if tgt == 0 {
+                    "all of it".to_string()
+                } else {
+                    format!("by 1/{FRONTSWAP_HYSTERESIS} to {}", human_bytes(tgt * PAGE_SIZE))
+                };
+                let reason = format!(
+                    "xen-selfballoon: frontswap {} has not grown for {FRONTSWAP_INERTIA} ticks or more: shrink {how}",
+                    human_bytes(cur * PAGE_SIZE)
+                );
+                out.push(Decision { vm: Some(v.id), action: Action::ShrinkFrontswap { bytes: tgt * PAGE_SIZE }, reason });
+            }
+        }
+        out
     }
 }
 
@@ -118,7 +177,7 @@ mod tests {
     }
 
     fn target(v: &VmView) -> Option<u64> {
-        XenSelfballoon.decide(&HostView { vms: vec![v.clone()], ..Default::default() }).first().map(|d| match d.action {
+        XenSelfballoon::default().decide(&HostView { vms: vec![v.clone()], ..Default::default() }).first().map(|d| match d.action {
             Action::SetBalloonTarget { bytes } => bytes,
             _ => panic!("only balloon targets"),
         })
@@ -144,6 +203,44 @@ mod tests {
         v.balloon_size = 200 * MIB;
         v.balloon_target = 200 * MIB;
         assert_eq!(target(&v), Some(90 * MIB), "MemTotal 300 -> 410 MiB: the balloon gives back 110 MiB");
+    }
+
+    #[test]
+    fn frontswap_shrinks_by_a_twentieth_after_three_steady_ticks_and_every_tick_after() {
+        let mut s = SelfShrink::default();
+        assert_eq!(s.tick(1000), None, "frontswap grew");
+        assert_eq!(s.tick(1000), None, "steady 1");
+        assert_eq!(s.tick(1000), None, "steady 2");
+        assert_eq!(s.tick(1000), Some(950), "steady 3: 1/20 of it back");
+        // 3.1 form: the counter stays 0, so each following tick shrinks again.
+        assert_eq!(s.tick(950), Some(903));
+        assert_eq!(s.tick(1200), None, "growth resets the inertia");
+        assert_eq!(s.tick(1200), None);
+        assert_eq!(s.tick(1100), None, "falling is not growing, but the inertia still counts");
+        assert_eq!(s.tick(20), Some(0), "20 pages or fewer: all of them");
+        assert_eq!(s.tick(0), None, "nothing held");
+    }
+
+    #[test]
+    fn the_goal_makes_room_for_frontswap_and_the_shrink_follows_the_balloon() {
+        let mut v = guest(200 * MIB);
+        v.frontswap_selfshrink = Some(80 * MIB);
+        let mut p = XenSelfballoon::default();
+        let mut decide = |v: &VmView| p.decide(&HostView { vms: vec![v.clone()], ..Default::default() });
+        // Goal 200 + 10 + 80 MiB against MemTotal 500 MiB: down by 210 / 8 MiB, not 290 / 8.
+        let d = decide(&v);
+        assert_eq!(d[0].action, Action::SetBalloonTarget { bytes: (210 * MIB / PAGE_SIZE / 8) * PAGE_SIZE });
+        assert_eq!(d.len(), 1, "frontswap just appeared: no shrink yet");
+        v.balloon_target = (210 * MIB / PAGE_SIZE / 8) * PAGE_SIZE;
+        decide(&v);
+        decide(&v);
+        let d = decide(&v);
+        let shrink = d.last().expect("a shrink on the third steady tick");
+        assert_eq!(shrink.action, Action::ShrinkFrontswap { bytes: 76 * MIB });
+        assert!(d.len() == 1 || matches!(d[0].action, Action::SetBalloonTarget { .. }), "the balloon's target comes first");
+        let mut off = guest(200 * MIB);
+        off.frontswap_selfshrink = None;
+        assert_eq!(target(&off), Some((290 * MIB / PAGE_SIZE / 8) * PAGE_SIZE), "no self-shrink: no room kept");
     }
 
     #[test]

@@ -146,6 +146,7 @@ pub struct RawVm {
     pub maxmem: Option<Spanned<Qty>>,
     pub cleancache: Option<Spanned<bool>>,
     pub frontswap: Option<Spanned<bool>>,
+    pub frontswap_selfshrink: Option<Spanned<bool>>,
 }
 
 /// A workload; which fields apply depends on `kind` (checked when resolving).

@@ -830,6 +830,18 @@ fn resolve_vm(
             }
         }
     }
+    // The self-ballooning driver shrinks frontswap unless booted with `noselfshrink`.
+    let selfshrink = match &v.frontswap_selfshrink {
+        Some(b) if *b.get_ref() && !clients[1] => {
+            return c.err(
+                b.span(),
+                &f("frontswap_selfshrink"),
+                "shrinks frontswap, which this guest does not run (it needs host.tmem = true and frontswap)",
+            );
+        }
+        Some(b) => *b.get_ref(),
+        None => clients[1],
+    };
     let mut workloads = Vec::new();
     if let Some(ws) = &v.workload {
         for w in ws {
@@ -886,6 +898,7 @@ fn resolve_vm(
                 populate_at_boot: profile.populate_at_boot(),
                 cleancache: clients[0],
                 frontswap: clients[1],
+                frontswap_selfshrink: selfshrink,
                 seed: 0,
             },
             reservation,

@@ -292,6 +292,7 @@ impl Scenario {
             if self.host.tmem.is_some() {
                 fields.push(("cleancache", Value::Boolean(g.cleancache)));
                 fields.push(("frontswap", Value::Boolean(g.frontswap)));
+                fields.push(("frontswap_selfshrink", Value::Boolean(g.frontswap_selfshrink)));
             }
             // A Windows guest's replacement comes with its `os`.
             if g.replacement == crate::guest::Replacement::Windows {
