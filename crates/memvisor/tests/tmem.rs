@@ -57,7 +57,8 @@ fn brought_back(sim: &Simulation) -> u64 {
 fn self_shrink_brings_idle_pages_back_from_frontswap() {
     // An idle process's 96 MiB is pushed into frontswap by a 200 MiB stress run in a 256 MiB
     // guest; once stress has ended frontswap stops growing, and the driver takes it back a
-    // twentieth at a time. Every page that comes back holds what its process wrote (checked).
+    // twentieth at a time. frontswap's pool and the guest's page tables stay consistent (every
+    // invariant checked each simulated second).
     let text = |selfshrink: bool| {
         format!(
             "name = \"t\"\nseed = 1\nduration = \"150s\"\n[host]\nmemory = \"1GiB\"\nprofile = \"xen\"\nhypervisor = \"288MiB\"\n\

@@ -332,10 +332,15 @@ impl Backend for SimulatedHost {
             Action::ShrinkFrontswap { bytes } => {
                 let now = self.now;
                 let (g, mut env) = self.split(i);
-                return match g.frontswap_shrink(pages(bytes), now, &mut env) {
-                    Ok((n, _)) => Ok(format!("{APPLIED}: {n} pages brought back")),
-                    Err(why) => Ok(format!("not applied: {why}")),
-                };
+                // The worker's time is the guest kernel's, on no vCPU of the model (as the
+                // balloon driver's is): it delays nothing but the reclaim it starts.
+                let done = g.frontswap_shrink(pages(bytes), now, &mut env);
+                // Its allocations may have backed frames and reclaimed on the host.
+                self.settle()?;
+                return Ok(match done {
+                    Ok((n, _)) => format!("{APPLIED}: {n} pages brought back"),
+                    Err(why) => format!("not applied: {why}"),
+                });
             }
             Action::SetMemoryState { .. } | Action::SetSharing { .. } => unreachable!("host-wide, handled above"),
         }

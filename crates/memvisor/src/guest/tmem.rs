@@ -79,10 +79,14 @@ impl Guest {
 
     /// `frontswap_shrink(target)`, "essentially a partial swapoff" (`mm/frontswap.c`, 3.x): brings
     /// pages frontswap holds back into guest memory until it holds `target`, as `try_to_unuse`
-    /// does, slot by slot from the swap area's start. Each page is allocated (reclaiming if memory
-    /// is short), loaded from the pool, mapped again old (`unuse_pte`: `pte_mkold`), activated and
-    /// dirtied, and its slot freed, which invalidates the pool's copy. Returns the pages brought
-    /// back and the worker's time, or why none could be.
+    /// does, slot by slot from the swap area's start. Each page is allocated, loaded from the
+    /// pool, mapped again old (`unuse_pte`: `pte_mkold`), activated and dirtied, and its slot
+    /// freed, which invalidates the pool's copy. Returns the pages brought back and the worker's
+    /// time, or why none could be.
+    ///
+    /// Simplified: the allocation reclaims directly but never waits (the kernel's may sleep, and
+    /// OOM-kill), so the shrink stops early when memory is short; a page in the swap cache with
+    /// I/O in flight is passed over rather than waited for, so fewer than asked may come back.
     pub fn frontswap_shrink(&mut self, target: u64, now: u64, env: &mut Env) -> Result<(u64, u64), &'static str> {
         let Some(pool) = self.tmem.frontswap else { return Err("the guest runs no frontswap") };
         let n = self.frontswap_pages().saturating_sub(target);
@@ -90,7 +94,9 @@ impl Guest {
             return Ok((0, 0));
         }
         // `__frontswap_unuse_pages` first asks `security_vm_enough_memory_mm` (OVERCOMMIT_GUESS,
-        // as for a privileged task): free, page-cache and free swap pages beyond the reserve.
+        // as for a privileged task): free, page-cache and free swap pages beyond the reserve. The
+        // page cache here is the file LRU (the kernel's NR_FILE_PAGES also counts the swap cache;
+        // the model has no shmem and no reclaimable slab).
         let cache = self.lru.len(LruList::ActiveFile) + self.lru.len(LruList::InactiveFile);
         let room = (self.pages.nr_free() + cache + self.swap.size() - self.swap.nr_used()).saturating_sub(self.wmark.high);
         if room <= n {
@@ -123,6 +129,7 @@ impl Guest {
                 }
                 // A readahead page taken this way was not a readahead hit.
                 self.pages.clear(cached, PG_READAHEAD);
+                self.activate_page(cached);
                 self.pages.set(cached, PG_DIRTY);
                 self.delete_from_swap_cache(cached, true);
                 done += 1;
@@ -140,7 +147,8 @@ impl Guest {
             self.vmstat.inc(Counter::FrontswapLoads);
             self.pages[p as usize].content = self.written(pid, vpn);
             self.pages.set(p, PG_DIRTY);
-            self.lru_add(p, false, true);
+            self.lru_add(p, false, false);
+            self.activate_page(p);
             self.unuse_pte(pid, vpn, p);
             if self.swap_free(slot) {
                 self.vmstat.inc(Counter::SwapDiscard);
@@ -148,6 +156,14 @@ impl Guest {
             done += 1;
         }
         Ok((done, spent))
+    }
+
+    /// `activate_page`, as `unuse_pte` calls it so a page brought back is not reclaimed at once.
+    fn activate_page(&mut self, p: u32) {
+        if self.lru.list_of(p) == Some(LruList::InactiveAnon) {
+            self.lru.move_head(LruList::ActiveAnon, p);
+            self.vmstat.inc(Counter::PgActivate);
+        }
     }
 
     /// Maps page `p` where `pid`'s entry at `vpn` holds its slot, not yet accessed (`unuse_pte`).
