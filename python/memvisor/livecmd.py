@@ -94,14 +94,12 @@ def load_config(path: Path) -> tuple[dict, list]:
 
 def _vm_options(vm: tuple[str, ...], floor: tuple[str, ...], config: Path | None) -> tuple[dict, list]:
     # The live backend (asyncio, the QMP library) is imported only by the commands that use it.
-    from memvisor.live.livehost import VmSpec
+    from memvisor.live.livehost import VmSpec, listed_twice
 
     raw, specs = load_config(config) if config else ({}, [])
     for name, qmp in _pairs(vm, "--vm").items():
         specs.append(VmSpec(name, qmp))
-    names = [s.name for s in specs]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
+    if twice := listed_twice([s.name for s in specs]):
         raise MemvisorError(f"VM {', '.join(twice)} listed twice (counting --config and --vm together); give each VM once", USAGE)
     floors = _pairs(floor, "--floor")
     by_name = {s.name: s for s in specs}

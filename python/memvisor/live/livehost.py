@@ -53,6 +53,11 @@ class _Vm:
     last: dict = field(default_factory=dict)
 
 
+def listed_twice(names: list[str]) -> list[str]:
+    """The names that occur more than once, sorted: a VM is managed once."""
+    return sorted({n for n in names if names.count(n) > 1})
+
+
 class LiveHost:
     """The backend. `events` collects what happened outside the policy's decisions (a VM that
     stopped answering, came back, or was restored), for the manager to log."""
@@ -72,10 +77,8 @@ class LiveHost:
         None: the machine's own /proc/meminfo. `observe_only` (`memvisor status`): leave what a
         running manager relies on as it is: the guests' statistics interval unless they are off,
         and the referenced bits its active-memory sampling reads."""
-        names = [v.name for v in vms]
-        dup = {n for n in names if names.count(n) > 1}
-        if dup:
-            raise ValueError(f"VM names must be unique: {', '.join(sorted(dup))} listed twice")
+        if dup := listed_twice([v.name for v in vms]):
+            raise ValueError(f"VM names must be unique: {', '.join(dup)} listed twice")
         self.vms = [_Vm(spec=s, id=i, mon=Monitor(s.name, s.qmp, timeout_s)) for i, s in enumerate(vms)]
         self.dry_run = dry_run
         self.manage_ksm = manage_ksm
