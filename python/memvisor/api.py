@@ -322,13 +322,44 @@ def reraise(sig: int) -> None:
     raise KeyboardInterrupt
 
 
-def run(spec: str | dict, sets: Sequence[str] = (), jobs: int | None = None, **kw) -> list[RunResult]:
-    """Runs every variant of a case, scenario file or scenario dict, side by side on `jobs` CPUs (`simulate_all`);
-    a `sets` entry that replaces what a variant sets is reported as a warning (UserWarning)."""
+def select_variants(scenarios: list, variants: Sequence[str], spec) -> list:
+    """The scenarios of the variants named (all of them if none is), in the case's order; a name
+    that is not one of its variants is a ValueError listing them."""
+    if isinstance(variants, str):
+        raise TypeError(f"variants must be a list of names, not the string {variants!r}")
+    if not variants:
+        return scenarios
+    have = [s.variant for s in scenarios if s.variant is not None]
+    unknown = [v for v in variants if v not in have]
+    if unknown:
+        where = spec if isinstance(spec, (str, Path)) else scenarios[0].name
+        raise ValueError(f"{where}: no variant {', '.join(map(str, unknown))} (variants: {', '.join(have) or 'none'})")
+    return [s for s in scenarios if s.variant in variants]
+
+
+def run(
+    spec: str | dict,
+    sets: Sequence[str] = (),
+    jobs: int | None = None,
+    *,
+    variants: Sequence[str] = (),
+    policy=None,
+    progress: Callable[[float, float | None], None] | None = None,
+    step_s: float | None = None,
+    check_invariants: bool = False,
+    traces: dict | None = None,
+    base: Path | None = None,
+) -> list[RunResult]:
+    """Runs the variants of a case, scenario file or scenario dict (those named in `variants`, or
+    all), side by side on `jobs` CPUs (`simulate_all`; the other arguments are `simulate`'s, with
+    one `progress` callback for every run and `base` defaulting to the scenario file's folder); a
+    `sets` entry that replaces what a variant sets is reported as a warning (UserWarning)."""
     import warnings
 
-    kw.setdefault("base", base_dir(spec))
-    scenarios = load(spec, sets)
+    scenarios = select_variants(load(spec, sets), variants, spec)
     for w in dict.fromkeys(w for s in scenarios for w in s.warnings):
         warnings.warn(w, stacklevel=2)
-    return simulate_all(scenarios, jobs=jobs, **kw)
+    base = base_dir(spec) if base is None else base
+    return simulate_all(
+        scenarios, jobs=jobs, policy=policy, progress=progress, step_s=step_s, check_invariants=check_invariants, traces=traces, base=base
+    )

@@ -65,7 +65,7 @@ def cases() -> None:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a scenario value, e.g. host.memory=4GiB.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Variants run at once (default: the number of CPUs).")
 @click.option("--variant", "variants", multiple=True, metavar="NAME", help="Run only this variant (repeatable).")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", is_flag=True, help="No progress bar (there is none when stderr is not a terminal).")
 def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None, variants: tuple[str, ...], quiet: bool) -> None:
     """Run a case study (by name) or a scenario file and write its run folder. Variants run side by
     side; each gives what it would give alone."""
@@ -75,12 +75,10 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None
         scenarios = api.load(spec, sets)
     except _core.ScenarioError as e:
         raise MemvisorError(str(e), USAGE) from None
-    if variants:
-        have = [s.variant for s in scenarios if s.variant is not None]
-        unknown = [v for v in variants if v not in have]
-        if unknown:
-            raise MemvisorError(f"{spec}: no variant {', '.join(unknown)} (variants: {', '.join(have) or 'none'})", USAGE)
-        scenarios = [s for s in scenarios if s.variant in variants]
+    try:
+        scenarios = api.select_variants(scenarios, variants, spec)
+    except ValueError as e:
+        raise MemvisorError(str(e), USAGE) from None
     for w in dict.fromkeys(w for s in scenarios for w in s.warnings):
         warn(w)
     path = out_dir or Path("runs") / scenarios[0].name
@@ -91,7 +89,8 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None
             TextColumn("sim {task.fields[sim]:>8.1f}s"),
             TimeElapsedColumn(),
             console=err,
-            disable=quiet,
+            # A bar drawn into a file or pipe is noise among the results: a terminal's only.
+            disable=quiet or not err.is_terminal,
         ) as bar:
             tasks = [bar.add_task(s.variant or s.name, total=s.duration_s, sim=0.0) for s in scenarios]
 
@@ -220,7 +219,7 @@ def _turned(title: str, shown: list, cols: list[str], caption: str | None, fold:
 @click.option("--scheduler", metavar="ADDRESS", help="Run on this Dask cluster (e.g. tcp://10.0.0.5:8786) instead of local processes.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Keep every run here as it finishes (a sweep run again resumes) and write sweep.parquet: a row per run and VM.")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table as CSV.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("--quiet", is_flag=True, help="No progress bar (there is none when stderr is not a terminal).")
 def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_dir, csv_path, quiet) -> None:
     """Run every variant of a case or scenario file at each point of a grid of overrides; show one
     report value of the first VM (of each VM, without variants) as a table, a row per point, with
@@ -260,7 +259,8 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             console=err,
-            disable=quiet,
+            # A bar drawn into a file or pipe is noise among the results: a terminal's only.
+            disable=quiet or not err.is_terminal,
         ) as bar:
             task = bar.add_task(f"sweep {key}", total=grid.runs)
             df, runs = run_points(grid, jobs, progress=lambda done, total: bar.update(task, completed=done), scheduler=scheduler,

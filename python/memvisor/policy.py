@@ -7,8 +7,8 @@ The view is a dict: `time_ns`, `host_memory`, `host_free`, `host_available`, `hy
 `sharing` (`run`, `pages_to_scan`, `sleep_ms`, `pages_shared`, `pages_sharing`) and `vms`, a list of
 dicts with the `VmView` fields (`id`, `name`, `memory`, `reservation`, `limit`, `shares`,
 `granted`, `guest_total`, `guest_free`, `guest_available`, `swap_in`, `swap_out`, `major_faults`,
-`memory_stall_ns`, `host_stall_ns`, `committed`, `guest_reserve` and `frontswap_selfshrink` (None
-where the host cannot see them), `balloon_size`, `balloon_target`, `balloon_max`, `swapped`,
+`memory_stall_ns`, `host_stall_ns`, `committed`, `guest_reserve` and `frontswap` (None where the
+host cannot see them), `frontswap_selfshrink`, `balloon_size`, `balloon_target`, `balloon_max`, `swapped`,
 `active_sample`, `large_pages`, ...; sizes in bytes). Decisions are dicts made with the helpers below.
 """
 

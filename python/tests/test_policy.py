@@ -231,11 +231,11 @@ def test_a_frontswap_shrink_reaches_the_guest_and_says_why_it_did_nothing():
         period_s = None
 
         def decide(self, view):
-            seen.extend(v["frontswap_selfshrink"] for v in view["vms"])
+            seen.extend((v["frontswap"], v["frontswap_selfshrink"]) for v in view["vms"])
             return [memvisor.policy.shrink_frontswap(v["id"], 0, "all of it") for v in view["vms"]]
 
     r = api.simulate(scenario("static"), policy=Shrink)
-    assert seen == [None, None]
+    assert seen == [(None, False), (None, False)]
     assert list(r.decisions["action"]) == ["shrink frontswap to 0 B"] * 2
     assert set(r.decisions["outcome"]) == {"not applied: the guest runs no frontswap"}
 

@@ -44,6 +44,7 @@ fn vm_view(d: &Bound<'_, PyDict>) -> PyResult<VmView> {
         host_stall_ns: field(d, &w, "host_stall_ns")?,
         committed: f("committed")?,
         guest_reserve: field(d, &w, "guest_reserve")?,
+        frontswap: field(d, &w, "frontswap")?,
         frontswap_selfshrink: field(d, &w, "frontswap_selfshrink")?,
         balloon_size: within("balloon_size")?,
         balloon_target: within("balloon_target")?,
@@ -159,6 +160,7 @@ pub fn view_dict<'py>(py: Python<'py>, v: &HostView) -> PyResult<Bound<'py, PyDi
         e.set_item("memory_stall_ns", m.memory_stall_ns)?;
         e.set_item("host_stall_ns", m.host_stall_ns)?;
         e.set_item("guest_reserve", m.guest_reserve)?;
+        e.set_item("frontswap", m.frontswap)?;
         e.set_item("frontswap_selfshrink", m.frontswap_selfshrink)?;
         e.set_item("active_sample", m.active_sample)?;
         e.set_item("active_sample_now", m.active_sample_now)?;

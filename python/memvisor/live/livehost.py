@@ -159,7 +159,9 @@ class LiveHost:
             # Committed_AS is not among the virtio-balloon statistics, nor the guest's reserve.
             "committed": 0,
             "guest_reserve": None,
-            "frontswap_selfshrink": None,
+            # frontswap lives inside the guest.
+            "frontswap": None,
+            "frontswap_selfshrink": False,
             "balloon_size": balloon,
             "balloon_target": vm.balloon_target,
             "balloon_max": vm.memory - min(vm.spec.floor, vm.memory),

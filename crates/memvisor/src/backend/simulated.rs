@@ -235,7 +235,8 @@ impl Backend for SimulatedHost {
                 committed: g.committed_as() * PAGE_SIZE,
                 // One zone, no lowmem reserve: totalreserve_pages is its high watermark.
                 guest_reserve: Some(g.watermarks().high * PAGE_SIZE),
-                frontswap_selfshrink: g.config().frontswap_selfshrink.then(|| g.frontswap_pages() * PAGE_SIZE),
+                frontswap: g.config().frontswap.then(|| g.frontswap_pages() * PAGE_SIZE),
+                frontswap_selfshrink: g.config().frontswap_selfshrink,
                 balloon_size: h.ballooned * PAGE_SIZE,
                 balloon_target: h.balloon_target * PAGE_SIZE,
                 balloon_max: h.balloon_max * PAGE_SIZE,

@@ -69,10 +69,12 @@ pub struct VmView {
     /// reserves): what it keeps free, which its own self-ballooning driver adds to Committed_AS.
     /// The simulator knows it; a live host cannot see it (no guest agent reports it).
     pub guest_reserve: Option<u64>,
-    /// What the guest holds in frontswap, bytes (`frontswap_curr_pages`), where its own
-    /// self-ballooning driver shrinks frontswap (`frontswap_selfshrinking`): the simulator knows
-    /// it; a live host cannot see it.
-    pub frontswap_selfshrink: Option<u64>,
+    /// What the guest holds in frontswap, bytes (`frontswap_curr_pages`), where it runs frontswap:
+    /// the simulator knows it; a live host cannot see it.
+    pub frontswap: Option<u64>,
+    /// The guest's self-ballooning driver shrinks frontswap (`frontswap_selfshrinking`, off when
+    /// booted with `noselfshrink`).
+    pub frontswap_selfshrink: bool,
     /// Pages in the balloon, bytes (MCTLSZ; virtio `actual`).
     pub balloon_size: u64,
     /// Balloon target, bytes (MCTLTGT).

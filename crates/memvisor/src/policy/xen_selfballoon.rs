@@ -91,7 +91,8 @@ fn tick(v: &VmView) -> Option<(u64, String)> {
     let reserve = v.guest_reserve? / PAGE_SIZE;
     let (cur, max_pfn) = (v.guest_total / PAGE_SIZE, v.memory / PAGE_SIZE);
     // Room for frontswap's pages to come back, where the driver shrinks frontswap.
-    let frontswap = v.frontswap_selfshrink.unwrap_or(0) / PAGE_SIZE;
+    let shrinks = v.frontswap_selfshrink && v.frontswap.is_some();
+    let frontswap = if shrinks { v.frontswap.unwrap_or(0) / PAGE_SIZE } else { 0 };
     let goal = v.committed / PAGE_SIZE + reserve + frontswap;
     let (mut tgt, how) = if cur > goal {
         (cur - (cur - goal) / DOWN_HYSTERESIS, "down by 1/8 of the gap")
@@ -112,7 +113,7 @@ fn tick(v: &VmView) -> Option<(u64, String)> {
         "xen-selfballoon: Committed_AS {} + reserve {}{} = goal {}; MemTotal {} -> {} ({how}{})",
         human_bytes(v.committed),
         human_bytes(reserve * PAGE_SIZE),
-        if v.frontswap_selfshrink.is_some() { format!(" + frontswap {}", human_bytes(frontswap * PAGE_SIZE)) } else { String::new() },
+        if shrinks { format!(" + frontswap {}", human_bytes(frontswap * PAGE_SIZE)) } else { String::new() },
         human_bytes(goal * PAGE_SIZE),
         human_bytes(cur * PAGE_SIZE),
         human_bytes(tgt * PAGE_SIZE),
@@ -137,7 +138,7 @@ impl Policy for XenSelfballoon {
                 out.push(Decision { vm: Some(v.id), action: Action::SetBalloonTarget { bytes }, reason });
             }
             // After the balloon's target, as `selfballoon_process` calls `frontswap_selfshrink`.
-            let Some(held) = v.frontswap_selfshrink else { continue };
+            let Some(held) = v.frontswap.filter(|_| v.frontswap_selfshrink) else { continue };
             let cur = held / PAGE_SIZE;
             if let Some(tgt) = self.shrink.entry(v.id).or_default().tick(cur) {
                 let how = if tgt == 0 {
@@ -224,7 +225,8 @@ mod tests {
     #[test]
     fn the_goal_makes_room_for_frontswap_and_the_shrink_follows_the_balloon() {
         let mut v = guest(200 * MIB);
-        v.frontswap_selfshrink = Some(80 * MIB);
+        v.frontswap = Some(80 * MIB);
+        v.frontswap_selfshrink = true;
         let mut p = XenSelfballoon::default();
         let mut decide = |v: &VmView| p.decide(&HostView { vms: vec![v.clone()], ..Default::default() });
         // Goal 200 + 10 + 80 MiB against MemTotal 500 MiB: down by 210 / 8 MiB, not 290 / 8.
@@ -239,7 +241,8 @@ mod tests {
         assert_eq!(shrink.action, Action::ShrinkFrontswap { bytes: 76 * MIB });
         assert!(d.len() == 1 || matches!(d[0].action, Action::SetBalloonTarget { .. }), "the balloon's target comes first");
         let mut off = guest(200 * MIB);
-        off.frontswap_selfshrink = None;
+        off.frontswap = Some(80 * MIB);
+        off.frontswap_selfshrink = false;
         assert_eq!(target(&off), Some((290 * MIB / PAGE_SIZE / 8) * PAGE_SIZE), "no self-shrink: no room kept");
     }
 
