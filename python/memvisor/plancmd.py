@@ -15,6 +15,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 MIB = 1 << 20
+# The most guests --count tries: a bound on what one [[vm]] table may ask for.
+MAX_COUNT = 1 << 20
 
 
 def _mib(v: int) -> str:
@@ -31,10 +33,12 @@ def _mib(v: int) -> str:
 @click.option("--min", "lo", metavar="SIZE|N", help="The range's low end (a size; a count for --count).")
 @click.option("--max", "hi", metavar="SIZE|N", help="The range's high end.")
 @click.option("--step", type=ByteSize(), default="64MiB", show_default=True, help="Grid step for sizes.")
-@click.option("--seeds", type=IntList(min=0), default="1,2,3", show_default=True, help="Seeds run at every probed value.")
+@click.option("--seeds", type=IntList(min=0, max=2**63 - 1), default="1,2,3", show_default=True, help="Seeds run at every probed value.")
+@click.option("--variant", help="The variant to plan for, in a case or scenario that has several.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a scenario value in every run.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: the number of CPUs).")
-def plan_cmd(spec, vm, slowdown, ask_reservation, ask_host_memory, group, lo, hi, step, seeds, sets, jobs) -> None:
+@click.pass_context
+def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, lo, hi, step, seeds, variant, sets, jobs) -> None:
     """Answer a capacity question by bisection over simulated runs, several seeds per value: the
     smallest reservation for VM, the smallest host memory, or the largest number of guests, that
     keeps VM's runtime within SLOWDOWN x its baseline. Prints the answer, whether it is sharp, and
@@ -47,14 +51,27 @@ def plan_cmd(spec, vm, slowdown, ask_reservation, ask_host_memory, group, lo, hi
         given = f" (given: {' and '.join(asked)})" if asked else ""
         raise MemvisorError(f"ask one question: --reservation, --host-memory or --count VM{given}", USAGE)
     question = "reservation" if ask_reservation else "host-memory" if ask_host_memory else None
-    if step == 0:
-        raise MemvisorError("--step: the grid step must be larger than zero", USAGE)
+    if step < 4096:
+        raise MemvisorError(f"--step {step}B: the grid step is at least a page (4KiB): sizes are whole pages", USAGE)
+    if group is not None and ctx.get_parameter_source("step") is not click.core.ParameterSource.DEFAULT:
+        raise MemvisorError("--step is a size step; --count steps by one guest", USAGE)
+    if len(set(seeds)) != len(seeds):
+        raise MemvisorError(f"--seeds {','.join(map(str, seeds))}: each seed once (the same seed gives the same run)", USAGE)
+    for opt, v in [("--min", lo), ("--max", hi)]:
+        if v is not None and not v.strip():
+            raise MemvisorError(f"{opt}: empty; give a size (a count with --count)", USAGE)
     try:
-        (s,) = api.load(spec, sets)
-    except ValueError:
-        raise MemvisorError(f"{spec}: plan needs one scenario; this one has variants (choose one with --set)", USAGE) from None
+        scenarios = api.load(spec, sets)
     except _core.ScenarioError as e:
         raise MemvisorError(str(e), USAGE) from None
+    try:
+        scenarios = api.select_variants(scenarios, [variant] if variant else [], spec)
+    except ValueError as e:
+        raise MemvisorError(f"--variant: {e}", USAGE) from None
+    if len(scenarios) != 1:
+        names = ", ".join(x.variant for x in scenarios)
+        raise MemvisorError(f"{spec}: plan needs one scenario; this one has variants: choose one with --variant ({names})", USAGE)
+    (s,) = scenarios
     resolved = tomllib.loads(s.to_toml())
     # The runs name a group of several VMs web-1, web-2, ...; the bound is on one of them.
     vms = {v["name"]: v for v in resolved.get("vm", [])}
@@ -75,6 +92,8 @@ def plan_cmd(spec, vm, slowdown, ask_reservation, ask_host_memory, group, lo, hi
             raise MemvisorError(f"{what}: {e}", USAGE) from None
 
     if group is not None:
+        if group not in groups:
+            raise MemvisorError(f"--count {group}: no [[vm]] named '{group}' (VMs: {', '.join(groups)})", USAGE)
         key, fmt, high = f"vm.{group}.count", str, False
         try:
             lo_v, hi_v = int(lo or 1), int(hi) if hi else None
@@ -82,6 +101,10 @@ def plan_cmd(spec, vm, slowdown, ask_reservation, ask_host_memory, group, lo, hi
             raise MemvisorError("--min and --max are counts with --count", USAGE) from None
         if hi_v is None:
             raise MemvisorError("--count needs --max (the most guests to try)", USAGE)
+        # A [[vm]] count is at least 1; the engine takes at most 2^20 of one table.
+        for opt, v in [("--min", lo_v), ("--max", hi_v)]:
+            if not 1 <= v <= MAX_COUNT:
+                raise MemvisorError(f"{opt} {v}: a count of guests, 1 to {MAX_COUNT:,}", USAGE)
         if in_counted and (vm == group or lo_v < max(2, int(nth))):
             first = 2 if vm == group else max(2, int(nth))
             name = f"{group}-1" if vm == group else vm
@@ -98,6 +121,8 @@ def plan_cmd(spec, vm, slowdown, ask_reservation, ask_host_memory, group, lo, hi
         key, fmt, high = f"vm.{vm}.reservation", _mib, True
         mem = _core.parse_bytes(str(vms[vm]["memory"]))
         lo_v, hi_v = size(lo or "0B", "--min"), size(hi, "--max") if hi else mem
+        if hi_v > mem:
+            raise MemvisorError(f"--max {fmt(hi_v)}: above {vm}'s memory ({fmt(mem)}), the most it can reserve", USAGE)
         grid_step = step
         what = f"the smallest reservation of '{vm}'"
     else:
@@ -108,13 +133,14 @@ def plan_cmd(spec, vm, slowdown, ask_reservation, ask_host_memory, group, lo, hi
         grid_step = step
         what = "the smallest host memory"
     if lo_v >= hi_v:
-        raise MemvisorError(f"--min must be below --max ({fmt(lo_v)} >= {fmt(hi_v)})", USAGE)
+        default = "" if hi else f"; --max defaults to the scenario's {'host memory' if key == 'host.memory' else 'VM memory'}"
+        raise MemvisorError(f"--min must be below --max ({fmt(lo_v)} >= {fmt(hi_v)}{default})", USAGE)
     try:
         refuse_sets_of(sets, [key], "is the value plan searches for")
         refuse_sets_of(sets, ["seed"], "is set by plan, to each of --seeds in turn")
     except _core.ScenarioError as e:
         raise MemvisorError(str(e), USAGE) from None
-    planner = Planner(spec, vm, key, list(sets), list(seeds), jobs, fmt)
+    planner = Planner(spec, vm, key, list(sets), list(seeds), jobs, fmt, variant)
     try:
         a = search(planner, lo_v, hi_v, grid_step, slowdown, generous_high=high)
     except (_core.ScenarioError, _core.RunError) as e:

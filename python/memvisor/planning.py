@@ -13,6 +13,7 @@ seeds agree at both bracketing values; otherwise it says what did not hold.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -77,8 +78,10 @@ def _runtime(text: str, origin: str, base: str | None, vm: str) -> tuple[float |
 class Planner:
     """Runs the probes of one question."""
 
-    def __init__(self, spec: str, vm: str, key: str, sets: list[str], seeds: list[int], jobs: int | None, fmt: Callable[[int], str]):
-        self.spec, self.vm, self.key, self.sets, self.seeds = spec, vm, key, list(sets), seeds
+    def __init__(
+        self, spec: str, vm: str, key: str, sets: list[str], seeds: list[int], jobs: int | None, fmt: Callable[[int], str], variant: str | None = None
+    ):
+        self.spec, self.vm, self.key, self.sets, self.seeds, self.variant = spec, vm, key, list(sets), seeds, variant
         self.jobs = jobs or api.cpus()
         self.fmt = fmt
         self.probes: dict[int, Probe] = {}
@@ -93,9 +96,11 @@ class Planner:
         tasks, owners = [], []
         for v in new:
             for seed in self.seeds:
-                scenarios = api.load(self.spec, [*self.sets, f"{self.key}={self.fmt(v)}", f"seed={seed}"])
+                scenarios = api.select_variants(
+                    api.load(self.spec, [*self.sets, f"{self.key}={self.fmt(v)}", f"seed={seed}"]), [self.variant] if self.variant else [], self.spec
+                )
                 if len(scenarios) != 1:
-                    raise _core.ScenarioError(f"{self.spec}: plan needs one scenario; this one has variants (choose one with --set)")
+                    raise _core.ScenarioError(f"{self.spec}: plan needs one scenario; this one has variants (choose one with --variant)")
                 tasks.append((scenarios[0].to_toml(), self.origin, None if self.base is None else str(self.base), self.vm))
                 owners.append(v)
         results = _run_all(tasks, self.jobs, None, fn=_runtime) if tasks else []
@@ -104,15 +109,48 @@ class Planner:
             self.probes[v] = Probe(v, [r for r, _ in got], [e for _, e in got if e])
 
 
+class Grid(Sequence[int]):
+    """lo, lo + step, ... and hi, in that order or reversed, without the list: bisection probes
+    a few dozen points of a grid that may have billions."""
+
+    def __init__(self, lo: int, hi: int, step: int, reverse: bool):
+        self.steps, self.hi, self.reverse = range(lo, hi + 1, step), hi, reverse
+        self.n = len(self.steps) + (self.steps[-1] != hi)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _at(self, i: int) -> int:
+        return self.hi if i == len(self.steps) else self.steps[i]
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.n))]
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        return self._at(self.n - 1 - i if self.reverse else i)
+
+    def index(self, v, start: int = 0, stop: int | None = None) -> int:
+        if v == self.hi:
+            i = self.n - 1
+        elif v in self.steps:
+            i = self.steps.index(v)
+        else:
+            raise ValueError(f"{v} is not on the grid")
+        return self.n - 1 - i if self.reverse else i
+
+    def __contains__(self, v) -> bool:
+        return v == self.hi or v in self.steps
+
+
 def search(planner: Planner, lo: int, hi: int, step: int, bound: float, generous_high: bool) -> Answer:
     """The value nearest the constrained end of [lo, hi] (on the `step` grid) whose runs stay
     within `bound` x the baseline, the baseline being the runtime at the generous end (`hi` if
     `generous_high`, else `lo`)."""
-    grid = list(range(lo, hi + 1, step))
-    if grid[-1] != hi:
-        grid.append(hi)
-    if not generous_high:
-        grid.reverse()  # index 0 is always the constrained end, the last the generous end
+    # Index 0 is always the constrained end, the last the generous end.
+    grid = Grid(lo, hi, step, reverse=not generous_high)
     planner.probe([grid[-1], grid[0]])
     gen = planner.probes[grid[-1]]
     runtimes = [r for r in gen.runtimes if r is not None]

@@ -77,7 +77,7 @@ def test_plan_command_prints_the_answer_and_its_runs(tmp_path: Path):
     assert p.returncode == 0 and "answer: host.memory = 1536MiB" in p.stdout, p.stdout + p.stderr
     p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "batch", "--slowdown", "2", "--host-memory",
                         "--min", "1GiB", "--max", "2GiB", "--step", "0B"], capture_output=True, text=True)
-    assert p.returncode == 2 and "--step: the grid step must be larger than zero" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert p.returncode == 2 and "--step 0B: the grid step is at least a page (4KiB)" in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert _core.parse_bytes("1280MiB") == 1280 * MIB
     # What plan sets itself (the searched value, the seed) is not also taken from --set.
     for extra, expect in [("seed=3", "seed is set by plan, to each of --seeds in turn"), ("host.memory=3GiB", "host.memory is the value plan searches for")]:
@@ -88,3 +88,43 @@ def test_plan_command_prints_the_answer_and_its_runs(tmp_path: Path):
     p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "batch", "--slowdown", "2", "--reservation",
                         "--host-memory", "--min", "1GiB"], capture_output=True, text=True)
     assert p.returncode == 2 and "ask one question" in p.stderr and "(given: --reservation and --host-memory)" in p.stderr, p.stderr
+
+
+def test_plan_refuses_bad_questions_by_the_option_given(tmp_path: Path):
+    """What plan derives (--set of the searched key, the grid) never stands in for what the user
+    typed: each refusal names the user's option, before any run."""
+    spec = tmp_path / "plan.toml"
+    spec.write_text(SCENARIO)
+    base = [sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "batch", "--slowdown", "2"]
+    for args, expect in [
+        (["--count", "nope", "--max", "3"], "--count nope: no [[vm]] named 'nope' (VMs: web, batch)"),
+        (["--count", "web", "--min", "-3", "--max", "3"], "--min -3: a count of guests, 1 to 1,048,576"),
+        (["--count", "web", "--max", "3", "--step", "128MiB"], "--step is a size step; --count steps by one guest"),
+        (["--reservation", "--max", "1GiB"], "--max 1024MiB: above batch's memory (512MiB)"),
+        (["--host-memory", "--min", "2GiB"], "--max defaults to the scenario's host memory"),
+        (["--host-memory", "--min", "256MiB", "--max", ""], "--max: empty"),
+        (["--host-memory", "--min", "256MiB", "--step", "1B"], "--step 1B: the grid step is at least a page"),
+        (["--host-memory", "--min", "256MiB", "--seeds", "1,1"], "--seeds 1,1: each seed once"),
+        (["--host-memory", "--min", "256MiB", "--seeds", "99999999999999999999"], "is above 9223372036854775807"),
+        (["--host-memory", "--min", "256MiB", "--variant", "x"], "--variant: " + str(spec) + ": no variant x (variants: none)"),
+    ]:
+        p = subprocess.run(base + args, capture_output=True, text=True)
+        assert p.returncode == 2 and expect in p.stderr and "--set" not in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+    # A scenario error is the scenario's, not "has variants".
+    p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(tmp_path / "none.toml"), "--vm", "a", "--slowdown", "2", "--host-memory", "--min", "1GiB"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "variants" not in p.stderr and "none.toml" in p.stderr, p.stderr
+    # A case with variants asks for one, and names them.
+    p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", "nfs-balloon", "--vm", "small", "--slowdown", "2", "--host-memory", "--min", "2GiB"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "choose one with --variant (4GiB, 4GiB-full-reservation, 8GiB, small-alone)" in p.stderr, p.stderr
+
+
+def test_a_grid_of_billions_is_bisected_without_being_built():
+    from memvisor.planning import Grid
+
+    g = Grid(4096, 1 << 50, 4096, reverse=True)
+    assert len(g) == (1 << 50) // 4096 and g[0] == 1 << 50 and g[-1] == 4096
+    assert g.index(4096) == len(g) - 1 and (1 << 49) in g and 4097 not in g
+    odd = Grid(0, 10, 3, reverse=False)
+    assert list(odd) == [0, 3, 6, 9, 10] and odd.index(10) == 4
