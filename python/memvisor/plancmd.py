@@ -15,8 +15,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 MIB = 1 << 20
-# The most guests --count tries: a bound on what one [[vm]] table may ask for.
-MAX_COUNT = 1 << 20
+# The most guests --count tries: a [[vm]] table's count is at most 100,000 (scenario/resolve.rs).
+MAX_COUNT = 100_000
 
 
 def _mib(v: int) -> str:
@@ -101,7 +101,7 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
             raise MemvisorError("--min and --max are counts with --count", USAGE) from None
         if hi_v is None:
             raise MemvisorError("--count needs --max (the most guests to try)", USAGE)
-        # A [[vm]] count is at least 1; the engine takes at most 2^20 of one table.
+        # The baseline is one guest; the scenario takes at most MAX_COUNT of one table.
         for opt, v in [("--min", lo_v), ("--max", hi_v)]:
             if not 1 <= v <= MAX_COUNT:
                 raise MemvisorError(f"{opt} {v}: a count of guests, 1 to {MAX_COUNT:,}", USAGE)

@@ -98,7 +98,7 @@ def test_plan_refuses_bad_questions_by_the_option_given(tmp_path: Path):
     base = [sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "batch", "--slowdown", "2"]
     for args, expect in [
         (["--count", "nope", "--max", "3"], "--count nope: no [[vm]] named 'nope' (VMs: web, batch)"),
-        (["--count", "web", "--min", "-3", "--max", "3"], "--min -3: a count of guests, 1 to 1,048,576"),
+        (["--count", "web", "--min", "-3", "--max", "3"], "--min -3: a count of guests, 1 to 100,000"),
         (["--count", "web", "--max", "3", "--step", "128MiB"], "--step is a size step; --count steps by one guest"),
         (["--reservation", "--max", "1GiB"], "--max 1024MiB: above batch's memory (512MiB)"),
         (["--host-memory", "--min", "2GiB"], "--max defaults to the scenario's host memory"),
