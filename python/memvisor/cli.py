@@ -16,7 +16,7 @@ from rich.text import Text
 from memvisor import _core, api
 from memvisor.console import USAGE, MemvisorError, Terminated, err, fmt, out, sigterm_as_interrupt, warn
 from memvisor.params import ByteSize, IntList, KeyValues
-from memvisor.runfolder import NotARunFolder, RunFolder
+from memvisor.runfolder import NotARunFolder, RunFolder, check_replaceable
 from memvisor.livecmd import manage_cmd, status_cmd
 from memvisor.plancmd import plan_cmd
 from memvisor.tracecmd import trace
@@ -343,6 +343,20 @@ def validate() -> None:
     """Check the simulator against real systems."""
 
 
+def _check_out(out_dir: Path) -> None:
+    """A validation's --out, checked before it touches the machine, not after."""
+    try:
+        check_replaceable(out_dir)
+    except NotARunFolder as e:
+        raise MemvisorError(f"--out {e}", USAGE) from None
+
+
+def _machine_mib() -> int:
+    """This machine's memory, MiB (MemTotal)."""
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("MemTotal:")) >> 10
+
+
 @validate.command("linux-paging")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-linux-paging"), show_default=True)
 @click.option("--working-set", type=ByteSize(), default="96MiB", show_default=True, help="Memory each pattern touches.")
@@ -359,6 +373,14 @@ def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...] | 
     support; without them it says what is missing and exits with status 77."""
     from memvisor import validate as v
 
+    _check_out(out_dir)
+    machine = _machine_mib()
+    if not 1 <= working_set >> 20 <= machine:
+        given = f"{working_set >> 20}MiB" if working_set % (1 << 20) == 0 else f"{working_set}B"
+        raise MemvisorError(f"--working-set {given}: from 1MiB to this machine's memory ({machine:,}MiB)", USAGE)
+    big = [x for x in limit_list or () if x > machine]
+    if big:
+        raise MemvisorError(f"--limits {big[0]}: above this machine's memory ({machine:,}MiB); the kernel side runs here", USAGE)
     patterns = tuple(p.strip() for p in pattern_list.split(",") if p.strip())
     unknown = [p for p in patterns if p not in v.PATTERNS]
     if unknown or not patterns:
@@ -410,7 +432,8 @@ def ksm_cmd(out_dir: Path, mix_list: str | None, scans: int) -> None:
     missing and exits with status 77."""
     from memvisor import validate_ksm as vk
 
-    mixes = [m.strip() for m in mix_list.split(",") if m.strip()] if mix_list else list(vk.MIXES)
+    _check_out(out_dir)
+    mixes = [m.strip() for m in mix_list.split(",") if m.strip()] if mix_list is not None else list(vk.MIXES)
     unknown = [m for m in mixes if m not in vk.MIXES]
     if unknown or not mixes:
         raise click.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(vk.MIXES)}", param_hint="--mixes")
@@ -421,7 +444,7 @@ def ksm_cmd(out_dir: Path, mix_list: str | None, scans: int) -> None:
         folder = vk.run_validation(out_dir, mixes, min_scans=scans, log=lambda line: err.print(line, highlight=False))
     except vk.ValidationError as e:
         raise MemvisorError(str(e), 1) from None
-    summary = json.loads((folder / "results.json").read_text())
+    summary = json.loads((folder / "summary.json").read_text())
     t = Table("mix", "use_zero_pages", "full scans", "counter", "kernel", "simulated", "within 1 %", title=f"validate ksm: kernel {summary['kernel']}")
     for run in summary["runs"]:
         first = True
@@ -458,6 +481,7 @@ def balloon_cmd(out_dir: Path, memory: int, size: int, swap: int, hog: int, pass
         raise MemvisorError(f"validate balloon cannot run on this machine: {why}", 77)
     if size >= memory:
         raise MemvisorError(f"--size {size} must be below --memory {memory}", USAGE)
+    _check_out(out_dir)
     r = vb.run(out_dir, memory, size, swap, hog, passes, log=lambda line: err.print(line, highlight=False))
     t = Table("measure", "real guest", "simulated", "error", title=f"balloon: {memory} MiB guest ballooned to {size} MiB, memhog {hog} MiB x {passes}")
     for row in r["rows"]:

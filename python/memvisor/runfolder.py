@@ -42,6 +42,15 @@ def is_run_folder(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink() and (path / "summary.json").is_file()
 
 
+def check_replaceable(path: Path) -> None:
+    """Refuses (NotARunFolder) a path a run may not write: a run replaces an earlier run's folder,
+    never anything else that happens to be there. Commands whose work is long or changes the
+    machine check it before they start."""
+    path = Path(path)
+    if (path.exists() or path.is_symlink()) and not is_run_folder(path):
+        raise NotARunFolder(f"{path} exists and is not a run folder (it has no summary.json): name a new folder or an earlier run's")
+
+
 class RunFolder:
     """A run folder being written, as a context manager: `path` appears only when `commit` is
     called inside the block; leaving the block any other way (an error, Ctrl-C, SIGTERM, or simply
@@ -58,9 +67,7 @@ class RunFolder:
         self.committed = False
 
     def __enter__(self) -> RunFolder:
-        # A run replaces an earlier run's folder, never anything else that happens to be there.
-        if (self.path.exists() or self.path.is_symlink()) and not is_run_folder(self.path):
-            raise NotARunFolder(f"{self.path} exists and is not a run folder (it has no summary.json): name a new folder or an earlier run's")
+        check_replaceable(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.tmp, ignore_errors=True)
         try:

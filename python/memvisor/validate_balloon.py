@@ -137,7 +137,7 @@ workload = {{ kind = "stress", pages = {hog * MIB // 4096}, passes = {passes}, s
 
 
 def run(out: Path, memory: int = 512, size: int = 256, swap: int = 256, hog: int = 320, passes: int = 3, log=print) -> dict:
-    """Runs both sides and writes the run folder (comparison.json); returns the comparison."""
+    """Runs both sides and writes the run folder (summary.json: the comparison); returns it."""
     real, hostview, wall, reserved = _real(memory, size, swap, hog, passes, log)
     sim, sim_s = _simulated(memory, size, swap, hog, passes, reserved)
     rows = []
@@ -155,6 +155,6 @@ def run(out: Path, memory: int = 512, size: int = 256, swap: int = 256, hog: int
         "simulated": asdict(sim),
     }
     with RunFolder(out) as folder:
-        (folder.tmp / "comparison.json").write_text(json.dumps(result, indent=2) + "\n")
+        (folder.tmp / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
         folder.commit([])
     return result

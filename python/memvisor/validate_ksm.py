@@ -857,7 +857,7 @@ def run_validation(
 ) -> Path:
     """Runs every mix under every settings dict (default: use_zero_pages 0 and 1, max_page_sharing
     256, smart_scan 1) on the kernel, by hand (`expected`) and in the simulator given the kernel's
-    number of full scans; writes the run folder (results.json, results.md) atomically and returns
+    number of full scans; writes the run folder (summary.json, results.md) atomically and returns
     it. `min_scans` above 4 lets smart scan's skips (from visit 4 on) show in the comparison. The
     caller has checked `missing_prerequisites`."""
     from memvisor.runfolder import RunFolder
@@ -915,7 +915,7 @@ def run_validation(
         "runs": runs,
     }
     with RunFolder(Path(out_dir)) as folder:
-        (folder.tmp / "results.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        (folder.tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         (folder.tmp / "results.md").write_text(markdown(summary), encoding="utf-8")
         return folder.commit([])
 

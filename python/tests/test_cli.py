@@ -396,3 +396,21 @@ def test_output_to_a_full_device_is_one_error_line(tmp_path):
     with open("/dev/full", "w") as full:
         r = subprocess.run([str(exe), "cases"], stdout=full, stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=60)
     assert r.returncode == 1 and r.stderr.strip() == "error: output: No space left on device", r.stderr
+
+
+def test_validations_check_their_arguments_before_touching_the_machine(tmp_path):
+    """Each validation refuses an --out that is not a run folder, and out-of-range sizes, before
+    it changes a kernel setting or starts a guest (exit 2 at once, not after the real side ran)."""
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "mine.txt").write_text("keep")
+    for form in ("linux-paging", "ksm", "balloon"):
+        r = memvisor("validate", form, "--out", "notes", cwd=tmp_path)
+        assert r.returncode == 2 and "--out notes exists and is not a run folder" in r.stderr, (form, r.stderr)
+    assert (tmp_path / "notes" / "mine.txt").read_text() == "keep"
+    for args, expect in [
+        (["ksm", "--mixes", ""], "none given"),
+        (["linux-paging", "--limits", "99999999999"], "above this machine's memory"),
+        (["linux-paging", "--working-set", "4095B"], "--working-set 4095B: from 1MiB"),
+    ]:
+        r = memvisor("validate", *args, cwd=tmp_path)
+        assert r.returncode == 2 and expect in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)

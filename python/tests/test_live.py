@@ -184,7 +184,7 @@ def test_a_real_guest_and_its_simulated_twin_agree(tmp_path):
     # zones' stat_threshold each (calculate_normal_threshold: 2 x fls(cpus) x (1 + fls(zone MiB /
     # 128)); 1 vCPU, DMA 16 MiB: 2, DMA32 240 MiB: 4), so two reads differ by up to twice 6 pages.
     assert free_gap <= 2 * 6 * 4, (hv["guest"], hv["host view"])
-    assert (tmp_path / "vb" / "comparison.json").exists()
+    assert (tmp_path / "vb" / "summary.json").exists()
 
 
 def test_grant_limits_and_ksm_are_set_and_restored(guests, tmp_path):

@@ -357,7 +357,7 @@ def test_run_validation_writes_the_folder_only_when_complete(tmp_path, monkeypat
         return v.expected(mix, st, st["full_scans"])
 
     out = v.run_validation(tmp_path / "r", ["chains", "zero"], simulator=sim, log=lambda _: None)
-    summary = json.loads((out / "results.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
     assert summary["target_met"] and summary["expected_equals_kernel"]
     assert [(r["mix"], r["settings"]["use_zero_pages"]) for r in summary["runs"]] == [("chains", 0), ("chains", 1), ("zero", 0), ("zero", 1)]
     assert sims[0] == {**v.DEFAULT_SETTINGS, "pages_to_scan": 1025, "sleep_millisecs": 50, "full_scans": 3}
@@ -368,7 +368,7 @@ def test_run_validation_writes_the_folder_only_when_complete(tmp_path, monkeypat
     # A simulator off by 2 % fails the target; one that fails leaves no folder at all.
     out2 = v.run_validation(tmp_path / "r2", ["zero"], simulator=lambda m, st: {**v.expected(m, st, st["full_scans"]), "pages_sharing": 8000},
                             log=lambda _: None)
-    assert not json.loads((out2 / "results.json").read_text())["target_met"]
+    assert not json.loads((out2 / "summary.json").read_text())["target_met"]
 
     def broken(mix, st):
         if sims:
