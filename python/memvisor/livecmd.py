@@ -184,8 +184,10 @@ def status_cmd(run, vm, config) -> None:
             raise MemvisorError("give a manage run folder, or VMs to observe (--vm, --config), not both", USAGE)
         try:
             status = json.loads((run / "status.json").read_text(encoding="utf-8"))
-            if not {"policy", "state", "dry_run", "vms"} <= set(status):
-                raise ValueError("it lacks policy, state, dry_run or vms")
+            if not isinstance(status, dict) or not {"policy", "state", "dry_run", "vms"} <= set(status):
+                raise ValueError("it is not an object with policy, state, dry_run and vms")
+            if not isinstance(status["vms"], list) or not all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in status["vms"]):
+                raise ValueError("vms must be a list of VM objects, each with a name")
         except FileNotFoundError:
             raise MemvisorError(f"{run}: no status.json (is it a manage run folder?)", USAGE) from None
         except (OSError, ValueError, TypeError) as e:  # a folder, not UTF-8, not JSON, not an object

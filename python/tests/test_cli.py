@@ -380,7 +380,8 @@ def test_manage_and_status_refuse_what_is_not_theirs(tmp_path, small_scenario):
     assert (tmp_path / "sim" / "summary.json").read_text() == before
     # A damaged status.json is named, not a traceback; a folder and VMs at once are refused.
     (tmp_path / "st").mkdir()
-    for content in ["{", "{}", "[1]"]:
+    whole = '{"policy": "p", "state": "", "dry_run": false, '
+    for content in ["{", "{}", "[1]", '["policy", "state", "dry_run", "vms"]', whole + '"vms": null}', whole + '"vms": [1]}', whole + '"vms": [{}]}', whole + '"vms": "ab"}']:
         (tmp_path / "st" / "status.json").write_text(content)
         r = memvisor("status", "st", cwd=tmp_path)
         assert r.returncode == 2 and "status.json: not a manager's status" in r.stderr and "Traceback" not in r.stderr, r.stderr
@@ -414,3 +415,33 @@ def test_validations_check_their_arguments_before_touching_the_machine(tmp_path)
     ]:
         r = memvisor("validate", *args, cwd=tmp_path)
         assert r.returncode == 2 and expect in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_ctrl_c_while_a_vm_keeps_silent_leaves_one_line(tmp_path):
+    """status interrupted while a QMP socket has accepted but not greeted: one clear line, no
+    complaint from asyncio about tasks left pending."""
+    import socket
+    import threading
+
+    path = tmp_path / "silent.sock"
+    srv = socket.socket(socket.AF_UNIX)
+    srv.bind(str(path))
+    srv.listen(1)
+    accepted = threading.Event()
+    held = []
+
+    def serve():
+        held.append(srv.accept())
+        accepted.set()
+
+    threading.Thread(target=serve, daemon=True).start()
+    exe = Path(sys.executable).parent / "memvisor"
+    p = subprocess.Popen([str(exe), "status", "--vm", f"a={path}"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert accepted.wait(30), "status never connected"
+        p.send_signal(signal.SIGINT)
+        _, stderr = p.communicate(timeout=30)
+    finally:
+        p.kill()
+        srv.close()
+    assert "interrupted" in stderr and "Traceback" not in stderr and "Task was destroyed" not in stderr, stderr

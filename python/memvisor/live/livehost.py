@@ -87,6 +87,7 @@ class LiveHost:
         self.observe_only = observe_only
         self.start = time.monotonic()
         self.loop = asyncio.new_event_loop()
+        self.loop.set_exception_handler(_quiet_on_interrupt)
         self.state = ""
         self.ksm_before: dict[str, int] = {}
         self.events: list[tuple[str, str]] = []
@@ -300,9 +301,24 @@ class LiveHost:
                     done.append(f"{vm.spec.name}: {vm.cgroup.soft_limit_file()} = {vm.soft_limit_before}")
                 except OSError:
                     pass
+        # What Ctrl-C left half done (a connect, a command) is cancelled and allowed to clean up on
+        # this loop, rather than complain from the garbage collector after it is closed.
+        pending = asyncio.all_tasks(self.loop)
+        for t in pending:
+            t.cancel()
+        self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         self.loop.run_until_complete(_gather(v.mon.close() for v in self.vms))
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
         self.loop.close()
         return done
+
+
+def _quiet_on_interrupt(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+    """The loop's error report, less the task Ctrl-C stopped: its KeyboardInterrupt reached the
+    caller already (asyncio would report it again when the task is collected)."""
+    if isinstance(context.get("exception"), KeyboardInterrupt):
+        return
+    loop.default_exception_handler(context)
 
 
 async def _gather(coros):
