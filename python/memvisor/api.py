@@ -106,8 +106,15 @@ def read_scenario_text(spec: str | dict) -> tuple[str, str]:
     raise _core.ScenarioError(f"{spec}: no such case or file (cases: {names})")
 
 
-def load(spec: str | dict, sets: Sequence[str] = ()) -> list:
-    """Loads a case, a scenario file or a scenario dict; one resolved scenario per variant."""
+def load(spec: str | dict, sets: Sequence[str] = (), variants: Sequence[str] = ()) -> list:
+    """Loads a case, a scenario file or a scenario dict; one resolved scenario per variant (per
+    variant named in `variants`, if any: the others are not resolved, so their problems do not
+    stop these; a name that is not a variant is a ScenarioError listing them)."""
+    if isinstance(variants, (str, bytes)):
+        raise TypeError(f"variants must be a list of names, not the string {variants!r}")
+    variants = list(variants)
+    if not all(isinstance(x, str) for x in variants):
+        raise TypeError(f"variants must be a list of names, not {variants!r}")
     if isinstance(sets, (str, bytes)):
         # A lone string would be taken a character at a time.
         raise TypeError(f"sets must be a list of 'key=value' strings, not one string: sets=[{sets!r}]")
@@ -117,7 +124,7 @@ def load(spec: str | dict, sets: Sequence[str] = ()) -> list:
     if not all(isinstance(x, str) for x in sets):
         raise TypeError(f"sets must be a list of 'key=value' strings, not {sets!r}")
     text, origin = read_scenario_text(spec)
-    return _core.load(text, origin, list(sets))
+    return _core.load(text, origin, list(sets), variants)
 
 
 def base_dir(spec: str | dict) -> Path | None:
@@ -322,21 +329,6 @@ def reraise(sig: int) -> None:
     raise KeyboardInterrupt
 
 
-def select_variants(scenarios: list, variants: Sequence[str], spec) -> list:
-    """The scenarios of the variants named (all of them if none is), in the case's order; a name
-    that is not one of its variants is a ValueError listing them."""
-    if isinstance(variants, str):
-        raise TypeError(f"variants must be a list of names, not the string {variants!r}")
-    if not variants:
-        return scenarios
-    have = [s.variant for s in scenarios if s.variant is not None]
-    unknown = [v for v in variants if v not in have]
-    if unknown:
-        where = spec if isinstance(spec, (str, Path)) else scenarios[0].name
-        raise ValueError(f"{where}: no variant {', '.join(map(str, unknown))} (variants: {', '.join(have) or 'none'})")
-    return [s for s in scenarios if s.variant in variants]
-
-
 def run(
     spec: str | dict,
     sets: Sequence[str] = (),
@@ -356,7 +348,7 @@ def run(
     `sets` entry that replaces what a variant sets is reported as a warning (UserWarning)."""
     import warnings
 
-    scenarios = select_variants(load(spec, sets), variants, spec)
+    scenarios = load(spec, sets, variants)
     for w in dict.fromkeys(w for s in scenarios for w in s.warnings):
         warnings.warn(w, stacklevel=2)
     base = base_dir(spec) if base is None else base

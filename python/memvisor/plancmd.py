@@ -61,13 +61,9 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
         if v is not None and not v.strip():
             raise MemvisorError(f"{opt}: empty; give a size (a count with --count)", USAGE)
     try:
-        scenarios = api.load(spec, sets)
+        scenarios = api.load(spec, sets, [variant] if variant else [])
     except _core.ScenarioError as e:
         raise MemvisorError(str(e), USAGE) from None
-    try:
-        scenarios = api.select_variants(scenarios, [variant] if variant else [], spec)
-    except ValueError as e:
-        raise MemvisorError(f"--variant: {e}", USAGE) from None
     if len(scenarios) != 1:
         names = ", ".join(x.variant for x in scenarios)
         raise MemvisorError(f"{spec}: plan needs one scenario; this one has variants: choose one with --variant ({names})", USAGE)

@@ -96,9 +96,7 @@ class Planner:
         tasks, owners = [], []
         for v in new:
             for seed in self.seeds:
-                scenarios = api.select_variants(
-                    api.load(self.spec, [*self.sets, f"{self.key}={self.fmt(v)}", f"seed={seed}"]), [self.variant] if self.variant else [], self.spec
-                )
+                scenarios = api.load(self.spec, [*self.sets, f"{self.key}={self.fmt(v)}", f"seed={seed}"], [self.variant] if self.variant else [])
                 if len(scenarios) != 1:
                     raise _core.ScenarioError(f"{self.spec}: plan needs one scenario; this one has variants (choose one with --variant)")
                 tasks.append((scenarios[0].to_toml(), self.origin, None if self.base is None else str(self.base), self.vm))

@@ -9,7 +9,9 @@ dicts with the `VmView` fields (`id`, `name`, `memory`, `reservation`, `limit`, 
 `granted`, `guest_total`, `guest_free`, `guest_available`, `swap_in`, `swap_out`, `major_faults`,
 `memory_stall_ns`, `host_stall_ns`, `committed`, `guest_reserve` and `frontswap` (None where the
 host cannot see them), `frontswap_selfshrink`, `balloon_size`, `balloon_target`, `balloon_max`, `swapped`,
-`active_sample`, `large_pages`, ...; sizes in bytes). Decisions are dicts made with the helpers below.
+`active_sample`, `large_pages`, ...; sizes in bytes). Decisions are dicts made with the helpers below, which pass their values on as
+given: the engine refuses a size that is not a non-negative integer (numpy integers are taken),
+a boolean for a number or a number for a boolean, naming the field and the value.
 """
 
 from __future__ import annotations
@@ -37,34 +39,34 @@ class Policy:
 
 def balloon_target(vm_id: int, nbytes: int, reason: str) -> dict:
     """Ask VM `vm_id`'s balloon to hold `nbytes`."""
-    return {"vm_id": vm_id, "kind": "balloon_target", "bytes": int(nbytes), "reason": reason}
+    return {"vm_id": vm_id, "kind": "balloon_target", "bytes": nbytes, "reason": reason}
 
 
 def grant_limit(vm_id: int, nbytes: int, reason: str) -> dict:
     """Cap the machine memory granted to VM `vm_id`."""
-    return {"vm_id": vm_id, "kind": "grant_limit", "bytes": int(nbytes), "reason": reason}
+    return {"vm_id": vm_id, "kind": "grant_limit", "bytes": nbytes, "reason": reason}
 
 
 def swap_target(vm_id: int, nbytes: int, reason: str) -> dict:
     """Memory the host keeps swapped or compressed for VM `vm_id`."""
-    return {"vm_id": vm_id, "kind": "swap_target", "bytes": int(nbytes), "reason": reason}
+    return {"vm_id": vm_id, "kind": "swap_target", "bytes": nbytes, "reason": reason}
 
 
 def blocked(vm_id: int, is_blocked: bool, reason: str) -> dict:
     """Stop (or resume) VM `vm_id`'s vCPUs."""
-    return {"vm_id": vm_id, "kind": "blocked", "blocked": bool(is_blocked), "reason": reason}
+    return {"vm_id": vm_id, "kind": "blocked", "blocked": is_blocked, "reason": reason}
 
 
 def break_large_pages(vm_id: int, share_now: bool, reason: str) -> dict:
     """Break VM `vm_id`'s large pages so its small pages can share; with `share_now`, share what
     the scanner has already hashed at once (ESX 6.0's clear state)."""
-    return {"vm_id": vm_id, "kind": "break_large_pages", "share_now": bool(share_now), "reason": reason}
+    return {"vm_id": vm_id, "kind": "break_large_pages", "share_now": share_now, "reason": reason}
 
 
 def shrink_frontswap(vm_id: int, nbytes: int, reason: str) -> dict:
     """Bring VM `vm_id`'s frontswap pages back into its memory until frontswap holds `nbytes` (the
     guest's own self-ballooning driver does this; a live host cannot)."""
-    return {"vm_id": vm_id, "kind": "shrink_frontswap", "bytes": int(nbytes), "reason": reason}
+    return {"vm_id": vm_id, "kind": "shrink_frontswap", "bytes": nbytes, "reason": reason}
 
 
 def memory_state(state: str, reason: str) -> dict:
@@ -74,7 +76,7 @@ def memory_state(state: str, reason: str) -> dict:
 
 def sharing(run: bool, pages_to_scan: int, sleep_ms: int, reason: str) -> dict:
     """Same-page merging settings (KSM)."""
-    return {"vm_id": None, "kind": "sharing", "run": bool(run), "pages_to_scan": int(pages_to_scan), "sleep_ms": int(sleep_ms), "reason": reason}
+    return {"vm_id": None, "kind": "sharing", "run": run, "pages_to_scan": pages_to_scan, "sleep_ms": sleep_ms, "reason": reason}
 
 
 PREFIX = "python:"

@@ -167,7 +167,7 @@ def test_wrong_arguments_are_named(small_scenario):
 def test_run_takes_the_variants_it_is_asked_for_and_names_the_ones_it_lacks():
     (r,) = memvisor.run("nfs-balloon", variants=["small-alone"])
     assert r.variant == "small-alone"
-    with pytest.raises(ValueError, match=r"nfs-balloon: no variant 16GiB \(variants: 4GiB, 4GiB-full-reservation, 8GiB, small-alone\)"):
+    with pytest.raises(memvisor.ScenarioError, match=r"case:nfs-balloon: no variant 16GiB \(variants: 4GiB, 4GiB-full-reservation, 8GiB, small-alone\)"):
         memvisor.run("nfs-balloon", variants=["16GiB"])
     with pytest.raises(TypeError, match="variants must be a list of names"):
         memvisor.run("nfs-balloon", variants="8GiB")

@@ -160,6 +160,27 @@ def test_python_policy_errors_are_clear():
     with pytest.raises(memvisor.RunError, match="policy 'terse'.*needs a reason"):
         api.simulate(scenario("static"), policy=NoReason)
 
+    # The helpers pass values on as given: a fraction, a string or a boolean is not quietly a
+    # number of bytes, and a number too large says so.
+    def helper(nbytes):
+        class H(memvisor.Policy):
+            name = "helper"
+            period_s = None
+
+            def decide(self, view):
+                return [memvisor.policy.shrink_frontswap(0, nbytes, "r")]
+
+        return H
+
+    for value, expect in [(1.7, "a non-negative integer, not 1.7"), ("100", "a non-negative integer, not '100'"), (True, "a non-negative integer, not a boolean"),
+                          (2**64, "a non-negative integer below 2\\^64, not 18446744073709551616"), (-1, "a non-negative integer, not -1")]:
+        with pytest.raises(memvisor.RunError, match=f"policy 'helper'.*'bytes' must be {expect}"):
+            api.simulate(scenario("static"), policy=helper(value))
+    import numpy as np
+
+    r = api.simulate(scenario("static"), policy=helper(np.int64(0)))
+    assert set(r.decisions["outcome"]) == {"not applied: the guest runs no frontswap"}, "a numpy integer is an integer"
+
 
 def test_a_policy_module_beside_each_scenario_is_its_own(tmp_path: Path):
     """Two scenarios in two folders, each with its own pol.py: each runs its own module, not the

@@ -186,7 +186,14 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
         if v.is_instance_of::<PyBool>() {
             return Err(bad(k, "a non-negative integer, not a boolean"));
         }
-        v.extract().map_err(|_| bad(k, "a non-negative integer"))
+        v.extract().map_err(|_| {
+            let shown = v.repr().map_or_else(|_| "?".to_string(), |r| r.to_string());
+            if v.extract::<i128>().is_ok_and(|n| n >= 0) {
+                bad(k, &format!("a non-negative integer below 2^64, not {shown}"))
+            } else {
+                bad(k, &format!("a non-negative integer, not {shown}"))
+            }
+        })
     };
     // pyo3 takes bool and numpy.bool_ for a bool, never 0 or 1.
     let boolean = |k: &str| -> PyResult<bool> { get(k)?.extract().map_err(|_| bad(k, "True or False")) };

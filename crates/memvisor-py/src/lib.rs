@@ -232,11 +232,11 @@ impl Scenario {
     }
 }
 
-/// Loads a scenario text; returns one Scenario per variant.
+/// Loads a scenario text; returns one Scenario per variant (of those named in `variants`, if any).
 #[pyfunction]
-#[pyo3(signature = (text, origin, sets = Vec::new()))]
-fn load(text: &str, origin: &str, sets: Vec<String>) -> PyResult<Vec<Scenario>> {
-    memvisor::scenario::load(text, origin, &sets)
+#[pyo3(signature = (text, origin, sets = Vec::new(), variants = Vec::new()))]
+fn load(text: &str, origin: &str, sets: Vec<String>, variants: Vec<String>) -> PyResult<Vec<Scenario>> {
+    memvisor::scenario::load_variants(text, origin, &sets, &variants)
         .map(|v| v.into_iter().map(|inner| Scenario { inner }).collect())
         .map_err(|e| ScenarioError::new_err(e.to_string()))
 }

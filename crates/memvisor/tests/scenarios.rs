@@ -372,3 +372,30 @@ fn frontswap_self_shrink_without_frontswap_is_refused() {
     // Turning it off where there is nothing to shrink is harmless.
     scenario::load(&base("frontswap_selfshrink = false"), "ok.toml", &[]).unwrap_or_else(|e| panic!("{e}"));
 }
+
+#[test]
+fn frontswap_self_shrink_says_why_frontswap_is_missing() {
+    let tmem =
+        |vm: &str| {
+            one_guest("4GiB", &format!("name = \"g\"\nmemory = \"1GiB\"\nworkload = {{ kind = \"stress\", passes = 1 }}\n{vm}"), "")
+                .replacen("[host]\n", "[host]\nprofile = \"xen\"\ntmem = true\n", 1)
+        };
+    let e = load_err(&tmem("os = \"windows\"\nfrontswap_selfshrink = true"));
+    assert!(e.contains("a Linux client") && e.contains("'windows'"), "{e}");
+    let e = load_err(&tmem("frontswap = false\nfrontswap_selfshrink = true"));
+    assert!(e.contains("(frontswap = false)"), "{e}");
+}
+
+#[test]
+fn only_the_variants_asked_for_are_resolved() {
+    let text = memvisor::scenario::case_text("tmem-kernel-build").expect("a case");
+    let sets = ["vm.el5-64.frontswap_selfshrink=true".to_string()];
+    // The unchanged variant has no tmem, so it refuses the setting, and says it is the one.
+    let e = scenario::load(text, "case:tmem-kernel-build", &sets).unwrap_err().to_string();
+    assert!(e.contains("(variant 'unchanged')") && e.contains("host.tmem = true"), "{e}");
+    let only = scenario::load_variants(text, "case:tmem-kernel-build", &sets, &["tmem".to_string()]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(only.len(), 1);
+    assert_eq!(only[0].variant.as_deref(), Some("tmem"));
+    let e = scenario::load_variants(text, "case:tmem-kernel-build", &[], &["nope".to_string()]).unwrap_err().to_string();
+    assert!(e.contains("no variant nope (variants: unchanged, selfballooning, tmem, tmem-dedup, tmem-dedup-compress)"), "{e}");
+}

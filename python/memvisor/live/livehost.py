@@ -306,7 +306,7 @@ class LiveHost:
         pending = asyncio.all_tasks(self.loop)
         for t in pending:
             t.cancel()
-        self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self.loop.run_until_complete(_gather(pending, return_exceptions=True))
         self.loop.run_until_complete(_gather(v.mon.close() for v in self.vms))
         self.loop.run_until_complete(self.loop.shutdown_asyncgens())
         self.loop.close()
@@ -321,6 +321,7 @@ def _quiet_on_interrupt(loop: asyncio.AbstractEventLoop, context: dict) -> None:
     loop.default_exception_handler(context)
 
 
-async def _gather(coros):
-    """Runs coroutines concurrently on the running loop (the host's own, not a default one)."""
-    return await asyncio.gather(*coros)
+async def _gather(coros, return_exceptions: bool = False):
+    """Runs coroutines (or awaits tasks) concurrently on the running loop (the host's own, not a
+    default one)."""
+    return await asyncio.gather(*coros, return_exceptions=return_exceptions)

@@ -833,11 +833,14 @@ fn resolve_vm(
     // The self-ballooning driver shrinks frontswap unless booted with `noselfshrink`.
     let selfshrink = match &v.frontswap_selfshrink {
         Some(b) if *b.get_ref() && !clients[1] => {
-            return c.err(
-                b.span(),
-                &f("frontswap_selfshrink"),
-                "shrinks frontswap, which this guest does not run (it needs host.tmem = true and frontswap)",
-            );
+            let why = if !tmem {
+                "shrinks frontswap, which needs a host with transcendent memory: set host.tmem = true".to_string()
+            } else if replacement != Replacement::Linux {
+                format!("shrinks frontswap, a Linux client; this guest's os or replacement makes it '{}'", replacement.name())
+            } else {
+                "shrinks frontswap, which this guest does not run (frontswap = false)".to_string()
+            };
+            return c.err(b.span(), &f("frontswap_selfshrink"), why);
         }
         Some(b) => *b.get_ref(),
         None => clients[1],
