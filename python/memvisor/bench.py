@@ -230,7 +230,11 @@ class LiveRoundResult:
     decisions: int
 
 
-def run_live_rounds(n: int, rounds: int = 50, policy: str = "mom", memory_mib: int = 128) -> LiveRoundResult:
+# Each --live guest's memory (the README's 10-guest figure used this size).
+LIVE_GUEST_MIB = 128
+
+
+def run_live_rounds(n: int, rounds: int = 50, policy: str = "mom", memory_mib: int = LIVE_GUEST_MIB) -> LiveRoundResult:
     """One observe/decide/apply round over `n` real guests (QEMU), `rounds` times: wall time of
     `Controller.tick` (QMP round trips, cgroup and /proc reads, the policy, balloon commands), and
     of `observe` alone. The host is given a budget below what the guests hold, so that the policy

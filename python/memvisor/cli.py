@@ -310,6 +310,11 @@ def bench(quick: bool, live: int | None) -> None:
         why = launch.available()
         if why:
             raise MemvisorError(f"bench --live cannot run on this machine: {why}", 77)
+        from memvisor.bench import LIVE_GUEST_MIB
+
+        room = _meminfo_mib("MemAvailable")
+        if live * LIVE_GUEST_MIB > room:
+            raise MemvisorError(f"--live {live}: {live} guests of {LIVE_GUEST_MIB} MiB need more than this machine has available ({room:,} MiB)", USAGE)
         r = run_live_rounds(live, rounds=10 if quick else 50)
         t = Table("VMs", "rounds", "guests on", "round ms (median)", "round ms (p90)", "observe ms (median)", "decisions", title="memvisor bench --live: observe/decide/apply over real guests")
         t.add_row(str(r.vms), str(r.rounds), r.accelerator, f"{r.round_ms_median:.1f}", f"{r.round_ms_p90:.1f}", f"{r.observe_ms_median:.1f}", str(r.decisions))
@@ -347,10 +352,10 @@ def _check_out(out_dir: Path) -> None:
         raise MemvisorError(f"--out {e}", USAGE) from None
 
 
-def _machine_mib() -> int:
-    """This machine's memory, MiB (MemTotal)."""
+def _meminfo_mib(field: str = "MemTotal") -> int:
+    """A /proc/meminfo figure of this machine, MiB (MemTotal: its memory)."""
     with open("/proc/meminfo") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("MemTotal:")) >> 10
+        return next(int(line.split()[1]) for line in f if line.startswith(f"{field}:")) >> 10
 
 
 @validate.command("linux-paging")
@@ -370,7 +375,7 @@ def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...] | 
     from memvisor import validate as v
 
     _check_out(out_dir)
-    machine = _machine_mib()
+    machine = _meminfo_mib()
     if not 1 <= working_set >> 20 <= machine:
         given = f"{working_set >> 20}MiB" if working_set % (1 << 20) == 0 else f"{working_set}B"
         raise MemvisorError(f"--working-set {given}: from 1MiB to this machine's memory ({machine:,}MiB)", USAGE)
