@@ -307,14 +307,14 @@ def bench(quick: bool, live: int | None) -> None:
     if live is not None:
         from memvisor.live import launch
 
-        why = launch.available()
-        if why:
-            raise MemvisorError(f"bench --live cannot run on this machine: {why}", 77)
         from memvisor.bench import LIVE_GUEST_MIB
 
         room = _meminfo_mib("MemAvailable")
         if live * LIVE_GUEST_MIB > room:
             raise MemvisorError(f"--live {live}: {live} guests of {LIVE_GUEST_MIB} MiB need more than this machine has available ({room:,} MiB)", USAGE)
+        why = launch.available()
+        if why:
+            raise MemvisorError(f"bench --live cannot run on this machine: {why}", 77)
         r = run_live_rounds(live, rounds=10 if quick else 50)
         t = Table("VMs", "rounds", "guests on", "round ms (median)", "round ms (p90)", "observe ms (median)", "decisions", title="memvisor bench --live: observe/decide/apply over real guests")
         t.add_row(str(r.vms), str(r.rounds), r.accelerator, f"{r.round_ms_median:.1f}", f"{r.round_ms_p90:.1f}", f"{r.observe_ms_median:.1f}", str(r.decisions))
@@ -354,8 +354,11 @@ def _check_out(out_dir: Path) -> None:
 
 def _meminfo_mib(field: str = "MemTotal") -> int:
     """A /proc/meminfo figure of this machine, MiB (MemTotal: its memory)."""
-    with open("/proc/meminfo") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(f"{field}:")) >> 10
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith(f"{field}:")) >> 10
+    except (OSError, StopIteration, ValueError, IndexError):
+        raise MemvisorError(f"cannot read {field} from /proc/meminfo: this command needs Linux's memory figures", 77) from None
 
 
 @validate.command("linux-paging")
@@ -477,12 +480,12 @@ def balloon_cmd(out_dir: Path, memory: int, size: int, swap: int, hog: int, pass
     from memvisor import validate_balloon as vb
     from memvisor.live import launch
 
-    why = launch.available()
-    if why:
-        raise MemvisorError(f"validate balloon cannot run on this machine: {why}", 77)
     if size >= memory:
         raise MemvisorError(f"--size {size} must be below --memory {memory}", USAGE)
     _check_out(out_dir)
+    why = launch.available()
+    if why:
+        raise MemvisorError(f"validate balloon cannot run on this machine: {why}", 77)
     r = vb.run(out_dir, memory, size, swap, hog, passes, log=lambda line: err.print(line, highlight=False))
     t = Table("measure", "real guest", "simulated", "error", title=f"balloon: {memory} MiB guest ballooned to {size} MiB, memhog {hog} MiB x {passes}")
     for row in r["rows"]:

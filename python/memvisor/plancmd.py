@@ -43,7 +43,7 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
     smallest reservation for VM, the smallest host memory, or the largest number of guests, that
     keeps VM's runtime within SLOWDOWN x its baseline. Prints the answer, whether it is sharp, and
     the runs that bound it."""
-    from memvisor.planning import Planner, search
+    from memvisor.planning import Planner, one_scenario, search
     from memvisor.sweep import refuse_sets_of
 
     asked = [q for q, on in [("--reservation", ask_reservation), ("--host-memory", ask_host_memory), ("--count", group is not None)] if on]
@@ -51,10 +51,12 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
         given = f" (given: {' and '.join(asked)})" if asked else ""
         raise MemvisorError(f"ask one question: --reservation, --host-memory or --count VM{given}", USAGE)
     question = "reservation" if ask_reservation else "host-memory" if ask_host_memory else None
-    if step < 4096:
-        raise MemvisorError(f"--step {step}B: the grid step is at least a page (4KiB): sizes are whole pages", USAGE)
     if group is not None and ctx.get_parameter_source("step") is not click.core.ParameterSource.DEFAULT:
         raise MemvisorError("--step is a size step; --count steps by one guest", USAGE)
+    if step < 4096 or step % 4096:
+        raise MemvisorError(f"--step {step}B: the grid step is a whole number of pages (4KiB): sizes are whole pages", USAGE)
+    if variant is not None and not variant.strip():
+        raise MemvisorError("--variant: empty; name one of the variants", USAGE)
     if len(set(seeds)) != len(seeds):
         raise MemvisorError(f"--seeds {','.join(map(str, seeds))}: each seed once (the same seed gives the same run)", USAGE)
     for opt, v in [("--min", lo), ("--max", hi)]:
@@ -65,8 +67,7 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
     except _core.ScenarioError as e:
         raise MemvisorError(str(e), USAGE) from None
     if len(scenarios) != 1:
-        names = ", ".join(x.variant for x in scenarios)
-        raise MemvisorError(f"{spec}: plan needs one scenario; this one has variants: choose one with --variant ({names})", USAGE)
+        raise MemvisorError(one_scenario(spec, scenarios), USAGE)
     (s,) = scenarios
     resolved = tomllib.loads(s.to_toml())
     # The runs name a group of several VMs web-1, web-2, ...; the bound is on one of them.

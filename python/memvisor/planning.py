@@ -75,6 +75,11 @@ def _runtime(text: str, origin: str, base: str | None, vm: str) -> tuple[float |
     return None, f"no VM '{vm}' in the run"
 
 
+def one_scenario(spec, scenarios: list) -> str:
+    """Why plan cannot take `scenarios`: it plans for one, and these are variants."""
+    return f"{spec}: plan needs one scenario; this one has variants: choose one with --variant ({', '.join(x.variant for x in scenarios)})"
+
+
 class Planner:
     """Runs the probes of one question."""
 
@@ -98,7 +103,7 @@ class Planner:
             for seed in self.seeds:
                 scenarios = api.load(self.spec, [*self.sets, f"{self.key}={self.fmt(v)}", f"seed={seed}"], [self.variant] if self.variant else [])
                 if len(scenarios) != 1:
-                    raise _core.ScenarioError(f"{self.spec}: plan needs one scenario; this one has variants (choose one with --variant)")
+                    raise _core.ScenarioError(one_scenario(self.spec, scenarios))
                 tasks.append((scenarios[0].to_toml(), self.origin, None if self.base is None else str(self.base), self.vm))
                 owners.append(v)
         results = _run_all(tasks, self.jobs, None, fn=_runtime) if tasks else []

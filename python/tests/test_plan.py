@@ -77,7 +77,7 @@ def test_plan_command_prints_the_answer_and_its_runs(tmp_path: Path):
     assert p.returncode == 0 and "answer: host.memory = 1536MiB" in p.stdout, p.stdout + p.stderr
     p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "batch", "--slowdown", "2", "--host-memory",
                         "--min", "1GiB", "--max", "2GiB", "--step", "0B"], capture_output=True, text=True)
-    assert p.returncode == 2 and "--step 0B: the grid step is at least a page (4KiB)" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert p.returncode == 2 and "--step 0B: the grid step is a whole number of pages (4KiB)" in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert _core.parse_bytes("1280MiB") == 1280 * MIB
     # What plan sets itself (the searched value, the seed) is not also taken from --set.
     for extra, expect in [("seed=3", "seed is set by plan, to each of --seeds in turn"), ("host.memory=3GiB", "host.memory is the value plan searches for")]:
@@ -103,7 +103,10 @@ def test_plan_refuses_bad_questions_by_the_option_given(tmp_path: Path):
         (["--reservation", "--max", "1GiB"], "--max 1024MiB: above batch's memory (512MiB)"),
         (["--host-memory", "--min", "2GiB"], "--max defaults to the scenario's host memory"),
         (["--host-memory", "--min", "256MiB", "--max", ""], "--max: empty"),
-        (["--host-memory", "--min", "256MiB", "--step", "1B"], "--step 1B: the grid step is at least a page"),
+        (["--host-memory", "--min", "256MiB", "--step", "1B"], "--step 1B: the grid step is a whole number of pages"),
+        (["--host-memory", "--min", "256MiB", "--step", "5000B"], "--step 5000B: the grid step is a whole number of pages"),
+        (["--count", "web", "--max", "3", "--step", "1B"], "--step is a size step"),
+        (["--host-memory", "--min", "256MiB", "--variant", ""], "--variant: empty"),
         (["--host-memory", "--min", "256MiB", "--seeds", "1,1"], "--seeds 1,1: each seed once"),
         (["--host-memory", "--min", "256MiB", "--seeds", "99999999999999999999"], "is above 9223372036854775807"),
         (["--host-memory", "--min", "256MiB", "--variant", "x"], str(spec) + ": no variant x (variants: none)"),
@@ -128,3 +131,14 @@ def test_a_grid_of_billions_is_bisected_without_being_built():
     assert g.index(4096) == len(g) - 1 and (1 << 49) in g and 4097 not in g
     odd = Grid(0, 10, 3, reverse=False)
     assert list(odd) == [0, 3, 6, 9, 10] and odd.index(10) == 4
+
+
+def test_plans_count_bound_is_the_scenarios():
+    """plan --count stops where a [[vm]] table's count does: one past it is refused by the scenario."""
+    import pytest
+
+    from memvisor.plancmd import MAX_COUNT
+
+    text = SCENARIO.replace('name = "web"', f'name = "web"\ncount = {MAX_COUNT + 1}')
+    with pytest.raises(_core.ScenarioError, match="count"):
+        _core.load(text, "plan.toml")

@@ -145,7 +145,7 @@ def test_python_policy_errors_are_clear():
         ({"kind": 3}, "'kind' must be a string"),
         ({"reason": 5}, "'reason' must be a string"),
         ({"bytes": True}, "'bytes' must be a non-negative integer, not a boolean"),
-        ({"kind": "blocked", "blocked": 1}, "'blocked' must be True or False"),
+        ({"kind": "blocked", "blocked": 1}, "'blocked' must be True or False, not 1"),
         ({"kind": "memory_state", "state": "high"}, "a 'memory_state' decision is the host's: its vm_id must be None"),
     ]:
         with pytest.raises(memvisor.RunError, match=f"policy 'once'.*{expect}"):
@@ -173,7 +173,7 @@ def test_python_policy_errors_are_clear():
         return H
 
     for value, expect in [(1.7, "a non-negative integer, not 1.7"), ("100", "a non-negative integer, not '100'"), (True, "a non-negative integer, not a boolean"),
-                          (2**64, "a non-negative integer below 2\\^64, not 18446744073709551616"), (-1, "a non-negative integer, not -1")]:
+                          (2**64, "a non-negative integer below 2\\^64, not 18446744073709551616"), (2**130, "a non-negative integer below 2\\^64"), (-1, "a non-negative integer, not -1")]:
         with pytest.raises(memvisor.RunError, match=f"policy 'helper'.*'bytes' must be {expect}"):
             api.simulate(scenario("static"), policy=helper(value))
     import numpy as np

@@ -6,7 +6,7 @@
 use memvisor::policy::{Action, Decision, HostView, SharingView, VmId, VmView};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyList};
+use pyo3::types::{PyBool, PyDict, PyInt, PyList};
 
 fn field<'py, T: FromPyObjectOwned<'py>>(d: &Bound<'py, PyDict>, what: &str, key: &str) -> PyResult<T> {
     let v = d.get_item(key)?.ok_or_else(|| PyValueError::new_err(format!("backend observe(): {what} lacks '{key}'")))?;
@@ -188,7 +188,8 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
         }
         v.extract().map_err(|_| {
             let shown = v.repr().map_or_else(|_| "?".to_string(), |r| r.to_string());
-            if v.extract::<i128>().is_ok_and(|n| n >= 0) {
+            // An integer too large for 64 bits, however large, is an int that is not negative.
+            if v.is_instance_of::<PyInt>() && v.ge(0).unwrap_or(false) {
                 bad(k, &format!("a non-negative integer below 2^64, not {shown}"))
             } else {
                 bad(k, &format!("a non-negative integer, not {shown}"))
@@ -196,7 +197,10 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
         })
     };
     // pyo3 takes bool and numpy.bool_ for a bool, never 0 or 1.
-    let boolean = |k: &str| -> PyResult<bool> { get(k)?.extract().map_err(|_| bad(k, "True or False")) };
+    let boolean = |k: &str| -> PyResult<bool> {
+        let v = get(k)?;
+        v.extract().map_err(|_| bad(k, &format!("True or False, not {}", v.repr().map_or_else(|_| "?".to_string(), |r| r.to_string()))))
+    };
     let string = |k: &str| -> PyResult<String> { get(k)?.extract().map_err(|_| bad(k, "a string")) };
     let kind = string("kind")?;
     let action = match kind.as_str() {

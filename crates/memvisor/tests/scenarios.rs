@@ -399,3 +399,24 @@ fn only_the_variants_asked_for_are_resolved() {
     let e = scenario::load_variants(text, "case:tmem-kernel-build", &[], &["nope".to_string()]).unwrap_err().to_string();
     assert!(e.contains("no variant nope (variants: unchanged, selfballooning, tmem, tmem-dedup, tmem-dedup-compress)"), "{e}");
 }
+
+#[test]
+fn an_error_every_variant_has_names_none_and_an_unchosen_variant_stops_nothing() {
+    let text = memvisor::scenario::case_text("nfs-balloon").expect("a case");
+    // Every variant refuses this --set: no variant is named.
+    let e = scenario::load(text, "case:nfs-balloon", &["vm.nope.memory=1GiB".to_string()]).unwrap_err().to_string();
+    assert!(e.contains("no 'vm' entry named 'nope'") && !e.contains("(variant"), "{e}");
+    let e = scenario::load(text, "case:nfs-balloon", &["host.memory=1MiB".to_string()]).unwrap_err().to_string();
+    assert!(!e.contains("(variant"), "{e}");
+    // Variant a renames the VM, so only a refuses a --set of vm.g; choosing b, it runs.
+    let two = base("").replacen(
+        "name = \"t\"",
+        "name = \"t\"\n[[variant]]\nname = \"a\"\nset = { \"vm.g.name\" = \"h\" }\n[[variant]]\nname = \"b\"\nset = {}",
+        1,
+    );
+    let sets = ["vm.g.memory=256MiB".to_string()];
+    let e = scenario::load(&two, "two.toml", &sets).unwrap_err().to_string();
+    assert!(e.contains("(variant 'a')"), "{e}");
+    let b = scenario::load_variants(&two, "two.toml", &sets, &["b".to_string()]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(b.len(), 1);
+}

@@ -96,44 +96,43 @@ pub fn load_variants(text: &str, origin: &str, sets: &[String], only: &[String])
     let src = Source { origin, text, sets };
     let doc = toml::de::DeTable::parse(text).map_err(|e| plain_error(&src, e, None))?;
     let ov = Overrides::new(&src, doc)?;
-    let docs = ov.variants()?;
-    let have: Vec<&str> = docs.iter().filter_map(|d| d.0.as_deref()).collect();
+    let names = ov.names();
+    let have: Vec<&str> = names.iter().flatten().map(String::as_str).collect();
     let unknown: Vec<&str> = only.iter().map(String::as_str).filter(|o| !have.contains(o)).collect();
     if !unknown.is_empty() {
         let list = if have.is_empty() { "none".to_string() } else { have.join(", ") };
         return Err(src.error(None, "", format!("no variant {} (variants: {list})", unknown.join(", "))));
     }
-    // One variant's document, resolved; `k` is its place among the variants.
-    let resolve_one = |k: usize, table| -> Result<Scenario, ScenarioError> {
+    // Variant `k`, with the --sets on top, read and resolved; its errors name no variant.
+    let build = |k: usize| -> Result<Scenario, ScenarioError> {
+        let (variant, table, warnings) = ov.variant(k)?;
         let raw: raw::RawScenario = serde::Deserialize::deserialize(toml::de::Deserializer::from(table)).map_err(|e| {
             // The document was consumed; built again (only on this error path) to name the key.
-            let doc = ov.variants().ok().and_then(|mut v| (k < v.len()).then(|| v.swap_remove(k).1));
+            let doc = ov.variant(k).ok().map(|v| v.1);
             plain_error(&src, e, doc.as_ref().map(|d| d.get_ref()))
         })?;
-        resolve::resolve(&src, raw)
+        let mut s = resolve::resolve(&src, raw)?;
+        s.variant = variant;
+        s.warnings.extend(warnings);
+        Ok(s)
     };
     let mut out = Vec::new();
-    for (k, (variant, table, warnings)) in docs.into_iter().enumerate() {
-        if !only.is_empty() && !variant.as_ref().is_some_and(|v| only.contains(v)) {
+    for (k, name) in names.iter().enumerate() {
+        if !only.is_empty() && !name.as_ref().is_some_and(|n| only.contains(n)) {
             continue;
         }
-        let mut s = match resolve_one(k, table) {
-            Ok(s) => s,
+        match build(k) {
+            Ok(s) => out.push(s),
             // A problem of this variant alone says which variant it is; one every variant has
             // (a bad --set, a bad base value) does not point at one of them.
             Err(mut e) => {
-                let everywhere = ov.variants().is_ok_and(|all| {
-                    all.into_iter().enumerate().filter(|(j, _)| *j != k).all(|(j, d)| resolve_one(j, d.1).err().as_ref() == Some(&e))
-                });
-                if let (Some(n), false) = (&variant, everywhere) {
+                let everywhere = names.len() > 1 && (0..names.len()).filter(|&j| j != k).all(|j| build(j).err().as_ref() == Some(&e));
+                if let (Some(n), false) = (name, everywhere) {
                     e.location = format!("{} (variant '{n}')", e.location);
                 }
                 return Err(e);
             }
-        };
-        s.variant = variant;
-        s.warnings.extend(warnings);
-        out.push(s);
+        }
     }
     Ok(out)
 }

@@ -162,49 +162,44 @@ impl<'a, 's> Overrides<'a, 's> {
         Ok(Self { src, base, variants, sets })
     }
 
-    /// The documents to read: one per variant (named), or the base alone.
-    pub fn variants(&self) -> Result<Vec<VariantDoc<'a>>, ScenarioError> {
-        let mut out = Vec::new();
-        let plain: Vec<(Option<String>, &[Set<'a>])> = if self.variants.is_empty() {
-            vec![(None, &[])]
-        } else {
-            self.variants.iter().map(|(n, s)| (Some(n.clone()), s.as_slice())).collect()
+    /// The variants' names, in order; one `None` for a scenario without variants.
+    pub fn names(&self) -> Vec<Option<String>> {
+        if self.variants.is_empty() { vec![None] } else { self.variants.iter().map(|(n, _)| Some(n.clone())).collect() }
+    }
+
+    /// The document of variant `k` (of [`Self::names`]) with the `--set`s on top. Its errors do
+    /// not name the variant: the caller knows whether other variants share them.
+    pub fn variant(&self, k: usize) -> Result<VariantDoc<'a>, ScenarioError> {
+        let (name, vsets): (Option<String>, &[Set<'a>]) = match self.variants.get(k) {
+            Some((n, s)) => (Some(n.clone()), s.as_slice()),
+            None => (None, &[]),
         };
-        for (name, vsets) in plain {
-            let in_variant = |mut e: ScenarioError| {
-                if let Some(n) = &name {
-                    e.location = format!("{} (variant '{n}')", e.location);
-                }
-                e
-            };
-            let mut doc = self.base.clone();
-            // Where each override landed, by position (`vm.0.workload.1.size`), so that one value
-            // named two ways (by a workload's kind and by its index) is still one value.
-            let mut landed: Vec<(String, &Set<'a>)> = Vec::new();
-            for s in vsets.iter().chain(&self.sets) {
-                landed.push((self.apply(doc.get_mut(), s).map_err(in_variant)?, s));
-            }
-            let (by_variant, by_set) = landed.split_at(vsets.len());
-            // Two --set of one value would leave the answer to their order: refuse.
-            for (k, (at, s)) in by_set.iter().enumerate() {
-                if let Some(j) = by_set[..k].iter().position(|(a, _)| overlaps(a, at)) {
-                    let why = format!("also set by --set {}; give each value once", self.src.sets[j]);
-                    return Err(in_variant(self.src.error(Some(s.value.span()), &s.path, why)));
-                }
-            }
-            normalize_workloads(doc.get_mut());
-            // A --set wins over the variant; say so, since it may undo what tells variants apart.
-            let mut warnings = Vec::new();
-            if let Some(n) = &name {
-                for (at, s) in by_set {
-                    for (_, v) in by_variant.iter().filter(|(a, _)| overlaps(a, at)) {
-                        warnings.push(format!("--set {} replaces what variant '{n}' sets for {}", s.path, v.path));
-                    }
-                }
-            }
-            out.push((name, doc, warnings));
+        let mut doc = self.base.clone();
+        // Where each override landed, by position (`vm.0.workload.1.size`), so that one value
+        // named two ways (by a workload's kind and by its index) is still one value.
+        let mut landed: Vec<(String, &Set<'a>)> = Vec::new();
+        for s in vsets.iter().chain(&self.sets) {
+            landed.push((self.apply(doc.get_mut(), s)?, s));
         }
-        Ok(out)
+        let (by_variant, by_set) = landed.split_at(vsets.len());
+        // Two --set of one value would leave the answer to their order: refuse.
+        for (k, (at, s)) in by_set.iter().enumerate() {
+            if let Some(j) = by_set[..k].iter().position(|(a, _)| overlaps(a, at)) {
+                let why = format!("also set by --set {}; give each value once", self.src.sets[j]);
+                return Err(self.src.error(Some(s.value.span()), &s.path, why));
+            }
+        }
+        normalize_workloads(doc.get_mut());
+        // A --set wins over the variant; say so, since it may undo what tells variants apart.
+        let mut warnings = Vec::new();
+        if let Some(n) = &name {
+            for (at, s) in by_set {
+                for (_, v) in by_variant.iter().filter(|(a, _)| overlaps(a, at)) {
+                    warnings.push(format!("--set {} replaces what variant '{n}' sets for {}", s.path, v.path));
+                }
+            }
+        }
+        Ok((name, doc, warnings))
     }
 
     /// Applies one override; returns where it landed, with array entries by position.
