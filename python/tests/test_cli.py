@@ -436,7 +436,10 @@ def test_ctrl_c_while_a_vm_keeps_silent_leaves_one_line(tmp_path):
 
     threading.Thread(target=serve, daemon=True).start()
     exe = Path(sys.executable).parent / "memvisor"
-    p = subprocess.Popen([str(exe), "status", "--vm", f"a={path}"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # SIGINT as a terminal delivers it, even when the tests run in the background (a shell starts
+    # background jobs with SIGINT ignored, and Python then keeps ignoring it).
+    p = subprocess.Popen([str(exe), "status", "--vm", f"a={path}"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         assert accepted.wait(30), "status never connected"
         p.send_signal(signal.SIGINT)
