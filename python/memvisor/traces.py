@@ -29,6 +29,9 @@ def read_trace(path: str | Path, fmt: str | None = None, *, instructions: bool =
                obj_id_col: int = 2, delimiter: str = ",") -> "_core.Trace":
     """Reads a trace in any supported format (auto-detected unless `fmt` is given)."""
     path = Path(path)
+    # A device or a pipe (/dev/zero, a FIFO) would be read without end.
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise _core.TraceError(f"{path}: not a regular file (a device, a pipe or a socket); a trace is a file")
     try:
         data = path.read_bytes()
     except OSError as e:

@@ -111,6 +111,11 @@ def test_corrupt_traces_get_a_located_error(traces, tmp_path):
         assert r.returncode == 1 and "holds no references" in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = run_cli("trace", "info", ".", cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    # A device would be read without end: refused at once, from the API as from a scenario.
+    import pytest
+
+    with pytest.raises(memvisor._core.TraceError, match="/dev/zero: not a regular file"):
+        memvisor.traces.read_trace("/dev/zero")
 
 
 def test_convert_writes_only_a_file_and_never_over_its_source(traces, tmp_path):

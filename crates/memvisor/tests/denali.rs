@@ -96,6 +96,21 @@ fn denali_scenarios_are_checked() {
     assert!(e.contains("either rate"), "{e}");
     let e = bad(&|t| t.replace("pool = \"list\", rate", "pool = \"tree\", rate"));
     assert!(e.contains("pool") && e.contains("list"), "{e}");
+    // One server per guest, and no memory cgroups in it: neither would be modelled.
+    let e = bad(&|t| {
+        t.replace(
+            "{ kind = \"web-server\", pool = \"list\", rate = 1000 }",
+            "[{ kind = \"web-server\", pool = \"list\", rate = 1000 }, { kind = \"web-server\", clients = 3 }]",
+        )
+    });
+    assert!(e.contains("one web server"), "{e}");
+    let e = bad(&|t| t.replace("rate = 1000 }", "rate = 1000, memory_limit = \"8MiB\" }"));
+    assert!(e.contains("no memory cgroups"), "{e}");
+    // A host whose metadata leaves less than a page for guest pages has nothing to page with.
+    let mut s = scenario(2, "16KiB", "list");
+    s.host.vm_metadata = 8_192;
+    let e = Simulation::new(&s).map(|_| ()).unwrap_err().to_string();
+    assert!(e.contains("leaving less than one page"), "{e}");
     // The resolved scenario folds the 1,000 alike VMs back into one counted table, and reloads.
     let all = scenario::load(memvisor::scenario::case_text("denali-scale").unwrap(), "c.toml", &[]).unwrap();
     let s = all.into_iter().find(|s| s.variant.as_deref() == Some("vms-1000-list")).unwrap();

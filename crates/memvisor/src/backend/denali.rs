@@ -107,14 +107,15 @@ impl DenaliHost {
         let n = s.vms.len() as u64;
         let metadata_bytes = s.host.vm_metadata;
         let pinned = n.checked_mul(metadata_bytes).and_then(|m| m.checked_add(s.host.hypervisor)).unwrap_or(u64::MAX);
-        if pinned >= s.host.memory {
+        // The pager needs at least one frame to page through.
+        if pinned.saturating_add(PAGE_SIZE) > s.host.memory {
             return Err(format!(
-                "host.memory: {} VMs need {} MiB of kernel metadata ({} B each) and the kernel {} MiB, more than the host's {} MiB",
+                "host.memory: {} VMs need {} of kernel metadata ({} B each) and the kernel {}, leaving less than one page of the host's {} for their pages",
                 n,
-                n.saturating_mul(metadata_bytes) >> 20,
+                crate::units::human_bytes(n.saturating_mul(metadata_bytes)),
                 metadata_bytes,
-                s.host.hypervisor >> 20,
-                s.host.memory >> 20
+                crate::units::human_bytes(s.host.hypervisor),
+                crate::units::human_bytes(s.host.memory)
             ));
         }
         let frames = u32::try_from((s.host.memory - pinned) / PAGE_SIZE).map_err(|_| {

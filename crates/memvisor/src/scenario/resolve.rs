@@ -864,6 +864,12 @@ fn resolve_vm(
             if (os == "ilwaco") != matches!(entry.spec, WorkloadSpec::WebServer(_)) {
                 return c.err(w.span(), &f("workload"), "an Ilwaco guest runs a web-server workload, and only it does");
             }
+            if os == "ilwaco" && !workloads.is_empty() {
+                return c.err(w.span(), &f("workload"), "an Ilwaco guest runs one web server: give it one web-server workload");
+            }
+            if let (true, Some(q)) = (os == "ilwaco", &w.get_ref().memory_limit) {
+                return c.err(q.span(), &f("workload.memory_limit"), "the Ilwaco guest has no memory cgroups (its host pages it)");
+            }
             if os == "windows" && entry.spec.uses_files() {
                 return c.err(
                     w.span(),
