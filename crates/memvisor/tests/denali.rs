@@ -106,6 +106,8 @@ fn denali_scenarios_are_checked() {
     assert!(e.contains("one web server"), "{e}");
     let e = bad(&|t| t.replace("rate = 1000 }", "rate = 1000, memory_limit = \"8MiB\" }"));
     assert!(e.contains("no memory cgroups"), "{e}");
+    let e = bad(&|t| t.replace("rate = 1000 }", "rate = 1000, document = \"0B\" }"));
+    assert!(e.contains("document") && e.contains("at least 1 byte"), "{e}");
     // A host whose metadata leaves less than a page for guest pages has nothing to page with.
     let mut s = scenario(2, "16KiB", "list");
     s.host.vm_metadata = 8_192;

@@ -1051,12 +1051,16 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
             // nmbufs = 4 * NMBCLUSTERS (sys/kern/uipc_mbuf.c, param.c).
             let clusters = c.int(&r.clusters, &f("clusters"), 512 + 32 * 16, 1, 1 << 20)? as u32;
             let mbufs = c.int(&r.mbufs, &f("mbufs"), 4 * clusters as u64, 1, 1 << 22)? as u32;
+            // Denali's small object: 2,258 bytes, "approximately the median web object size"
+            // (OSDI 2002 section 4.3).
+            let document = c.opt_bytes(&r.document, &f("document"), 2_258)?;
+            if let (0, Some(d)) = (document, &r.document) {
+                return c.err(d.span(), &f("document"), "is what each request is answered with: at least 1 byte");
+            }
             WorkloadSpec::WebServer(WebServer {
                 pool,
                 load,
-                // Denali's small object: 2,258 bytes, "approximately the median web object size"
-                // (OSDI 2002 section 4.3).
-                document: c.opt_bytes(&r.document, &f("document"), 2_258)?.max(1),
+                document,
                 // [assumed] 200 us of CPU per request: a 2002 server on a 1.7 GHz Pentium 4 serving
                 // a small static file; the seed's throughput figures were not recoverable.
                 cpu_ns: c.opt_ns(&r.compute, &f("compute"), 200_000)?,
