@@ -290,7 +290,10 @@ def test_interrupted_run_leaves_no_folder(tmp_path, sig, code, word):
     temporary run folder exists, so the test always interrupts a run that is writing a folder."""
     (tmp_path / "long.toml").write_text(LONG)
     exe = Path(sys.executable).parent / "memvisor"
-    p = subprocess.Popen([str(exe), "run", "long.toml", "--out", "out", "--quiet"], cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    # SIGINT as a terminal delivers it, also when the suite runs in the background: a shell starts
+    # background jobs with SIGINT ignored, which Python keeps until memvisor installs its handler.
+    p = subprocess.Popen([str(exe), "run", "long.toml", "--out", "out", "--quiet"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         partial = tmp_path / f".out.partial-{p.pid}"
         deadline = time.monotonic() + 60

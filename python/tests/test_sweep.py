@@ -140,7 +140,9 @@ def test_ctrl_c_ends_the_workers_and_leaves_no_csv(tmp_path):
     (tmp_path / "long.toml").write_text(LONG)
     exe = Path(sys.executable).parent / "memvisor"
     p = subprocess.Popen([str(exe), "sweep", "long.toml", "--vary", "vm.g.memory=128MiB,256MiB", "--jobs", "2", "--csv", "t.csv", "--quiet"],
-                         cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                         cwd=tmp_path, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         # SIGINT as a terminal delivers it, even when the suite runs in the background.
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while len(workers := workers_of(p.pid)) < 2:
