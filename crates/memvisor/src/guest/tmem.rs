@@ -313,3 +313,92 @@ impl Guest {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 256 MiB Xen guest whose idle process's 96 MiB a 200 MiB stress run pushes into
+    /// frontswap; `swap` sizes its swap area. No policy acts: the tests call the shrink by hand.
+    fn pushed(swap: &str, until_ns: u64) -> crate::Simulation {
+        let text = format!(
+            "name = \"t\"\nseed = 1\nduration = \"150s\"\n[host]\nmemory = \"1GiB\"\nprofile = \"xen\"\nhypervisor = \"288MiB\"\n\
+             tmem = true\n[[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
+             [[vm]]\nname = \"g\"\nmemory = \"256MiB\"\nmaxmem = \"512MiB\"\ndatastore = \"d\"\nswap = \"{swap}\"\nkernel_reserved = \"16MiB\"\n\
+             [[vm.workload]]\nkind = \"idle\"\nfootprint = \"96MiB\"\n\
+             [[vm.workload]]\nkind = \"stress\"\npages = \"200MiB\"\npasses = 30\nstart = \"1s\"\n"
+        );
+        let s = crate::scenario::load(&text, "t", &[]).unwrap().remove(0);
+        let mut sim = crate::Simulation::new(&s).unwrap();
+        sim.run_until(until_ns).unwrap();
+        sim.check_invariants().unwrap();
+        sim
+    }
+
+    /// The room `frontswap_shrink` asks `vm_enough_memory` for, as it computes it.
+    fn room(g: &Guest) -> u64 {
+        let cache = g.lru.len(LruList::ActiveFile) + g.lru.len(LruList::InactiveFile);
+        (g.pages.nr_free() + cache + g.swap.size() - g.swap.nr_used()).saturating_sub(g.wmark.high)
+    }
+
+    #[test]
+    fn a_shrink_memory_cannot_take_is_refused_and_changes_nothing() {
+        // 100 MiB of swap, nearly all of it frontswap's, while stress fills memory.
+        let mut sim = pushed("100MiB", 1_100_000_000);
+        let (now, before) = (sim.now(), sim.with_guest(0, |g, _| g.frontswap_pages()));
+        sim.with_guest(0, |g, env| {
+            assert!(room(g) < before, "the setting must leave less room ({}) than frontswap holds ({before})", room(g));
+            let e = g.frontswap_shrink(0, now, env).expect_err("refused");
+            assert!(e.contains("vm_enough_memory"), "{e}");
+            assert_eq!(g.frontswap_pages(), before, "nothing taken back");
+            // A shrink by less than the room goes through.
+            let (done, _) = g.frontswap_shrink(before - 100, now, env).expect("100 pages fit");
+            assert_eq!((done, g.frontswap_pages()), (100, before - 100));
+        });
+        sim.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn swap_cache_pages_are_mapped_back_without_a_load_and_the_rest_loaded() {
+        // Stress has ended (at 1.14 s); swap readahead has left some of the idle process's
+        // frontswap pages in the swap cache, unmapped.
+        let mut sim = pushed("512MiB", 2_000_000_000);
+        let now = sim.now();
+        sim.with_guest(0, |g, env| {
+            let held = g.frontswap_pages();
+            let cached: Vec<u32> = g.tmem.frontswap_map.ones().map(|s| g.swap.cached(s as u32)).filter(|&p| p != NONE).collect();
+            assert!(!cached.is_empty() && room(g) > held, "setting: {} cached of {held}, room {}", cached.len(), room(g));
+            let (loads, activations) = (g.vmstat.get(Counter::FrontswapLoads), g.vmstat.get(Counter::PgActivate));
+            let (done, _) = g.frontswap_shrink(0, now, env).expect("room enough");
+            assert_eq!((done, g.frontswap_pages()), (held, 0), "every page came back");
+            assert_eq!(g.vmstat.get(Counter::FrontswapLoads) - loads, held - cached.len() as u64, "swap-cache pages need no load");
+            assert!(g.vmstat.get(Counter::PgActivate) > activations, "pages come back active");
+            for p in cached {
+                assert!(g.pages.has(p, PG_MAPPED | PG_DIRTY), "swap-cache page {p} mapped and dirty");
+                assert_eq!(g.pages[p as usize].swap, NONE, "and out of the swap cache");
+            }
+        });
+        sim.check_invariants().unwrap();
+        // The run goes on from there with every invariant intact.
+        sim.run_until(now + 50_000_000).unwrap();
+        sim.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn under_pressure_a_shrink_stops_early_and_frontswap_keeps_the_rest() {
+        // Stress is filling memory: the allocations, which never wait, give out before the
+        // pages are all back; what was not brought back stays in frontswap, intact.
+        let mut sim = pushed("512MiB", 1_100_000_000);
+        let now = sim.now();
+        sim.with_guest(0, |g, env| {
+            let (held, stores) = (g.frontswap_pages(), g.vmstat.get(Counter::FrontswapSuccStores));
+            assert!(room(g) > held, "vm_enough_memory lets it start");
+            let (done, _) = g.frontswap_shrink(0, now, env).expect("started");
+            assert!(done > 0 && done < held, "{done} of {held} brought back");
+            // The allocations' direct reclaim stored stress pages meanwhile.
+            let stored = g.vmstat.get(Counter::FrontswapSuccStores) - stores;
+            assert_eq!(g.frontswap_pages(), held - done + stored);
+        });
+        sim.check_invariants().unwrap();
+    }
+}
