@@ -846,33 +846,28 @@ fn resolve_vm(
     let zero_memory_at_ns = v.zero_memory_at.as_ref().map(|q| c.ns(q, &f("zero_memory_at"))).transpose()?;
     // A Linux guest of a tmem host runs both clients unless told not to (the Xen frontend's
     // `cleancache` and `frontswap` module parameters default to on).
+    // Why this guest cannot run a tmem client, if it cannot.
+    let no_client = || {
+        if !tmem {
+            Some("needs a host with transcendent memory: set host.tmem = true".to_string())
+        } else if replacement != Replacement::Linux {
+            Some(format!("is a Linux client; this guest's os or replacement makes it '{}'", replacement.name()))
+        } else {
+            None
+        }
+    };
     let mut clients = [false; 2];
     for (i, (b, name)) in [(&v.cleancache, "cleancache"), (&v.frontswap, "frontswap")].into_iter().enumerate() {
         clients[i] = b.as_ref().map_or(tmem && replacement == Replacement::Linux, |b| *b.get_ref());
-        if let Some(b) = b.as_ref().filter(|b| *b.get_ref()) {
-            if !tmem {
-                return c.err(b.span(), &f(name), "needs a host with transcendent memory: set host.tmem = true");
-            }
-            if replacement != Replacement::Linux {
-                return c.err(
-                    b.span(),
-                    &f(name),
-                    format!("is a Linux client; this guest's os or replacement makes it '{}'", replacement.name()),
-                );
-            }
+        if let (Some(b), Some(why)) = (b.as_ref().filter(|b| *b.get_ref()), no_client()) {
+            return c.err(b.span(), &f(name), why);
         }
     }
     // The self-ballooning driver shrinks frontswap unless booted with `noselfshrink`.
     let selfshrink = match &v.frontswap_selfshrink {
         Some(b) if *b.get_ref() && !clients[1] => {
-            let why = if !tmem {
-                "shrinks frontswap, which needs a host with transcendent memory: set host.tmem = true".to_string()
-            } else if replacement != Replacement::Linux {
-                format!("shrinks frontswap, a Linux client; this guest's os or replacement makes it '{}'", replacement.name())
-            } else {
-                "shrinks frontswap, which this guest does not run (frontswap = false)".to_string()
-            };
-            return c.err(b.span(), &f("frontswap_selfshrink"), why);
+            let why = no_client().unwrap_or_else(|| "this guest does not run (frontswap = false)".to_string());
+            return c.err(b.span(), &f("frontswap_selfshrink"), format!("shrinks frontswap, which {why}"));
         }
         Some(b) => *b.get_ref(),
         None => clients[1],
