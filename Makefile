@@ -44,6 +44,8 @@ $(ZIPF_TRACE):
 	$(BIN)/python bench/zipftrace.py $@
 
 $(BENCH_TRACE):
+	@# `trace record` runs the program under valgrind's lackey (Debian's package).
+	@command -v valgrind >/dev/null || (apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends valgrind >/dev/null)
 	mkdir -p runs/bench
 	seq 1 30000 | shuf --random-source=<(yes) > runs/bench/nums.txt
 	$(BIN)/memvisor trace record -o $@ -- sort -n runs/bench/nums.txt -o runs/bench/sorted.txt

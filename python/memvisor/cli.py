@@ -106,6 +106,16 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None
     except NotARunFolder as e:
         raise MemvisorError(str(e), USAGE) from None
     _print_report(results)
+    for r in results:
+        # The controller refuses them (a live host's VM may have gone); in a simulation the VMs
+        # never change, so the policy named one that never was.
+        d = r.decisions
+        stray = d[d["outcome"].str.startswith("refused: VM #")]
+        if len(stray):
+            ids = ", ".join(f"#{i}" for i in dict.fromkeys(stray["vm_id"]))
+            where = f"variant '{r.variant}': " if r.variant else ""
+            warn(f"{where}{len(stray):,} decisions of policy '{stray['policy'].iloc[0]}' name VMs the host does not have ({ids}); "
+                 "they were refused (decisions.jsonl)")
     out.print(f"run folder: {final}")
 
 
@@ -224,7 +234,7 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     import pandas as pd
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from memvisor.sweep import JUMP, failed_cells, plan_points, points_from_csv, product, run_points, warnings_of
+    from memvisor.sweep import JUMP, StoreError, failed_cells, input_files, plan_points, points_from_csv, product, refuse_foreign_out, run_points, warnings_of
     from memvisor.traces import write_bytes_atomically
 
     if scheduler is not None:
@@ -241,10 +251,18 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     if csv_path is not None and not csv_path.parent.is_dir():
         raise MemvisorError(f"--csv {csv_path}: no directory {csv_path.parent}", USAGE)
     try:
+        if out_dir is not None:
+            refuse_foreign_out(out_dir)
         points = product(varies) if varies else points_from_csv(points_file)
         grid = plan_points(spec, points, column, sets, vm, source="--vary" if varies else f"--points {points_file}:")
     except (_core.ScenarioError, ValueError) as e:
         raise MemvisorError(str(e), USAGE) from None
+    if csv_path is not None:
+        # The table must not replace what the sweep reads (a rerun would read the table).
+        read = {Path(spec).resolve()} | ({points_file.resolve()} if points_file else set())
+        read |= {f for per in grid.scenarios for s in per[:1] for f in input_files(s, grid.base)}
+        if csv_path.resolve() in read:
+            raise MemvisorError(f"--csv {csv_path}: is a file the sweep reads; name another", USAGE)
     key = grid.key
     for w in warnings_of(grid):
         warn(w)
@@ -263,6 +281,8 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
                                   store=None if out_dir is None else out_dir / "runs")
     except BrokenProcessPool as e:
         raise MemvisorError(f"a worker process died: {e}", 1) from None
+    except StoreError as e:
+        raise MemvisorError(str(e), USAGE) from None
     except OSError as e:
         raise MemvisorError(f"{'--scheduler ' + scheduler if scheduler else '--out ' + str(out_dir)}: {e}", 1) from None
     if out_dir is not None:
@@ -270,8 +290,12 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
         import pyarrow.parquet as pq
 
         tmp = out_dir / ".sweep.parquet.tmp"
-        pq.write_table(pa.Table.from_pandas(runs, preserve_index=False), tmp)
-        tmp.replace(out_dir / "sweep.parquet")
+        try:
+            with open(tmp, "wb") as f:  # a file object: pyarrow cannot take every path Python can
+                pq.write_table(pa.Table.from_pandas(runs, preserve_index=False), f)
+            tmp.replace(out_dir / "sweep.parquet")
+        except OSError as e:
+            raise MemvisorError(f"--out {out_dir}: {e.strerror or e}", 1) from None
     if csv_path is not None:
         try:
             write_bytes_atomically(csv_path, df.to_csv().encode("utf-8"))

@@ -5,11 +5,13 @@
 
 The view is a dict: `time_ns`, `host_memory`, `host_free`, `host_available`, `hypervisor`,
 `sharing` (`run`, `pages_to_scan`, `sleep_ms`, `pages_shared`, `pages_sharing`) and `vms`, a list of
-dicts with the `VmView` fields (`id`, `name`, `memory`, `reservation`, `limit`, `shares`,
-`granted`, `guest_total`, `guest_free`, `guest_available`, `swap_in`, `swap_out`, `major_faults`,
-`memory_stall_ns`, `host_stall_ns`, `committed`, `guest_reserve` and `frontswap` (None where the
-host cannot see them), `frontswap_selfshrink`, `balloon_size`, `balloon_target`, `balloon_max`, `swapped`,
-`active_sample`, `large_pages`, ...; sizes in bytes). Decisions are dicts made with the helpers below, which pass their values on as
+dicts with every `VmView` field: `id`, `name`, `memory`, `reservation`, `limit`, `shares`,
+`overhead`, `granted`, `guest_total`, `guest_free`, `guest_available`, `swap_in`, `swap_out`,
+`major_faults`, `memory_stall_ns`, `host_stall_ns`, `committed`, `guest_reserve`, `frontswap`,
+`frontswap_selfshrink`, `balloon_size`, `balloon_target`, `balloon_max`, `swapped`, `compressed`,
+`compression_cache`, `swap_target`, `large_pages`, `active_periods`, `active_sample` and
+`active_sample_now` (sizes in bytes; `committed`, `guest_reserve` and `frontswap` are None where
+the host cannot see them). Decisions are dicts made with the helpers below, which pass their values on as
 given: the engine refuses a size that is not a non-negative integer (numpy integers are taken),
 a boolean for a number or a number for a boolean, naming the field and the value.
 """
@@ -136,7 +138,7 @@ def resolve(name: str, base: Path | None = None) -> type:
         mod = _import(module, base)
     except ImportError as e:
         raise _core.ScenarioError(f"host.policy: '{name}': cannot import module '{module}': {e}") from None
-    except Exception as e:  # a syntax error, or anything the module raises as it runs
+    except (Exception, SystemExit) as e:  # a syntax error, anything the module raises, or its exit()
         raise _core.ScenarioError(f"host.policy: '{name}': module '{module}' failed as it was imported: {_where(e)}{type(e).__name__}: {e}") from None
     c = getattr(mod, cls, None)
     if not isinstance(c, type):
@@ -148,5 +150,5 @@ def instantiate(cls: type, name: str):
     """A new instance of a policy class; one whose constructor raises is a scenario error."""
     try:
         return cls()
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         raise _core.ScenarioError(f"host.policy: '{name}': {cls.__name__}() raised {_where(e)}{type(e).__name__}: {e}") from None

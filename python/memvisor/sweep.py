@@ -19,7 +19,9 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import signal
+import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -92,6 +94,12 @@ def points_from_csv(path: Path) -> list[dict]:
         empty = [k for k, v in zip(keys, line) if not v.strip()]
         if empty:
             raise ValueError(f"{path}:{i}: no value for {', '.join(empty)}; every point gives one value for every key")
+    first: dict[tuple, int] = {}
+    for i, line in rows:
+        at_line = first.setdefault(tuple(v.strip() for v in line), i)
+        if at_line != i:
+            # Its runs would be the same; and the table, a row per point, would have one index twice.
+            raise ValueError(f"{path}:{i}: repeats the point of line {at_line}; give each point once")
     return [{k: v.strip() for k, v in zip(keys, line)} for _, line in rows]
 
 
@@ -202,17 +210,26 @@ def _task_id(toml: str, inputs: str = "") -> str:
     return hashlib.sha256(f"{_engine_id()}\n{toml}\n{inputs}".encode("utf-8")).hexdigest()[:32]
 
 
-def _inputs_id(scenario, base: Path | None, digests: dict[Path, str]) -> str:
-    """The contents of the files a run reads besides its scenario: its traces and a policy module
-    beside it (an edited file is another run). `digests` caches each file's hash."""
+def input_files(scenario, base: Path | None) -> list[Path]:
+    """The files a run reads besides its scenario, resolved, each once: its traces, its captured
+    page contents, and a policy module beside the scenario with the modules beside it that it
+    imports."""
     from memvisor.policy import PREFIX, module_file
     from memvisor.traces import resolve_trace_path
 
     files = [resolve_trace_path(name, base) for name in scenario.trace_files]
+    files += [Path(f) for f in scenario.captured_files]
     if scenario.policy.startswith(PREFIX):
         files.append(module_file(scenario.policy, base))
+        files += _imported_beside(scenario.policy, base)
+    return list(dict.fromkeys(f.resolve() for f in files if f is not None and f.is_file()))
+
+
+def _inputs_id(scenario, base: Path | None, digests: dict[Path, str]) -> str:
+    """The contents of a run's `input_files` (an edited file is another run). `digests` caches
+    each file's hash."""
     out = []
-    for f in (f for f in files if f is not None and f.is_file()):
+    for f in input_files(scenario, base):
         if f not in digests:
             h = hashlib.sha256()
             with f.open("rb") as r:
@@ -221,6 +238,64 @@ def _inputs_id(scenario, base: Path | None, digests: dict[Path, str]) -> str:
             digests[f] = h.hexdigest()
         out.append(digests[f])
     return " ".join(out)
+
+
+STORE_ENTRY = re.compile(r"[0-9a-f]+\.json(\.tmp\d+)?")
+
+
+def refuse_foreign_out(out: Path) -> None:
+    """Raises ValueError unless `out` is new, empty, or an earlier sweep's folder (its `runs/`
+    store, `sweep.parquet`, and the tables `--csv` may have put beside them): a sweep writes there
+    and a later one trusts what it finds."""
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise ValueError(f"--out {out}: is a file; name a new folder or an earlier sweep's")
+    mine = {"runs", "sweep.parquet", ".sweep.parquet.tmp"}
+    foreign = [p.name for p in out.iterdir() if p.name not in mine and not (p.suffix == ".csv" and p.is_file())]
+    store = out / "runs"
+    if store.exists():
+        foreign += [f"runs/{p.name}" for p in store.iterdir() if not (p.is_file() and STORE_ENTRY.fullmatch(p.name))] if store.is_dir() else ["runs"]
+    if (out / "sweep.parquet").exists() and not (out / "sweep.parquet").is_file():
+        foreign.append("sweep.parquet (not a file)")
+    if foreign:
+        shown = ", ".join(sorted(foreign)[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise ValueError(f"--out {out}: holds what no sweep wrote ({shown}); name a new folder or an earlier sweep's")
+
+
+class StoreError(ValueError):
+    """A sweep store's entry that is not a finished run's result."""
+
+
+def _stored(f: Path) -> tuple:
+    """A run kept in the store: (True, report rows) or (False, its error)."""
+    try:
+        entry = json.loads(f.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        entry = None
+    ok = isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], bool)
+    if not (ok and (isinstance(entry[1], list) and all(isinstance(r, dict) for r in entry[1]) if entry[0] else isinstance(entry[1], str))):
+        raise StoreError(f"{f}: a damaged store entry (not a finished run's result); delete it to run that point again")
+    return tuple(entry)
+
+
+def _imported_beside(policy: str, base: Path | None) -> list[Path]:
+    """The files of modules from `base` (the scenario's folder, not an environment inside it)
+    loaded once the policy is imported: what it imports from beside it, sorted."""
+    from memvisor import policy as pol
+
+    if base is None:
+        return []
+    pol.resolve(policy, base)
+    base, env = base.resolve(), Path(sys.prefix).resolve()
+    found = set()
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if f and f.endswith(".py"):
+            p = Path(f).resolve()
+            if p.is_relative_to(base) and not p.is_relative_to(env) and "site-packages" not in p.parts:
+                found.add(p)
+    return sorted(found)
 
 
 def run_points(
@@ -256,7 +331,7 @@ def run_points(
         for i, t in enumerate(tasks):
             f = store / f"{ids[i]}.json"
             if f.exists():
-                results[i] = tuple(json.loads(f.read_text()))
+                results[i] = _stored(f)
         todo = [i for i, r in enumerate(results) if r is None]
 
     def keep(i: int, result) -> None:

@@ -89,7 +89,7 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
 @click.option("--to", "dst_fmt", type=click.Choice(["native", "oracleGeneral"]), default="native", show_default=True,
               help="native: memvisor's own (zstd-compressed, reads told from writes); oracleGeneral: libCacheSim's binary format (every reference a read).")
 @click.option("--instructions", is_flag=True, help="lackey input: keep instruction fetches.")
-@click.option("--obj-id-col", type=click.IntRange(min=1), default=2, show_default=True, help="csv input: 1-based object id column.")
+@click.option("--obj-id-col", type=click.IntRange(min=1, max=2**32 - 1), default=2, show_default=True, help="csv input: 1-based object id column.")
 @click.option("--delimiter", default=",", show_default=True, help="csv input: field separator.")
 def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool, obj_id_col: int, delimiter: str) -> None:
     """Convert a trace (lackey text, libCacheSim oracleGeneral or csv, native) to native or
@@ -138,15 +138,23 @@ def info(source: Path, as_json: bool) -> None:
 
 #: Most frames `trace replay` gives a process: 1 TiB of 4 KiB pages, within the 4 TiB a guest may have.
 MAX_FRAMES = 1 << 28
-#: Most CPU time between two references: an hour (a run's whole length is bounded at a century).
+#: Most CPU time between two references: an hour.
 MAX_COMPUTE_NS = 3_600 * 10**9
+#: Longest replay, in CPU time between references alone: a scenario's longest duration, a
+#: century (`units::MAX_DURATION_NS`).
+MAX_REPLAY_NS = 100 * 31_557_600 * 10**9
 
 
 def replay_trace(t, name: str, frames: int, mode: str, loops: int = 1, compute_ns: int = 0) -> dict:
     """Replays a loaded trace with `frames` frames available; returns references, faults, time."""
+    refs = dict(t.info())["references"]
+    if refs * loops * compute_ns > MAX_REPLAY_NS:
+        raise ValueError(f"--loops {loops} of {refs:,} references with --compute {compute_ns} ns between them is "
+                         f"{refs * loops * compute_ns / 31_557_600e9:.3g} years of simulated time; a run is at most a century")
     text = _core.replay_scenario(name, t.n_pages, frames, mode, loops, compute_ns)
     (s,) = _core.load(text, f"replay:{name}")
-    r = simulate(s, traces={name: t}, step_s=float("inf"))
+    # Default steps: between them an interruption is heard (results do not depend on them).
+    r = simulate(s, traces={name: t})
     vm = r.summary["vms"][0]
     return {
         "trace": name,
@@ -176,6 +184,8 @@ def replay(source: Path, frames: int, mode: str, loops: int, compute_ns: int, as
         res = replay_trace(t, source.name, frames, mode, loops, compute_ns)
     except (_core.TraceError, _core.RunError) as e:
         raise MemvisorError(str(e), 1) from None
+    except ValueError as e:
+        raise MemvisorError(str(e), USAGE) from None
     if as_json:
         click.echo(json.dumps(res))
         return

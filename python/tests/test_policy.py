@@ -74,6 +74,10 @@ def test_a_scenario_names_a_python_policy_next_to_it(tmp_path: Path):
     assert '"policy": "halve"' in log and "give back half" in log
     # The controller's floors hold for Python policies too: 'busy' keeps its 350 MiB reservation.
     assert "clamped to 162 MiB to keep busy's floor of 350 MiB" in log
+    # A decision for a VM the host does not have is refused, and the run says so.
+    (tmp_path / "mypolicies.py").write_text((tmp_path / "mypolicies.py").read_text().replace("v['id']", "v['id'] + 7"))
+    p = subprocess.run([sys.executable, "-m", "memvisor.cli", "run", str(f), "--quiet", "--out", str(tmp_path / "run")], capture_output=True, text=True)
+    assert p.returncode == 0 and "decisions of policy 'halve' name VMs the host does not have (#7, #8)" in p.stderr, p.stderr
 
 
 def test_a_balloon_beyond_the_drivers_cap_is_logged_as_capped():
@@ -107,12 +111,14 @@ def test_python_policy_errors_are_clear():
         def decide(self, view):
             return []
 
-    with pytest.raises(memvisor.ScenarioError, match=r"host.policy: policy 'never': period_s must be seconds \(at least 0.001\)"):
+    with pytest.raises(memvisor.ScenarioError, match=r"host.policy: policy 'never': period_s must be seconds from 0.001 to 1.8e10, or None"):
         api.simulate(scenario("static"), policy=Never)
-    # A period that rounds to no time at all would never let the run advance.
-    Never.period_s = 1e-12
-    with pytest.raises(memvisor.ScenarioError, match=r"period_s must be seconds .at least 0.001. or None, got 0.000000000001"):
-        api.simulate(scenario("static"), policy=Never)
+    # A period that rounds to no time at all would never let the run advance; one past the clock's
+    # 64-bit nanoseconds would silently mean once; True is not 1 s.
+    for period, shown in [(1e-12, "got 1e-12"), (1e300, r"got 1e\+300"), (True, "not a boolean")]:
+        Never.period_s = period
+        with pytest.raises(memvisor.ScenarioError, match=f"period_s must be seconds from 0.001 to 1.8e10, or None, {shown}"):
+            api.simulate(scenario("static"), policy=Never)
     with pytest.raises(ValueError, match="step_s must be simulated seconds, at least 1e-6"):
         api.simulate(scenario("static"), step_s=0.0)
     with pytest.raises(TypeError, match="simulate takes one resolved scenario"):
@@ -147,6 +153,8 @@ def test_python_policy_errors_are_clear():
         ({"bytes": True}, "'bytes' must be a non-negative integer, not a boolean"),
         ({"kind": "blocked", "blocked": 1}, "'blocked' must be True or False, not 1"),
         ({"kind": "memory_state", "state": "high"}, "a 'memory_state' decision is the host's: its vm_id must be None"),
+        ({"bytess": 5}, r"a 'balloon_target' decision has no field 'bytess' \(its fields: vm_id, kind, bytes, reason\)"),
+        ({"kind": "blocked", "blocked": True}, "a 'blocked' decision has no field 'bytes'"),
     ]:
         with pytest.raises(memvisor.RunError, match=f"policy 'once'.*{expect}"):
             api.simulate(scenario("static"), policy=returning(d))
@@ -208,6 +216,10 @@ def test_a_policy_module_beside_each_scenario_is_its_own(tmp_path: Path):
     assert set(r.decisions["policy"]) == {"in-a-package"}
     (tmp_path / "a" / "pol.py").write_text("x = 1\ny = )\n")
     with pytest.raises(memvisor.ScenarioError, match=r"module 'pol' failed as it was imported: .*pol.py:2: SyntaxError"):
+        memvisor.run(str(tmp_path / "a" / "s.toml"))
+    # A module that exits as it is imported does not take memvisor with it, silently.
+    (tmp_path / "a" / "pol.py").write_text("import sys\nsys.exit(4)\n")
+    with pytest.raises(memvisor.ScenarioError, match=r"module 'pol' failed as it was imported: .*pol.py:2: SystemExit: 4"):
         memvisor.run(str(tmp_path / "a" / "s.toml"))
     (tmp_path / "a" / "pol.py").write_text(
         "from memvisor.policy import Policy\nclass P(Policy):\n    name = 'p'\n    def __init__(self):\n        raise ValueError('bad config')\n    def decide(self, view):\n        return []\n"

@@ -212,11 +212,16 @@ def test_a_store_is_kept_per_engine_and_per_input_file(monkeypatch, tmp_path):
     before = sweep._task_id("name = 'x'", "")
     assert sweep._task_id("name = 'x'", "") == before and sweep._task_id("name = 'y'", "") != before
     assert sweep._task_id("name = 'x'", "a trace's digest") != before
-    # A trace or a policy module beside the scenario, edited between two sweeps, makes other runs.
+    # A trace, captured page contents, a policy module beside the scenario or a module beside it
+    # that the policy imports, edited between two sweeps, makes other runs.
     (tmp_path / "t.csv").write_text("time,obj,size\n0,1,4096\n1,2,4096\n")
-    (tmp_path / "pol.py").write_text("from memvisor.policy import Policy\nclass P(Policy):\n    name = 'p'\n    def decide(self, v):\n        return []\n")
+    pages = Path(memvisor.__file__).parents[2] / "crates/memvisor/src/content/data/pages"
+    (tmp_path / "c.mvpages").write_bytes((pages / "stress-vm.mvpages").read_bytes())
+    (tmp_path / "polhelp.py").write_text("NAME = 'p'\n")
+    (tmp_path / "pol.py").write_text("import polhelp\nfrom memvisor.policy import Policy\nclass P(Policy):\n    name = polhelp.NAME\n"
+                                     "    def decide(self, v):\n        return []\n")
     spec = tmp_path / "s.toml"
-    spec.write_text(SMALL.replace('{ kind = "file-io", size = "64MiB", read = true }', '{ kind = "trace", file = "t.csv" }')
+    spec.write_text(SMALL.replace('{ kind = "file-io", size = "64MiB", read = true }', '{ kind = "trace", file = "t.csv", captured = "c.mvpages" }')
                     .replace("[host]", '[host]\npolicy = "python:pol:P"'))
     grid = sweep.plan(str(spec), "seed", ["1"], column="runtime_s")
 
@@ -224,11 +229,14 @@ def test_a_store_is_kept_per_engine_and_per_input_file(monkeypatch, tmp_path):
         return sweep._inputs_id(grid.scenarios[0][0], grid.base, {})
 
     first = ident()
-    assert ident() == first and first.count(" ") == 1, "two files, each hashed"
-    (tmp_path / "t.csv").write_text("time,obj,size\n0,1,4096\n1,3,4096\n")
-    second = ident()
-    (tmp_path / "pol.py").write_text((tmp_path / "pol.py").read_text().replace("'p'", "'q'"))
-    assert len({first, second, ident()}) == 3
+    assert ident() == first and first.count(" ") == 3, "four files, each hashed once"
+    seen = {first}
+    for name, old, new in [("t.csv", "1,2,", "1,3,"), ("pol.py", "name = ", "name =  "), ("polhelp.py", "'p'", "'q'")]:
+        (tmp_path / name).write_text((tmp_path / name).read_text().replace(old, new))
+        seen.add(ident())
+    (tmp_path / "c.mvpages").write_bytes((pages / "kernel-source.mvpages").read_bytes())
+    seen.add(ident())
+    assert len(seen) == 5, "each edit is another run"
     monkeypatch.setattr(sweep, "_engine_id", lambda: "another build")
     assert sweep._task_id("name = 'x'", "") != before
 
@@ -260,6 +268,7 @@ def test_a_points_file_is_read_as_a_spreadsheet_writes_it_and_refused_when_ambig
         (b"host.memory,seed\n1GiB, \n", "p.csv:2: no value for seed"),
         (b"host.memory\n\xff\n", "p.csv: byte 12: a points file is UTF-8 text"),
         (b"host.memory\n", "p.csv: no points"),
+        (b"host.memory,seed\n1GiB,1\n2GiB,1\n1GiB ,1\n", "p.csv:4: repeats the point of line 2"),
     ]:
         f.write_bytes(content)
         with pytest.raises(ValueError, match=expect):
@@ -269,3 +278,26 @@ def test_a_points_file_is_read_as_a_spreadsheet_writes_it_and_refused_when_ambig
     f.write_text("vm.g.memory\nlots\n")
     r = run_cli("sweep", "s.toml", "--points", "p.csv", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("error: --points p.csv: vm.g.memory=lots: ") and "--vary" not in r.stderr, r.stderr
+
+
+def test_a_sweep_writes_only_where_a_sweep_wrote_and_never_over_what_it_reads(tmp_path):
+    write(tmp_path)
+    args = ("sweep", "s.toml", "--vary", "vm.g.memory=96MiB", "--quiet")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "notes.txt").write_text("mine")
+    for out, what in [("docs", "notes.txt"), ("", "s.toml")]:
+        r = run_cli(*args, "--out", out, cwd=tmp_path)
+        assert r.returncode == 2 and "holds what no sweep wrote" in r.stderr and what in r.stderr, r.stderr
+    assert sorted(p.name for p in (tmp_path / "docs").iterdir()) == ["notes.txt"]
+    r = run_cli(*args, "--csv", "s.toml", cwd=tmp_path)
+    assert r.returncode == 2 and "--csv s.toml: is a file the sweep reads" in r.stderr, r.stderr
+    assert (tmp_path / "s.toml").read_text() == VARIANTS
+    # Its own folder, with a table --csv put there, is taken again; a damaged entry is named.
+    r = run_cli(*args, "--out", "out", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    r = run_cli(*args, "--out", "out", "--csv", "out/t.csv", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    entry = sorted((tmp_path / "out" / "runs").glob("*.json"))[0]
+    entry.write_text("[true, 5]")
+    r = run_cli(*args, "--out", "out", cwd=tmp_path)
+    assert r.returncode == 2 and f"{entry.name}: a damaged store entry" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -3,7 +3,12 @@
 import json
 import random
 import shutil
+import signal
 import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -129,8 +134,28 @@ def test_convert_writes_only_a_file_and_never_over_its_source(traces, tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     r = run_cli("trace", "convert", "loop.csv", "/dev/null", cwd=tmp_path)
     assert r.returncode == 2 and "exists and is not a regular file" in r.stderr, r.stderr
-    r = run_cli("trace", "convert", "loop.csv", "x.mvtrace", "--obj-id-col", "0", cwd=tmp_path)
-    assert r.returncode == 2 and "--obj-id-col" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    for col in ["0", "99999999999999999999"]:
+        r = run_cli("trace", "convert", "loop.csv", "x.mvtrace", "--obj-id-col", col, cwd=tmp_path)
+        assert r.returncode == 2 and "--obj-id-col" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_replay_longer_than_a_century_is_refused_and_a_long_one_interrupted(traces, tmp_path):
+    r = run_cli("trace", "replay", str(traces / "loop.csv"), "-c", "64", "--loops", "4294967295", "--compute", "3600000000000", cwd=tmp_path)
+    assert r.returncode == 2 and "years of simulated time; a run is at most a century" in r.stderr, r.stderr
+    # 21 billion references would take hours: Ctrl-C ends the replay, not its end.
+    exe = Path(sys.executable).parent / "memvisor"
+    p = subprocess.Popen([str(exe), "trace", "replay", str(traces / "loop.csv"), "-c", "64", "--loops", "4294967295"], cwd=tmp_path,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        time.sleep(2)
+        assert p.poll() is None, p.stderr.read()
+        p.send_signal(signal.SIGINT)
+        _, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130 and stderr.splitlines() == ["error: interrupted"], stderr
 
 
 def test_a_scenario_replays_a_trace_file_next_to_it(traces, tmp_path):

@@ -239,6 +239,26 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
         (false, None) => return Err(PyValueError::new_err(format!("{who}: a '{kind}' decision needs the vm_id of the VM it is for"))),
         _ => {}
     }
+    // A misspelt field would otherwise be ignored and its decision taken with another's value.
+    let fields: &[&str] = match action {
+        Action::SetBalloonTarget { .. } | Action::SetGrantLimit { .. } | Action::SetSwapTarget { .. } | Action::ShrinkFrontswap { .. } => {
+            &["bytes"]
+        }
+        Action::SetBlocked { .. } => &["blocked"],
+        Action::BreakLargePages { .. } => &["share_now"],
+        Action::SetSharing { .. } => &["run", "pages_to_scan", "sleep_ms"],
+        Action::SetMemoryState { .. } => &["state"],
+    };
+    for k in d.keys() {
+        let k = k.str()?.to_string();
+        // `text` is what a logged decision dict carries beside the rest (`decision_dict`).
+        if !["vm_id", "kind", "reason", "text"].contains(&k.as_str()) && !fields.contains(&k.as_str()) {
+            return Err(PyValueError::new_err(format!(
+                "{who}: a '{kind}' decision has no field '{k}' (its fields: vm_id, kind, {}, reason)",
+                fields.join(", ")
+            )));
+        }
+    }
     let reason = string("reason")?;
     if reason.trim().is_empty() {
         return Err(PyValueError::new_err(format!("{who}: every decision needs a reason")));

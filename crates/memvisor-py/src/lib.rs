@@ -211,24 +211,32 @@ impl Scenario {
     /// Files the scenario's `trace` workloads replay, as written.
     #[getter]
     fn trace_files(&self) -> Vec<String> {
-        let mut files: Vec<String> = self
-            .inner
-            .vms
-            .iter()
-            .flat_map(|v| &v.guest.workloads)
-            .filter_map(|w| match &w.spec {
-                memvisor::workloads::WorkloadSpec::Trace(t) => Some(t.file.clone()),
-                _ => None,
-            })
-            .collect();
-        files.sort();
-        files.dedup();
-        files
+        self.workload_files(|w| match &w.spec {
+            memvisor::workloads::WorkloadSpec::Trace(t) => Some(t.file.clone()),
+            _ => None,
+        })
+    }
+
+    /// Files the scenario's workloads take captured page contents from (`captured`), as loaded
+    /// (absolute paths).
+    #[getter]
+    fn captured_files(&self) -> Vec<String> {
+        self.workload_files(|w| w.mix.captured.as_ref().map(|c| c.path.clone()))
     }
 
     /// The scenario as resolved, every default filled in.
     fn to_toml(&self) -> String {
         self.inner.to_toml()
+    }
+}
+
+impl Scenario {
+    /// The distinct files `file` finds in the scenario's workloads, sorted.
+    fn workload_files(&self, file: impl Fn(&memvisor::workloads::WorkloadEntry) -> Option<String>) -> Vec<String> {
+        let mut files: Vec<String> = self.inner.vms.iter().flat_map(|v| &v.guest.workloads).filter_map(file).collect();
+        files.sort();
+        files.dedup();
+        files
     }
 }
 

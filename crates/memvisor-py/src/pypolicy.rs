@@ -25,14 +25,20 @@ impl PyPolicy {
         if name.trim().is_empty() {
             return Err(bad("its `name` must not be empty (decisions are logged under it)".into()));
         }
-        let period: Option<f64> =
-            attr("period_s")?.extract().map_err(|_| bad(format!("policy '{name}': period_s must be seconds (at least 0.001) or None")))?;
         // At least 1 ms, the shortest sample interval: a shorter one would spend the run calling
-        // Python (and 1e-12 s rounded to 0 ns would never let time advance).
+        // Python (and 1e-12 s rounded to 0 ns would never let time advance). At most what the
+        // clock's 64-bit nanoseconds hold (longer would silently mean "once"). Not a boolean,
+        // which Python would take for 1 s.
+        let must = format!("policy '{name}': period_s must be seconds from 0.001 to 1.8e10, or None");
+        let p = attr("period_s")?;
+        if p.is_instance_of::<pyo3::types::PyBool>() {
+            return Err(bad(format!("{must}, not a boolean")));
+        }
+        let period: Option<f64> = p.extract().map_err(|_| bad(must.clone()))?;
         if let Some(p) = period
-            && !(p >= 1e-3 && p.is_finite())
+            && !(p >= 1e-3 && p * 1e9 < u64::MAX as f64)
         {
-            return Err(bad(format!("policy '{name}': period_s must be seconds (at least 0.001) or None, got {p}")));
+            return Err(bad(format!("{must}, got {}", attr("period_s")?.repr()?)));
         }
         if !attr("decide")?.is_callable() {
             return Err(bad(format!("policy '{name}': decide must be a method")));

@@ -89,6 +89,26 @@ impl Simulation {
             })
             .collect();
         admit(s.host.memory, s.host.hypervisor, &adm)?;
+        // Every guest's boot backs its kernel's reservation at once: reservations past what the
+        // hypervisor leaves can never boot, and failing here spares building page state for them
+        // (a 1 TiB maxmem's is gigabytes).
+        let for_guests = s.host.memory - s.host.hypervisor;
+        let mut booted = 0;
+        for (i, v) in s.vms.iter().enumerate() {
+            let reserved = v.guest.reserved_pages as u64 * PAGE_SIZE;
+            booted += reserved;
+            if booted > for_guests {
+                return Err(format!(
+                    "VM '{}' cannot boot: its kernel's boot reservation of {} (kernel_reserved; by default it grows with \
+                     the memory, maxmem included) does not fit in the {} the hypervisor leaves{} (fewer or smaller VMs, \
+                     or a larger host)",
+                    v.guest.name,
+                    units::human_bytes(reserved),
+                    units::human_bytes(for_guests),
+                    if i == 0 { String::new() } else { format!(" after the {i} VMs before it") },
+                ));
+            }
+        }
         let frames = s.host.memory / PAGE_SIZE;
         let mut host = Host::new(frames);
         host.compressor = s.host.compressor;

@@ -114,13 +114,18 @@ fn reservations_above_the_host_are_refused_by_admission_control() {
 
 #[test]
 fn boot_reservations_past_the_host_are_refused_before_any_page_state_is_built() {
-    // The third guest's kernel reservation no longer fits: named, with the field that set it.
-    let e = load_err(&base("kernel_reserved = \"900MiB\"\ncount = 3").replace("\"4GiB\"", "\"2GiB\""));
-    assert!(e.contains("vm.g.kernel_reserved") && e.contains("VM 'g-3' cannot boot") && e.contains("after the 2 VMs before it"), "{e}");
-    // A maxmem whose memmap alone outgrows the host (1 TiB: 16 GiB of descriptors) is refused at
+    let boot_err = |text: String| {
+        let s = scenario::load(&text, "ok.toml", &[]).unwrap_or_else(|e| panic!("{e}")).remove(0);
+        memvisor::Simulation::new(&s).err().expect("cannot boot")
+    };
+    // The third guest's kernel reservation no longer fits.
+    let e = boot_err(base("kernel_reserved = \"900MiB\"\ncount = 3").replace("\"4GiB\"", "\"2GiB\""));
+    assert!(e.contains("VM 'g-3' cannot boot") && e.contains("of 900 MiB") && e.contains("after the 2 VMs before it"), "{e}");
+    // A maxmem whose memmap alone outgrows the host (1 TiB: 16 GiB of descriptors) fails at
     // once, not after gigabytes of the simulator's own page state.
-    let e = load_err(&base("maxmem = \"1TiB\"\nballoon = \"xen\"").replace("\"4GiB\"", "\"2GiB\""));
-    assert!(e.contains("vm.g.maxmem") && e.contains("(the default for its memory)") && !e.contains("before it"), "{e}");
+    let xen = base("maxmem = \"1TiB\"").replace("memory = \"4GiB\"", "memory = \"2GiB\"\nprofile = \"xen\"");
+    let e = boot_err(xen);
+    assert!(e.contains("VM 'g' cannot boot") && e.contains("maxmem included") && !e.contains("before it"), "{e}");
 }
 
 #[test]

@@ -452,16 +452,13 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
 
     let mut vms: Vec<VmSpec> = Vec::new();
     let mut names = std::collections::HashSet::new();
-    // Which [[vm]] each VM comes from, for errors found once all are known.
-    let mut group_of: Vec<usize> = Vec::new();
-    for (g, v) in raw.vm.iter().enumerate() {
+    for v in &raw.vm {
         for mut spec in resolve_vm(&c, v.get_ref(), &datastores, &costs, host.profile, host.tmem.is_some())? {
             spec.guest.seed = crate::rng::derive(seed, &[vms.len() as u64]);
             if !names.insert(spec.guest.name.clone()) {
                 return c.err(v.get_ref().name.span(), "vm.name", format!("two VMs are named '{}'", spec.guest.name));
             }
             vms.push(spec);
-            group_of.push(g);
         }
     }
     if vms.is_empty() {
@@ -474,35 +471,6 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
             );
         }
         return c.err(raw.name.span(), "vm", "the scenario has no [[vm]]");
-    }
-    // Every guest's boot backs its kernel's reservation at once; reservations past what the
-    // hypervisor leaves can never boot, and refusing here spares building page state for them
-    // (a 1 TiB maxmem's is gigabytes).
-    let for_guests = units::pages(host.memory - host.hypervisor);
-    let mut booted = 0u64;
-    for (i, spec) in vms.iter().enumerate() {
-        booted += spec.guest.reserved_pages as u64;
-        if booted > for_guests {
-            let raw_vm = raw.vm[group_of[i]].get_ref();
-            let (field, span) = match (&raw_vm.kernel_reserved, &raw_vm.maxmem) {
-                (Some(q), _) => ("kernel_reserved", q.span()),
-                (None, Some(q)) => ("maxmem", q.span()),
-                (None, None) => ("memory", raw_vm.memory.span()),
-            };
-            let before = if i == 0 { String::new() } else { format!(" after the {i} VMs before it") };
-            return c.err(
-                span,
-                &format!("vm.{}.{field}", raw_vm.name.get_ref().trim()),
-                format!(
-                    "VM '{}' cannot boot: its kernel's boot reservation of {}{} does not fit in the {} the hypervisor leaves{before} \
-                     (fewer or smaller VMs, or a larger host)",
-                    spec.guest.name,
-                    units::human_bytes(spec.guest.reserved_pages as u64 * PAGE_SIZE),
-                    if raw_vm.kernel_reserved.is_none() { " (the default for its memory)" } else { "" },
-                    units::human_bytes(host.memory - host.hypervisor),
-                ),
-            );
-        }
     }
     if host.policy.name == "xen-selfballoon" {
         // The driver's arithmetic counts ballooned pages out of MemTotal, as Xen's balloon does.
