@@ -16,7 +16,7 @@ from rich.text import Text
 from memvisor import _core, api
 from memvisor.console import USAGE, MemvisorError, Terminated, err, fmt, out, sigterm_as_interrupt, warn
 from memvisor.params import ByteSize, IntList, KeyValues
-from memvisor.runfolder import NotARunFolder, RunFolder, check_replaceable
+from memvisor.runfolder import NotARunFolder, RunFolder, check_replaceable, run_folder_around
 from memvisor.livecmd import manage_cmd, status_cmd
 from memvisor.plancmd import plan_cmd
 from memvisor.tracecmd import trace
@@ -291,8 +291,10 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
 
         tmp = out_dir / ".sweep.parquet.tmp"
         try:
-            with open(tmp, "wb") as f:  # a file object: pyarrow cannot take every path Python can
-                pq.write_table(pa.Table.from_pandas(runs, preserve_index=False), f)
+            # Written by Python: pyarrow cannot open every path Python can (a name that is not UTF-8).
+            buf = pa.BufferOutputStream()
+            pq.write_table(pa.Table.from_pandas(runs, preserve_index=False), buf)
+            tmp.write_bytes(buf.getvalue())
             tmp.replace(out_dir / "sweep.parquet")
         except OSError as e:
             raise MemvisorError(f"--out {out_dir}: {e.strerror or e}", 1) from None
@@ -533,6 +535,8 @@ def report_cmd(run: Path) -> None:
         out.print(f"wrote {report.write(run)}")
     except (FileNotFoundError, report.BadRun) as e:
         raise MemvisorError(str(e), USAGE) from None
+    except OSError as e:  # a folder it may not write, a full disk
+        raise MemvisorError(f"{run}: cannot write its report.html: {e.strerror or e}", 1) from None
 
 
 @main.command("compare")
@@ -545,9 +549,10 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
 
     if not out_path.name:
         raise MemvisorError("--out: give the file the overlaid report is written to, e.g. runs/compare.html", USAGE)
-    # A run folder's own files are the run's: the overlay goes beside them, never over one.
-    if (out_path.parent / "summary.json").is_file():
-        raise MemvisorError(f"--out {out_path}: inside a run folder ({out_path.parent}); write the overlaid report elsewhere", USAGE)
+    # A run folder's files are the run's, and a rerun replaces all inside it: the overlay goes elsewhere.
+    around = run_folder_around(out_path)
+    if around is not None:
+        raise MemvisorError(f"--out {out_path}: inside a run folder ({around}); write the overlaid report elsewhere", USAGE)
     try:
         # Folders are labelled by name, or by the path given where two share a name.
         names = [p.name for p in runs]
@@ -555,15 +560,16 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
     except (FileNotFoundError, report.BadRun) as e:
         raise MemvisorError(str(e), USAGE) from None
     loaded = [r for rs in per_folder for r in rs]
-    # Each run is set against the first folder's run of the same variant (or its first run).
+    # Each run is set against the first folder's run of the same variant, or its one run if it has
+    # no variants; a variant it lacks has no ratios (another variant's figures are no base).
     first_folder = per_folder[0]
-    base_of = {r.path.name: r for r in first_folder}
+    base_of = {r.variant: r for r in first_folder}
+    bases = [None] * len(first_folder) + [base_of.get(r.variant, base_of.get(None)) for r in loaded[len(first_folder):]]
     # The runtime first, once (it is often a report column too).
     keys = list(dict.fromkeys(["runtime_s"] + [k for r in loaded for vm in r.summary.get("vms", []) for k in (vm.get("report") or {})]))
     unfinished = _unfinished(keys, [(f"{r.label}/{vm['name']}", vm) for r in loaded for vm in r.summary.get("vms", []) if vm.get("runtime_s") is None])
     t = Table(Column("run", overflow="fold"), "vm", *keys, title=f"ratios against {runs[0].name}", caption="\n".join(unfinished) or None)
-    for i, r in enumerate(loaded):
-        base = None if i < len(first_folder) else base_of.get(r.path.name, first_folder[0])
+    for r, base in zip(loaded, bases):
         ref_vms = {vm["name"]: vm for vm in (base.summary.get("vms", []) if base else [])}
         for vm in r.summary.get("vms", []):
             ref = ref_vms.get(vm["name"], {})
@@ -575,6 +581,10 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
                 cells.append(fmt(v) + ratio)
             t.add_row(r.label, vm["name"], *cells)
     out.print(t)
+    for r, base in zip(loaded[len(first_folder):], bases[len(first_folder):]):
+        if base is None:
+            lacks = f"no variant {r.variant}" if r.variant else "variants, and this run has none"
+            out.print(f"{r.label}: no ratios ({runs[0].name} has {lacks})", highlight=False)
     # A manage run measures no runtime or report values: it is only in the overlaid charts.
     for r in loaded:
         if not r.summary.get("vms"):

@@ -58,10 +58,16 @@ class Run:
     decisions: list[dict]
     summary: dict
     scenario: str | None
+    variant: str | None = None  # None: the run folder's one run
 
 
 class BadRun(ValueError):
-    """A run folder's file that cannot be read as what a run writes there (damaged, or not ours)."""
+    """A folder that is not a run folder, or a run folder's file that is missing or cannot be read
+    as what a run writes there (damaged, or not ours)."""
+
+
+#: What every run folder with a time series holds (scenario.toml too, but a manage run's has none).
+NEEDED = ("timeseries.parquet", "summary.json", "decisions.jsonl")
 
 
 def _read(path: Path, what: str, read: Callable[[Path], object]):
@@ -71,50 +77,106 @@ def _read(path: Path, what: str, read: Callable[[Path], object]):
         raise BadRun(f"{path}: cannot be read as {what}: {e}") from None
 
 
+def _is_number(v) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def _json_object(path: Path) -> dict:
+    obj = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(obj, dict):
+        raise ValueError("not an object")
+    return obj
+
+
 def _summary(path: Path) -> dict:
-    summary = json.loads(path.read_text())
-    if not isinstance(summary, dict) or not isinstance(summary.get("vms", []), list):
+    summary = _json_object(path)
+    vms = summary.get("vms", [])
+    if not isinstance(vms, list):
         raise ValueError("not an object with a list of 'vms'")
+    for i, vm in enumerate(vms):
+        if not isinstance(vm, dict) or not isinstance(vm.get("name"), str):
+            raise ValueError(f"vms[{i}] is not an object with a 'name' (text)")
+        if not _is_number(vm.get("runtime_s")):
+            raise ValueError(f"vms[{i}].runtime_s is {vm['runtime_s']!r}; it is a number or null")
+        report = vm.get("report", {})
+        if not isinstance(report, dict) or not all(map(_is_number, report.values())):
+            raise ValueError(f"vms[{i}].report is not an object of numbers (or nulls)")
     return summary
+
+
+def _variants(path: Path) -> list[str]:
+    """The variants' folders a summary.json lists (empty: it lists none)."""
+    variants = _json_object(path).get("variants", [])
+    if not isinstance(variants, list):
+        raise ValueError("'variants' is not a list")
+    for i, v in enumerate(variants):
+        # A folder of its own directly inside, never a path leading elsewhere.
+        if not isinstance(v, dict) or not isinstance(v.get("folder"), str) or v["folder"] in ("", ".", "..") or "/" in v["folder"]:
+            raise ValueError(f"variants[{i}] is not an object with a 'folder' (the name of its subfolder)")
+    return [v["folder"] for v in variants]
 
 
 def _decisions(path: Path) -> list[dict]:
     out = []
-    for i, line in enumerate(path.read_text().splitlines(), start=1):
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         try:
-            out.append(json.loads(line))
+            rec = json.loads(line)
         except ValueError as e:
             raise ValueError(f"line {i}: {e}") from None
+        if not isinstance(rec, dict):
+            raise ValueError(f"line {i}: not an object")
+        out.append(rec)
     return out
+
+
+def _timeseries(path: Path):
+    import pandas as pd
+    import pyarrow as pa
+
+    # Its bytes: pyarrow cannot open every path Python can (a name that is not UTF-8), and its
+    # threads reading through a Python file object may abort the process at exit.
+    df = pd.read_parquet(pa.BufferReader(path.read_bytes()))
+    for col in ("time_s", "vm"):
+        if col not in df:
+            raise ValueError(f"lacks column '{col}' (not a memvisor time series)")
+    for col in df.columns:
+        text = col in ("vm", "state")
+        ok = pd.api.types.is_string_dtype(df[col]) if text else pd.api.types.is_numeric_dtype(df[col])
+        if not ok and not df[col].isna().all():
+            raise ValueError(f"column '{col}' holds {df[col].dtype} values, not {'text' if text else 'numbers'}")
+    return df
+
+
+def _run(d: Path, label: str, variant: str | None, why: str) -> Run:
+    for name in NEEDED:
+        if not (d / name).exists():
+            raise BadRun(f"{d}: {name} missing ({why})")
+    scen = d / "scenario.toml"
+    return Run(
+        label=label,
+        path=d,
+        timeseries=_read(d / "timeseries.parquet", "a time series (Parquet)", _timeseries),
+        decisions=_read(d / "decisions.jsonl", "decisions (JSON lines)", _decisions),
+        summary=_read(d / "summary.json", "a run summary (JSON)", _summary),
+        scenario=_read(scen, "a scenario (text)", lambda p: p.read_text(encoding="utf-8")) if scen.exists() else None,
+        variant=variant,
+    )
 
 
 def runs_in(folder: Path, label: str | None = None) -> list[Run]:
-    """The runs of a run folder: itself, or its variants' folders. A file that cannot be read
-    raises `BadRun`, naming it."""
-    import pandas as pd
-
+    """The runs of a run folder (a folder with a summary.json): itself, if it has a time series,
+    or the variants its summary.json lists. A missing file, or one that cannot be read, raises
+    `BadRun`, naming it."""
     folder = Path(folder)
+    summ = folder / "summary.json"
+    if not summ.is_file():
+        raise BadRun(f"{folder}: not a run folder (it has no summary.json)")
     if (folder / "timeseries.parquet").exists():
-        dirs = [folder]
-    else:
-        dirs = sorted(d for d in folder.iterdir() if (d / "timeseries.parquet").exists())
-        if not dirs:
-            raise FileNotFoundError(f"{folder}: no timeseries.parquet here or in its subfolders (not a run folder)")
-    out = []
-    for d in dirs:
-        dec = d / "decisions.jsonl"
-        summ = d / "summary.json"
-        scen = d / "scenario.toml"
-        name = d.name if d != folder else folder.name
-        out.append(Run(
-            label=f"{label}/{name}" if label and d != folder else (label or name),
-            path=d,
-            timeseries=_read(d / "timeseries.parquet", "a time series (Parquet)", pd.read_parquet),
-            decisions=_read(dec, "decisions (JSON lines)", _decisions) if dec.exists() else [],
-            summary=_read(summ, "a run summary (JSON)", _summary) if summ.exists() else {},
-            scenario=_read(scen, "a scenario (text)", Path.read_text) if scen.exists() else None,
-        ))
-    return out
+        return [_run(folder, label or folder.name, None, "a run folder with a time series has one")]
+    variants = _read(summ, "a run folder's summary (JSON)", _variants)
+    if not variants:
+        raise BadRun(f"{folder}: no timeseries.parquet, and its summary.json lists no variants: a run folder without a time series has nothing to report")
+    return [_run(folder / v, f"{label}/{v}" if label else v, v, f"the folder's summary.json lists variant {v}") for v in variants]
 
 
 def _thin(df):
@@ -267,8 +329,15 @@ def write(folder: Path, runs: list[Run] | None = None, title: str | None = None,
     """Writes `report.html` for the run folder (or `out` for other runs), atomically."""
     folder = Path(folder)
     runs = runs if runs is not None else runs_in(folder)
+    own = out is None
     out = out or folder / "report.html"
     tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(render(runs, title or folder.name), encoding="utf-8")
+    # A directory in the place of the run folder's own page is the folder's fault (`out` elsewhere
+    # is the caller's to check).
+    for p in (out, tmp) if own else ():
+        if p.is_dir():
+            raise BadRun(f"{p}: a directory, not a report: the run folder's report is written there; move it away")
+    # A folder name that is not UTF-8 (its bytes held as surrogates) is shown escaped.
+    tmp.write_text(render(runs, title or folder.name), encoding="utf-8", errors="backslashreplace")
     tmp.replace(out)
     return out

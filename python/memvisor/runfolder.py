@@ -17,7 +17,10 @@ def _write_one(r: RunResult, d: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.Table.from_pandas(r.timeseries, preserve_index=False), d / "timeseries.parquet")
+    # Written by Python: pyarrow cannot open every path Python can (a name that is not UTF-8).
+    buf = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pandas(r.timeseries, preserve_index=False), buf)
+    (d / "timeseries.parquet").write_bytes(buf.getvalue())
     (d / "summary.json").write_text(json.dumps(r.summary, indent=2) + "\n", encoding="utf-8")
     (d / "scenario.toml").write_text(r.scenario_toml, encoding="utf-8")
     with open(d / "decisions.jsonl", "w", encoding="utf-8") as f:
@@ -40,6 +43,12 @@ class NotARunFolder(ValueError):
 def is_run_folder(path: Path) -> bool:
     """Whether `path` is a run folder (a folder with a summary.json), which a new run may replace."""
     return path.is_dir() and not path.is_symlink() and (path / "summary.json").is_file()
+
+
+def run_folder_around(path: Path) -> Path | None:
+    """The run folder `path` is inside, at any depth, or None: what is written there goes when a
+    rerun replaces the folder."""
+    return next((p for p in Path(path).resolve().parents if is_run_folder(p)), None)
 
 
 def check_replaceable(path: Path) -> None:

@@ -1,12 +1,14 @@
 """report.html: self-contained, rendered by a real browser (Debian's Chromium, headless), and
 `compare` overlays runs."""
 
+import os
 import shutil
 import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 CHROMIUM = shutil.which("chromium")
@@ -24,7 +26,8 @@ class _Refs(HTMLParser):
 
 
 def memvisor(*args, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "memvisor.cli", *args], capture_output=True, text=True, cwd=cwd)
+    # A name that is not UTF-8 is printed as its bytes.
+    return subprocess.run([sys.executable, "-m", "memvisor.cli", *args], capture_output=True, text=True, errors="surrogateescape", cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +107,127 @@ def test_a_damaged_run_file_is_named_not_a_traceback(run_folder, tmp_path, file,
         p = memvisor(*args, cwd=tmp_path)
         assert p.returncode == 2 and f"damaged/8GiB/{file}: {expect}" in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert not (tmp_path / "c.html").exists()
+
+
+TINY = """
+name = "tiny"
+duration = "10s"
+[host]
+memory = "768MiB"
+[[datastore]]
+name = "d"
+device = "ssd"
+[[vm]]
+name = "a"
+memory = "128MiB"
+datastore = "d"
+workload = { kind = "stress", pages = "64MiB", passes = 3 }
+[[vm]]
+name = "b"
+memory = "128MiB"
+datastore = "d"
+workload = { kind = "stress", pages = "64MiB", passes = 3 }
+[[variant]]
+name = "v1"
+set = { "vm.a.memory" = "128MiB" }
+[[variant]]
+name = "v2"
+set = { "vm.a.memory" = "160MiB" }
+"""
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory) -> Path:
+    """A run folder of two variants, v1 and v2."""
+    d = tmp_path_factory.mktemp("variants")
+    (d / "tiny.toml").write_text(TINY)
+    p = memvisor("run", "tiny.toml", "--quiet", "--out", "A", cwd=d)
+    assert p.returncode == 0, p.stderr
+    return d / "A"
+
+
+def _bad_input(p: subprocess.CompletedProcess, *words: str) -> None:
+    assert p.returncode == 2 and "Traceback" not in p.stderr and all(w in p.stderr for w in words), p.stderr
+
+
+def _rewrite(change):
+    """Rewrites a time series with `change` made to its table."""
+    def rewrite(path: Path) -> None:
+        change(pd.read_parquet(path)).to_parquet(path)
+    return rewrite
+
+
+@pytest.mark.parametrize("file, spoil, expect", [
+    ("timeseries.parquet", Path.unlink, ["damaged/v2: timeseries.parquet missing", "lists variant v2"]),
+    ("summary.json", Path.unlink, ["damaged/v2: summary.json missing", "lists variant v2"]),
+    ("timeseries.parquet", _rewrite(lambda df: df.drop(columns="vm")), ["damaged/v2/timeseries.parquet:", "lacks column 'vm'"]),
+    ("timeseries.parquet", _rewrite(lambda df: df.drop(columns="time_s")), ["damaged/v2/timeseries.parquet:", "lacks column 'time_s'"]),
+    ("timeseries.parquet", _rewrite(lambda df: pd.DataFrame({"x": [1, 2]})), ["damaged/v2/timeseries.parquet:", "not a memvisor time series"]),
+    ("timeseries.parquet", _rewrite(lambda df: df.assign(MCTLSZ_MiB=df.MCTLSZ_MiB.astype(str))), ["damaged/v2/timeseries.parquet:", "'MCTLSZ_MiB'", "not numbers"]),
+    ("summary.json", '{"vms": [1, 2]}', ["damaged/v2/summary.json:", "vms[0] is not an object with a 'name'"]),
+    ("summary.json", '{"vms": [{"runtime_s": 3}]}', ["damaged/v2/summary.json:", "vms[0] is not an object with a 'name'"]),
+    ("summary.json", '{"vms": [{"name": ["a"]}]}', ["damaged/v2/summary.json:", "vms[0] is not an object with a 'name'"]),
+    ("summary.json", '{"vms": [{"name": "a", "report": [1]}]}', ["damaged/v2/summary.json:", "vms[0].report is not an object"]),
+    ("decisions.jsonl", "[1, 2]\n", ["damaged/v2/decisions.jsonl:", "line 1: not an object"]),
+    ("../summary.json", '{"variants": [{"folder": "../A"}]}', ["damaged/summary.json:", "variants[0] is not an object with a 'folder'"]),
+])
+def test_a_missing_or_wrongly_shaped_run_file_is_named(variants, tmp_path, file, spoil, expect):
+    damaged = tmp_path / "damaged"
+    shutil.copytree(variants, damaged)
+    f = damaged / "v2" / file
+    if isinstance(spoil, str):
+        f.write_text(spoil)
+    else:
+        spoil(f)
+    _bad_input(memvisor("report", str(damaged), cwd=tmp_path), *expect)
+    _bad_input(memvisor("compare", str(variants), str(damaged), "--out", str(tmp_path / "c.html"), cwd=tmp_path), *expect)
+    assert not (tmp_path / "c.html").exists()
+
+
+def test_compare_takes_no_ratio_against_another_variant(variants, tmp_path):
+    # B has v1 and v3 (v2's figures): v3 is set against nothing, and says so; v1 against A's v1.
+    b = tmp_path / "B"
+    shutil.copytree(variants, b)
+    (b / "v2").rename(b / "v3")
+    (b / "summary.json").write_text((b / "summary.json").read_text().replace('"v2"', '"v3"'))
+    p = memvisor("compare", str(variants), str(b), "--out", str(tmp_path / "c.html"), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    rows = {line.split("│")[1].strip() for line in p.stdout.splitlines() if "(1.00x)" in line}
+    assert rows == {"B/v1"}, p.stdout
+    assert "B/v3: no ratios (A has no variant v3)" in p.stdout
+
+
+@pytest.mark.parametrize("name", ["report.html", "report.html.tmp"])
+def test_a_directory_where_the_report_goes_is_named(variants, tmp_path, name):
+    folder = tmp_path / "A"
+    shutil.copytree(variants, folder)
+    (folder / "report.html").unlink()
+    (folder / name).mkdir()
+    _bad_input(memvisor("report", str(folder), cwd=tmp_path), f"A/{name}: a directory", "move it away")
+
+
+def test_a_folder_name_that_is_not_utf8_is_written_and_read(variants, tmp_path):
+    bad = tmp_path / os.fsdecode(b"bad\xff")
+    (tmp_path / "tiny.toml").write_text(TINY)
+    p = memvisor("run", "tiny.toml", "--quiet", "--out", str(bad), cwd=tmp_path)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    (bad / "report.html").unlink()
+    p = memvisor("report", str(bad), cwd=tmp_path)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    assert "<title>bad\\udcff</title>" in (bad / "report.html").read_text()
+    p = memvisor("compare", str(bad), str(variants), "--out", str(tmp_path / "c.html"), cwd=tmp_path)
+    assert p.returncode == 0 and "(1.00x)" in p.stdout, p.stderr
+
+
+def test_a_folder_that_is_not_a_run_folder_is_refused(variants, tmp_path):
+    # A folder of run folders (or any folder holding one) is not one: its summary.json marks one.
+    shutil.copytree(variants, tmp_path / "many" / "A")
+    for args in (["report", "many"], ["compare", str(variants), "many", "--out", "c.html"]):
+        _bad_input(memvisor(*args, cwd=tmp_path), "many: not a run folder", "no summary.json")
+    assert not (tmp_path / "many" / "report.html").exists() and not (tmp_path / "c.html").exists()
+
+
+def test_compare_writes_nowhere_inside_a_run_folder(variants, tmp_path):
+    out = variants / "sub" / "deeper" / "c.html"
+    _bad_input(memvisor("compare", str(variants), "--out", str(out), cwd=tmp_path), "inside a run folder", str(variants))
+    assert not (variants / "sub").exists()
