@@ -16,7 +16,7 @@ from rich.text import Text
 from memvisor import _core, api
 from memvisor.console import USAGE, MemvisorError, Terminated, err, fmt, out, sigterm_as_interrupt, warn
 from memvisor.params import ByteSize, IntList, KeyValues
-from memvisor.runfolder import NotARunFolder, RunFolder, check_replaceable, run_folder_around
+from memvisor.runfolder import NotARunFolder, RunFolder, check_replaceable, run_folder_around, write_parquet
 from memvisor.livecmd import manage_cmd, status_cmd
 from memvisor.plancmd import plan_cmd
 from memvisor.tracecmd import trace
@@ -259,8 +259,8 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
         raise MemvisorError(str(e), USAGE) from None
     if csv_path is not None:
         # The table must not replace what the sweep reads (a rerun would read the table).
-        read = {Path(spec).resolve()} | ({points_file.resolve()} if points_file else set())
-        read |= {f for per in grid.scenarios for s in per[:1] for f in input_files(s, grid.base)}
+        read = {p.resolve() for p in (Path(spec), points_file) if p is not None and p.is_file()}
+        read |= {f for per in grid.scenarios for s in per for f in input_files(s, grid.base)}
         if csv_path.resolve() in read:
             raise MemvisorError(f"--csv {csv_path}: is a file the sweep reads; name another", USAGE)
     key = grid.key
@@ -286,15 +286,10 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     except OSError as e:
         raise MemvisorError(f"{'--scheduler ' + scheduler if scheduler else '--out ' + str(out_dir)}: {e}", 1) from None
     if out_dir is not None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         tmp = out_dir / ".sweep.parquet.tmp"
         try:
             # Written by Python: pyarrow cannot open every path Python can (a name that is not UTF-8).
-            buf = pa.BufferOutputStream()
-            pq.write_table(pa.Table.from_pandas(runs, preserve_index=False), buf)
-            tmp.write_bytes(buf.getvalue())
+            write_parquet(runs, tmp)
             tmp.replace(out_dir / "sweep.parquet")
         except OSError as e:
             raise MemvisorError(f"--out {out_dir}: {e.strerror or e}", 1) from None

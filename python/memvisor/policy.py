@@ -10,8 +10,8 @@ dicts with every `VmView` field: `id`, `name`, `memory`, `reservation`, `limit`,
 `major_faults`, `memory_stall_ns`, `host_stall_ns`, `committed`, `guest_reserve`, `frontswap`,
 `frontswap_selfshrink`, `balloon_size`, `balloon_target`, `balloon_max`, `swapped`, `compressed`,
 `compression_cache`, `swap_target`, `large_pages`, `active_periods`, `active_sample` and
-`active_sample_now` (sizes in bytes; `committed`, `guest_reserve` and `frontswap` are None where
-the host cannot see them). Decisions are dicts made with the helpers below, which pass their values on as
+`active_sample_now` (sizes in bytes; `memory_stall_ns`, `host_stall_ns`, `guest_reserve` and
+`frontswap` are None where the host cannot see them). Decisions are dicts made with the helpers below, which pass their values on as
 given: the engine refuses a size that is not a non-negative integer (numpy integers are taken),
 a boolean for a number or a number for a boolean, naming the field and the value.
 """

@@ -112,7 +112,7 @@ def _variants(path: Path) -> list[str]:
     for i, v in enumerate(variants):
         # A folder of its own directly inside, never a path leading elsewhere.
         if not isinstance(v, dict) or not isinstance(v.get("folder"), str) or v["folder"] in ("", ".", "..") or "/" in v["folder"]:
-            raise ValueError(f"variants[{i}] is not an object with a 'folder' (the name of its subfolder)")
+            raise ValueError(f"variants[{i}] is not an object whose 'folder' names a subfolder of this one")
     return [v["folder"] for v in variants]
 
 
@@ -152,14 +152,17 @@ def _run(d: Path, label: str, variant: str | None, why: str) -> Run:
         if not (d / name).exists():
             raise BadRun(f"{d}: {name} missing ({why})")
     scen = d / "scenario.toml"
+    summary = _read(d / "summary.json", "a run summary (JSON)", _summary)
+    # A variant's folder given by itself still knows which variant it ran.
+    own = summary.get("variant")
     return Run(
         label=label,
         path=d,
         timeseries=_read(d / "timeseries.parquet", "a time series (Parquet)", _timeseries),
         decisions=_read(d / "decisions.jsonl", "decisions (JSON lines)", _decisions),
-        summary=_read(d / "summary.json", "a run summary (JSON)", _summary),
+        summary=summary,
         scenario=_read(scen, "a scenario (text)", lambda p: p.read_text(encoding="utf-8")) if scen.exists() else None,
-        variant=variant,
+        variant=variant if variant is not None else own if isinstance(own, str) else None,
     )
 
 

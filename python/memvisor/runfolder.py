@@ -12,15 +12,20 @@ from typing import Sequence
 from memvisor.api import RunResult
 
 
-def _write_one(r: RunResult, d: Path) -> None:
-    d.mkdir(parents=True, exist_ok=True)
+def write_parquet(df, path: Path) -> None:
+    """Writes a data frame as Parquet, the bytes written by Python: pyarrow cannot open every path
+    Python can (a folder name that is not UTF-8)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    # Written by Python: pyarrow cannot open every path Python can (a name that is not UTF-8).
     buf = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_pandas(r.timeseries, preserve_index=False), buf)
-    (d / "timeseries.parquet").write_bytes(buf.getvalue())
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), buf)
+    Path(path).write_bytes(buf.getvalue())
+
+
+def _write_one(r: RunResult, d: Path) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    write_parquet(r.timeseries, d / "timeseries.parquet")
     (d / "summary.json").write_text(json.dumps(r.summary, indent=2) + "\n", encoding="utf-8")
     (d / "scenario.toml").write_text(r.scenario_toml, encoding="utf-8")
     with open(d / "decisions.jsonl", "w", encoding="utf-8") as f:

@@ -21,7 +21,6 @@ import multiprocessing
 import os
 import re
 import signal
-import sys
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -244,23 +243,24 @@ STORE_ENTRY = re.compile(r"[0-9a-f]+\.json(\.tmp\d+)?")
 
 
 def refuse_foreign_out(out: Path) -> None:
-    """Raises ValueError unless `out` is new, empty, or an earlier sweep's folder (its `runs/`
-    store, `sweep.parquet`, and the tables `--csv` may have put beside them): a sweep writes there
-    and a later one trusts what it finds."""
+    """Raises ValueError unless `out` is new, empty, or an earlier sweep's folder (one with its
+    `runs/` store or `sweep.parquet`, where other files, such as `--csv` tables, may lie beside
+    them): a sweep writes there and a later one trusts what it finds."""
     if not out.exists():
         return
     if not out.is_dir():
         raise ValueError(f"--out {out}: is a file; name a new folder or an earlier sweep's")
-    mine = {"runs", "sweep.parquet", ".sweep.parquet.tmp"}
-    foreign = [p.name for p in out.iterdir() if p.name not in mine and not (p.suffix == ".csv" and p.is_file())]
-    store = out / "runs"
+    store, table = out / "runs", out / "sweep.parquet"
+    ours = store.is_dir() or table.is_file()
+    foreign = [p.name for p in out.iterdir() if p.name not in ("runs", "sweep.parquet") and not (ours and p.is_file())]
     if store.exists():
         foreign += [f"runs/{p.name}" for p in store.iterdir() if not (p.is_file() and STORE_ENTRY.fullmatch(p.name))] if store.is_dir() else ["runs"]
-    if (out / "sweep.parquet").exists() and not (out / "sweep.parquet").is_file():
+    if table.exists() and not table.is_file():
         foreign.append("sweep.parquet (not a file)")
     if foreign:
         shown = ", ".join(sorted(foreign)[:5]) + (", ..." if len(foreign) > 5 else "")
-        raise ValueError(f"--out {out}: holds what no sweep wrote ({shown}); name a new folder or an earlier sweep's")
+        raise ValueError(f"--out {out}: holds what no sweep wrote ({shown}); name a new folder or an earlier sweep's "
+                         "(one with its runs/ store or sweep.parquet)")
 
 
 class StoreError(ValueError):
@@ -279,23 +279,25 @@ def _stored(f: Path) -> tuple:
     return tuple(entry)
 
 
-def _imported_beside(policy: str, base: Path | None) -> list[Path]:
-    """The files of modules from `base` (the scenario's folder, not an environment inside it)
-    loaded once the policy is imported: what it imports from beside it, sorted."""
-    from memvisor import policy as pol
+def _imported_beside(policy: str, base: Path | None) -> tuple[Path, ...]:
+    """The files of the modules beside the scenario (in `base`) that a `python:` policy's module
+    imports, directly or through one another, found by reading their import statements (nothing
+    is run: a module that fails is the run's error to report). Sorted."""
+    from modulefinder import ModuleFinder
+
+    from memvisor.policy import PREFIX
 
     if base is None:
-        return []
-    pol.resolve(policy, base)
-    base, env = base.resolve(), Path(sys.prefix).resolve()
-    found = set()
-    for m in list(sys.modules.values()):
-        f = getattr(m, "__file__", None)
-        if f and f.endswith(".py"):
-            p = Path(f).resolve()
-            if p.is_relative_to(base) and not p.is_relative_to(env) and "site-packages" not in p.parts:
-                found.add(p)
-    return sorted(found)
+        return ()
+    module = policy[len(PREFIX):].partition(":")[0]
+    finder = ModuleFinder(path=[str(base)])  # only what lies beside the scenario is found
+    try:
+        finder.import_hook(module)
+    except (ImportError, SyntaxError, OSError, ValueError):
+        return ()
+    root = base.resolve()
+    files = {Path(m.__file__).resolve() for m in finder.modules.values() if m.__file__}
+    return tuple(sorted(f for f in files if f.is_relative_to(root)))
 
 
 def run_points(

@@ -145,11 +145,15 @@ MAX_COMPUTE_NS = 3_600 * 10**9
 MAX_REPLAY_NS = 100 * 31_557_600 * 10**9
 
 
+class ReplayTooLong(ValueError):
+    """A replay whose references alone would last past a run's longest duration."""
+
+
 def replay_trace(t, name: str, frames: int, mode: str, loops: int = 1, compute_ns: int = 0) -> dict:
     """Replays a loaded trace with `frames` frames available; returns references, faults, time."""
     refs = dict(t.info())["references"]
     if refs * loops * compute_ns > MAX_REPLAY_NS:
-        raise ValueError(f"--loops {loops} of {refs:,} references with --compute {compute_ns} ns between them is "
+        raise ReplayTooLong(f"--loops {loops} of {refs:,} references with --compute {compute_ns} ns between them is "
                          f"{refs * loops * compute_ns / 31_557_600e9:.3g} years of simulated time; a run is at most a century")
     text = _core.replay_scenario(name, t.n_pages, frames, mode, loops, compute_ns)
     (s,) = _core.load(text, f"replay:{name}")
@@ -184,7 +188,7 @@ def replay(source: Path, frames: int, mode: str, loops: int, compute_ns: int, as
         res = replay_trace(t, source.name, frames, mode, loops, compute_ns)
     except (_core.TraceError, _core.RunError) as e:
         raise MemvisorError(str(e), 1) from None
-    except ValueError as e:
+    except ReplayTooLong as e:
         raise MemvisorError(str(e), USAGE) from None
     if as_json:
         click.echo(json.dumps(res))

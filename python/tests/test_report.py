@@ -169,7 +169,7 @@ def _rewrite(change):
     ("summary.json", '{"vms": [{"name": ["a"]}]}', ["damaged/v2/summary.json:", "vms[0] is not an object with a 'name'"]),
     ("summary.json", '{"vms": [{"name": "a", "report": [1]}]}', ["damaged/v2/summary.json:", "vms[0].report is not an object"]),
     ("decisions.jsonl", "[1, 2]\n", ["damaged/v2/decisions.jsonl:", "line 1: not an object"]),
-    ("../summary.json", '{"variants": [{"folder": "../A"}]}', ["damaged/summary.json:", "variants[0] is not an object with a 'folder'"]),
+    ("../summary.json", '{"variants": [{"folder": "../A"}]}', ["damaged/summary.json:", "variants[0] is not an object whose 'folder' names a subfolder"]),
 ])
 def test_a_missing_or_wrongly_shaped_run_file_is_named(variants, tmp_path, file, spoil, expect):
     damaged = tmp_path / "damaged"
@@ -195,6 +195,10 @@ def test_compare_takes_no_ratio_against_another_variant(variants, tmp_path):
     rows = {line.split("│")[1].strip() for line in p.stdout.splitlines() if "(1.00x)" in line}
     assert rows == {"B/v1"}, p.stdout
     assert "B/v3: no ratios (A has no variant v3)" in p.stdout
+    # A variant's folder given by itself is set against the same variant (its summary names it).
+    p = memvisor("compare", str(variants), str(variants / "v2"), "--out", str(tmp_path / "c.html"), cwd=tmp_path)
+    assert p.returncode == 0 and "no ratios" not in p.stdout, p.stdout
+    assert {line.split("│")[1].strip() for line in p.stdout.splitlines() if "(1.00x)" in line} == {"v2"}, p.stdout
 
 
 @pytest.mark.parametrize("name", ["report.html", "report.html.tmp"])

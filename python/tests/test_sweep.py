@@ -297,7 +297,20 @@ def test_a_sweep_writes_only_where_a_sweep_wrote_and_never_over_what_it_reads(tm
     assert r.returncode == 0, r.stderr
     r = run_cli(*args, "--out", "out", "--csv", "out/t.csv", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
+    # Any file beside an earlier sweep's store is taken as the user's (a table, a note).
+    (tmp_path / "out" / "notes.txt").write_text("mine")
+    r = run_cli(*args, "--out", "out", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
     entry = sorted((tmp_path / "out" / "runs").glob("*.json"))[0]
     entry.write_text("[true, 5]")
     r = run_cli(*args, "--out", "out", cwd=tmp_path)
     assert r.returncode == 2 and f"{entry.name}: a damaged store entry" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_a_policy_that_fails_to_import_fails_its_cells_with_a_store(tmp_path):
+    # The store's identity reads the policy's imports without running it: the failure is the runs'.
+    (tmp_path / "pol.py").write_text("x = )\n")
+    write(tmp_path, VARIANTS.replace("[host]", '[host]\npolicy = "python:pol:P"'))
+    r = run_cli("sweep", "s.toml", "--vary", "vm.g.memory=96MiB", "--out", "out", "--csv", "t.csv", "--quiet", cwd=tmp_path)
+    assert r.returncode == 1 and "Traceback" not in r.stderr + r.stdout, r.stderr
+    assert "cells show a failed run" in r.stderr and "SyntaxError" in r.stdout, r.stdout

@@ -28,7 +28,8 @@ fn main() {
             continue;
         }
         let t0 = std::time::Instant::now();
-        let mut sim = memvisor::Simulation::new(&s).unwrap_or_else(|e| fail(1, e));
+        // Admission and boot refusals are the scenario's: bad input.
+        let mut sim = memvisor::Simulation::new(&s).unwrap_or_else(|e| fail(2, e));
         sim.run().unwrap_or_else(|e| fail(1, e));
         let r = sim.results();
         let vm = &r.summary.vms[0];

@@ -127,10 +127,10 @@ def manage(cfg: ManageConfig, out: Path, say: Callable[[str], None] = print) -> 
         "round_ms_median": sorted(round_s)[len(round_s) // 2] * 1e3 if round_s else None,
     }
     import pandas as pd
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    pq.write_table(pa.Table.from_pandas(pd.DataFrame(rows, columns=["time_s", "vm", "state", *columns]), preserve_index=False), out / "timeseries.parquet")
+    from memvisor.runfolder import write_parquet
+
+    write_parquet(pd.DataFrame(rows, columns=["time_s", "vm", "state", *columns]), out / "timeseries.parquet")
     _write_json(out / "summary.json", summary)
     from memvisor import report
 

@@ -812,8 +812,6 @@ fn resolve_vm(
         }
     };
     let zero_memory_at_ns = v.zero_memory_at.as_ref().map(|q| c.ns(q, &f("zero_memory_at"))).transpose()?;
-    // A Linux guest of a tmem host runs both clients unless told not to (the Xen frontend's
-    // `cleancache` and `frontswap` module parameters default to on).
     // Why this guest cannot run a tmem client, if it cannot.
     let no_client = || {
         if !tmem {
@@ -824,6 +822,8 @@ fn resolve_vm(
             None
         }
     };
+    // A Linux guest of a tmem host runs both clients unless told not to (the Xen frontend's
+    // `cleancache` and `frontswap` module parameters default to on).
     let mut clients = [false; 2];
     for (i, (b, name)) in [(&v.cleancache, "cleancache"), (&v.frontswap, "frontswap")].into_iter().enumerate() {
         clients[i] = b.as_ref().map_or(tmem && replacement == Replacement::Linux, |b| *b.get_ref());
@@ -877,7 +877,7 @@ fn resolve_vm(
             if let (true, Some((field, Some(span)))) = (os == "ilwaco", contents.into_iter().find(|(_, s)| s.is_some())) {
                 return c.err(
                     span,
-                    &f(&format!("workload.web-server.{field}")),
+                    &f(&format!("workload.{field}")),
                     "the Ilwaco guest's page contents are not modelled: Denali's host pages whole VMs and neither shares nor compresses them",
                 );
             }
