@@ -260,7 +260,8 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     if csv_path is not None:
         # The table must not replace what the sweep reads (a rerun would read the table).
         read = {p.resolve() for p in (Path(spec), points_file) if p is not None and p.is_file()}
-        read |= {f for per in grid.scenarios for s in per for f in input_files(s, grid.base)}
+        imports: dict = {}
+        read |= {f for per in grid.scenarios for s in per for f in input_files(s, grid.base, imports)}
         if csv_path.resolve() in read:
             raise MemvisorError(f"--csv {csv_path}: is a file the sweep reads; name another", USAGE)
     key = grid.key

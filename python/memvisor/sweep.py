@@ -209,10 +209,11 @@ def _task_id(toml: str, inputs: str = "") -> str:
     return hashlib.sha256(f"{_engine_id()}\n{toml}\n{inputs}".encode("utf-8")).hexdigest()[:32]
 
 
-def input_files(scenario, base: Path | None) -> list[Path]:
+def input_files(scenario, base: Path | None, imports: dict | None = None) -> list[Path]:
     """The files a run reads besides its scenario, resolved, each once: its traces, its captured
     page contents, and a policy module beside the scenario with the modules beside it that it
-    imports."""
+    imports. `imports` caches each policy's imports over the runs of one sweep (a sweep's points
+    mostly share one policy: its files are read once, not once a run)."""
     from memvisor.policy import PREFIX, module_file
     from memvisor.traces import resolve_trace_path
 
@@ -220,15 +221,19 @@ def input_files(scenario, base: Path | None) -> list[Path]:
     files += [Path(f) for f in scenario.captured_files]
     if scenario.policy.startswith(PREFIX):
         files.append(module_file(scenario.policy, base))
-        files += _imported_beside(scenario.policy, base)
+        cache = {} if imports is None else imports
+        key = (scenario.policy, base)
+        if key not in cache:
+            cache[key] = _imported_beside(scenario.policy, base)
+        files += cache[key]
     return list(dict.fromkeys(f.resolve() for f in files if f is not None and f.is_file()))
 
 
-def _inputs_id(scenario, base: Path | None, digests: dict[Path, str]) -> str:
-    """The contents of a run's `input_files` (an edited file is another run). `digests` caches
-    each file's hash."""
+def _inputs_id(scenario, base: Path | None, digests: dict[Path, str], imports: dict | None = None) -> str:
+    """The contents of a run's `input_files` (an edited file is another run). Over one sweep,
+    `digests` caches each file's hash and `imports` each policy's imports."""
     out = []
-    for f in input_files(scenario, base):
+    for f in input_files(scenario, base, imports):
         if f not in digests:
             h = hashlib.sha256()
             with f.open("rb") as r:
@@ -329,7 +334,8 @@ def run_points(
     if store is not None:
         store.mkdir(parents=True, exist_ok=True)
         digests: dict[Path, str] = {}
-        ids = [_task_id(t[0], _inputs_id(s, grid.base, digests)) for t, s in zip(tasks, (s for p in grid.scenarios for s in p))]
+        imports: dict = {}
+        ids = [_task_id(t[0], _inputs_id(s, grid.base, digests, imports)) for t, s in zip(tasks, (s for p in grid.scenarios for s in p))]
         for i, t in enumerate(tasks):
             f = store / f"{ids[i]}.json"
             if f.exists():
