@@ -110,11 +110,16 @@ pub fn parse_duration_ns(s: &str) -> Result<u64, String> {
     Ok(v.round() as u64)
 }
 
-/// Parses a bandwidth into bytes per second ("2Gbit/s", "550MB/s").
+/// The slowest bandwidth taken, bytes per second: a 4 KiB page then takes 4 s, and everything a
+/// run of at most 100 years could queue on the device stays within its nanosecond clock (below
+/// some 1e-6 B/s one page's transfer alone overflows it).
+pub const MIN_RATE: f64 = 1e3;
+
+/// Parses a bandwidth into bytes per second ("2Gbit/s", "550MB/s"), at least `MIN_RATE`.
 pub fn parse_rate(s: &str) -> Result<f64, String> {
     let v = parse_with(s, RATE_UNITS, "bandwidth", "550MB/s")?;
-    if v == 0.0 {
-        return Err(format!("'{s}': a bandwidth must be greater than zero"));
+    if v < MIN_RATE {
+        return Err(format!("'{s}': a bandwidth must be at least 1kB/s"));
     }
     Ok(v)
 }
@@ -203,7 +208,10 @@ mod tests {
         assert_eq!(parse_duration_ns("2.25ms").unwrap(), 2_250_000);
         assert_eq!(parse_duration_ns("30min").unwrap(), 1_800_000_000_000);
         assert_eq!(parse_rate("2Gbit/s").unwrap(), 250e6);
-        assert!(parse_rate("0MB/s").is_err());
+        assert!(parse_rate("0MB/s").unwrap_err().contains("at least 1kB/s"));
+        // Slow enough that a page's transfer time overflowed the device clock to zero.
+        assert!(parse_rate("1e-9B/s").is_err());
+        assert_eq!(parse_rate("1kB/s").unwrap(), MIN_RATE);
         assert_eq!(parse_count("1e9 touches").unwrap(), 1_000_000_000);
         assert!(parse_duration_ns("1e30s").unwrap_err().contains("at most 100 years"));
         assert!(parse_duration_ns("876601h").unwrap_err().contains("too long"));

@@ -109,6 +109,9 @@ fn denali_scenarios_are_checked() {
     // Page contents would be ignored: the denali host neither shares nor compresses.
     let e = bad(&|t| t.replace("rate = 1000 }", "rate = 1000, zero_pages = 0.5 }"));
     assert!(e.contains("workload.zero_pages") && e.contains("contents are not modelled"), "{e}");
+    // Refused as such, not as a file that is missing.
+    let e = bad(&|t| t.replace("rate = 1000 }", "rate = 1000, captured = \"no-such-pages.bin\" }"));
+    assert!(e.contains("workload.captured") && e.contains("contents are not modelled"), "{e}");
     let e = bad(&|t| t.replace("rate = 1000 }", "rate = 1000, document = \"0B\" }"));
     assert!(e.contains("document") && e.contains("at least 1 byte"), "{e}");
     // A host whose metadata leaves less than a page for guest pages has nothing to page with.

@@ -390,6 +390,24 @@ fn frontswap_self_shrink_without_frontswap_is_refused() {
 }
 
 #[test]
+fn tmem_is_refused_on_a_host_that_is_not_xen() {
+    let host = |profile: &str| {
+        one_guest("4GiB", "name = \"g\"\nmemory = \"1GiB\"\nworkload = { kind = \"stress\", passes = 1 }\n", "").replacen(
+            "[host]\n",
+            &format!("[host]\nprofile = \"{profile}\"\ntmem = true\n"),
+            1,
+        )
+    };
+    for profile in ["kvm", "esx"] {
+        let e = load_err(&host(profile));
+        assert!(e.contains("host.tmem") && e.contains(&format!("a {profile} host")) && e.contains("profile = \"xen\""), "{e}");
+    }
+    scenario::load(&host("xen"), "ok.toml", &[]).unwrap_or_else(|e| panic!("{e}"));
+    // Saying it is off is no claim about the host.
+    scenario::load(&host("kvm").replace("tmem = true", "tmem = false"), "ok.toml", &[]).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
 fn frontswap_self_shrink_says_why_frontswap_is_missing() {
     let tmem =
         |vm: &str| {

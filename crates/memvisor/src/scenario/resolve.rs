@@ -193,10 +193,18 @@ fn resolve_sharing(c: &Ctx, h: &RawHost, profile: HostProfile) -> Result<Option<
     }))
 }
 
-/// `[host]`'s tmem settings: off unless `tmem = true`; dedup and compression (Xen's `tmem_dedup`,
-/// `tmem_compress`, both off by default) apply only then.
-fn resolve_tmem(c: &Ctx, h: &RawHost, costs: &HostCosts) -> Result<Option<TmemSettings>, ScenarioError> {
+/// `[host]`'s tmem settings: off unless `tmem = true`, which only a Xen host has (transcendent
+/// memory is a Xen hypervisor feature; KVM, ESX and Denali have none); dedup and compression
+/// (Xen's `tmem_dedup`, `tmem_compress`, both off by default) apply only then.
+fn resolve_tmem(c: &Ctx, h: &RawHost, profile: HostProfile, costs: &HostCosts) -> Result<Option<TmemSettings>, ScenarioError> {
     let flag = |b: &Option<Spanned<bool>>| b.as_ref().is_some_and(|b| *b.get_ref());
+    if let Some(t) = h.tmem.as_ref().filter(|t| *t.get_ref() && profile != HostProfile::Xen) {
+        return c.err(
+            t.span(),
+            "host.tmem",
+            format!("is Xen's transcendent memory, which a {} host does not have (set host.profile = \"xen\")", profile.name()),
+        );
+    }
     if !flag(&h.tmem) {
         if let Some((span, field)) = [(&h.tmem_dedup, "host.tmem_dedup"), (&h.tmem_compress, "host.tmem_compress")]
             .into_iter()
@@ -354,7 +362,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         sample_interval_ns: c.opt_ns(&h.sample_interval, "host.sample_interval", DEFAULT_SAMPLE_NS)?,
         lookahead_ns: c.opt_ns(&h.lookahead, "host.lookahead", DEFAULT_LOOKAHEAD_NS)?,
         sharing: resolve_sharing(&c, h, profile)?,
-        tmem: resolve_tmem(&c, h, &host_costs)?,
+        tmem: resolve_tmem(&c, h, profile, &host_costs)?,
         vm_metadata: match &h.vm_metadata {
             Some(q) if profile != HostProfile::Denali => {
                 return c.err(q.span(), "host.vm_metadata", "is the denali profile's (set host.profile = \"denali\")");
@@ -843,6 +851,23 @@ fn resolve_vm(
     let mut workloads = Vec::new();
     if let Some(ws) = &v.workload {
         for w in ws {
+            // Before the workload is resolved: a captured file it names need not exist to be refused.
+            let r = w.get_ref();
+            let contents = [
+                ("content", r.content.as_ref().map(|x| x.span())),
+                ("zero_pages", r.zero_pages.as_ref().map(|x| x.span())),
+                ("common_pages", r.common_pages.as_ref().map(|x| x.span())),
+                ("duplicate_pages", r.duplicate_pages.as_ref().map(|x| x.span())),
+                ("program", r.program.as_ref().map(|x| x.span())),
+                ("captured", r.captured.as_ref().map(|x| x.span())),
+            ];
+            if let (true, Some((field, Some(span)))) = (os == "ilwaco", contents.into_iter().find(|(_, s)| s.is_some())) {
+                return c.err(
+                    span,
+                    &f(&format!("workload.{field}")),
+                    "the Ilwaco guest's page contents are not modelled: Denali's host pages whole VMs and neither shares nor compresses them",
+                );
+            }
             let entry = resolve_workload(c, w, &base_name, (memory_pages - reserved_pages) as u64 * PAGE_SIZE)?;
             if let (Some(_), Some(q)) = (entry.memory_limit, &w.get_ref().memory_limit)
                 && replacement != Replacement::Linux
@@ -864,22 +889,6 @@ fn resolve_vm(
             }
             if let (true, Some(q)) = (os == "ilwaco", &w.get_ref().memory_limit) {
                 return c.err(q.span(), &f("workload.memory_limit"), "the Ilwaco guest has no memory cgroups (its host pages it)");
-            }
-            let r = w.get_ref();
-            let contents = [
-                ("content", r.content.as_ref().map(|x| x.span())),
-                ("zero_pages", r.zero_pages.as_ref().map(|x| x.span())),
-                ("common_pages", r.common_pages.as_ref().map(|x| x.span())),
-                ("duplicate_pages", r.duplicate_pages.as_ref().map(|x| x.span())),
-                ("program", r.program.as_ref().map(|x| x.span())),
-                ("captured", r.captured.as_ref().map(|x| x.span())),
-            ];
-            if let (true, Some((field, Some(span)))) = (os == "ilwaco", contents.into_iter().find(|(_, s)| s.is_some())) {
-                return c.err(
-                    span,
-                    &f(&format!("workload.{field}")),
-                    "the Ilwaco guest's page contents are not modelled: Denali's host pages whole VMs and neither shares nor compresses them",
-                );
             }
             if os == "windows" && entry.spec.uses_files() {
                 return c.err(
