@@ -186,20 +186,30 @@ class DenaliBenchResult:
         return self.rss_mib - self.rss_loaded_mib
 
 
-_DENALI_CHILD = """
-import json, resource, sys, time
+#: The child's own peak resident memory, KiB: VmHWM, its address space's high-water mark. Not
+#: getrusage's ru_maxrss, which Linux carries across execve: a child started by `memvisor bench`
+#: after the other benchmarks reported the parent's peak (about 170 MiB) as its own, both children
+#: alike, so the run's share came out as 0.
+_PEAK_RSS = """
+def peak_kib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+"""
+
+_DENALI_CHILD = _PEAK_RSS + """
+import json, sys, time
 from memvisor import _core
 from memvisor.api import simulate
 (s,) = [x for x in _core.load(_core.case_text("denali-scale"), "denali-scale", []) if x.variant == sys.argv[1]]
 if sys.argv[2] == "load-only":
-    print(json.dumps({"rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+    print(json.dumps({"rss_kib": peak_kib()}))
     sys.exit(0)
 t0 = time.perf_counter()
 r = simulate(s, step_s=1e9)
 wall = time.perf_counter() - t0
 row = r.summary["vms"][0]["report"]
 print(json.dumps({"wall": wall, "events": row["sim_events"], "bytes": row["sim_bytes_per_paged_out_vm"], "meta": row["metadata_MiB"],
-                  "rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+                  "rss_kib": peak_kib()}))
 """
 
 
@@ -239,6 +249,7 @@ def run_live_rounds(n: int, rounds: int = 50, policy: str = "mom", memory_mib: i
     `Controller.tick` (QMP round trips, cgroup and /proc reads, the policy, balloon commands), and
     of `observe` alone. The host is given a budget below what the guests hold, so that the policy
     keeps deciding and applying."""
+    import shutil
     import statistics
     import tempfile
     import time
@@ -270,6 +281,7 @@ def run_live_rounds(n: int, rounds: int = 50, policy: str = "mom", memory_mib: i
     finally:
         for g in guests:
             g.stop()
+        shutil.rmtree(work, ignore_errors=True)
     ticks.sort()
     return LiveRoundResult(
         n, rounds, "KVM" if launch.kvm_usable() else "TCG",

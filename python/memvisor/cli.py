@@ -332,12 +332,20 @@ def bench(quick: bool, live: int | None) -> None:
         from memvisor.bench import LIVE_GUEST_MIB
 
         room = _meminfo_mib("MemAvailable")
-        if live * LIVE_GUEST_MIB > room:
-            raise MemvisorError(f"--live {live}: {live} guests of {LIVE_GUEST_MIB} MiB need more than this machine has available ({room:,} MiB)", USAGE)
+        # Each guest's cgroup lets QEMU hold its RAM and QEMU_HEADROOM beside it (under TCG an idle
+        # 128 MiB guest already holds over 200 MiB): counting the RAM alone would let the guests
+        # outgrow the machine.
+        each = LIVE_GUEST_MIB + (launch.QEMU_HEADROOM >> 20)
+        if live * each > room:
+            raise MemvisorError(f"--live {live}: {live} guests of {LIVE_GUEST_MIB} MiB, each with up to {each - LIVE_GUEST_MIB} MiB of QEMU's own, "
+                                f"need more than this machine has available ({room:,} MiB: room for {room // each:,})", USAGE)
         why = launch.available()
         if why:
             raise MemvisorError(f"bench --live cannot run on this machine: {why}", 77)
-        r = run_live_rounds(live, rounds=10 if quick else 50)
+        try:
+            r = run_live_rounds(live, rounds=10 if quick else 50)
+        except launch.GuestError as e:
+            raise MemvisorError(f"bench --live: {e}", 1) from None
         t = Table("VMs", "rounds", "guests on", "round ms (median)", "round ms (p90)", "observe ms (median)", "decisions", title="memvisor bench --live: observe/decide/apply over real guests")
         t.add_row(str(r.vms), str(r.rounds), r.accelerator, f"{r.round_ms_median:.1f}", f"{r.round_ms_p90:.1f}", f"{r.observe_ms_median:.1f}", str(r.decisions))
         out.print(t)
@@ -372,6 +380,13 @@ def _check_out(out_dir: Path) -> None:
         check_replaceable(out_dir)
     except NotARunFolder as e:
         raise MemvisorError(f"--out {e}", USAGE) from None
+
+
+def _refuse_twice(option: str, items) -> None:
+    """A list option's items each once: a validation point given twice would run, and count, twice."""
+    twice = [str(x) for x in dict.fromkeys(x for x in items if list(items).count(x) > 1)]
+    if twice:
+        raise MemvisorError(f"{option}: {', '.join(twice)} given more than once; give each once", USAGE)
 
 
 def _meminfo_mib(field: str = "MemTotal") -> int:
@@ -411,6 +426,9 @@ def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...] | 
     unknown = [p for p in patterns if p not in v.PATTERNS]
     if unknown or not patterns:
         raise click.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(v.PATTERNS)}", param_hint="--patterns")
+    # A point given twice would run twice and its miss count twice against "at most one miss per pattern".
+    _refuse_twice("--limits", limit_list or ())
+    _refuse_twice("--patterns", patterns)
     if limit_list is None:
         limit_list = tuple(max(1, round((working_set >> 20) * pct / 100)) for pct in (25, 42, 58, 75, 95))
     missing = v.missing_prerequisites(cgroup_root)
@@ -463,6 +481,7 @@ def ksm_cmd(out_dir: Path, mix_list: str | None, scans: int) -> None:
     unknown = [m for m in mixes if m not in vk.MIXES]
     if unknown or not mixes:
         raise click.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(vk.MIXES)}", param_hint="--mixes")
+    _refuse_twice("--mixes", mixes)
     missing = vk.missing_prerequisites()
     if missing:
         raise MemvisorError("validate ksm cannot run on this machine; it needs:", vk.SKIPPED, details=missing)
@@ -504,11 +523,24 @@ def balloon_cmd(out_dir: Path, memory: int, size: int, swap: int, hog: int, pass
 
     if size >= memory:
         raise MemvisorError(f"--size {size} must be below --memory {memory}", USAGE)
+    if hog >= size + swap:
+        # The guest's kernel refuses memhog's mapping (or OOM-kills it) after the guest has booted.
+        raise MemvisorError(f"--hog {hog}: memhog must fit in what the ballooned guest has, --size {size} MiB of memory and --swap {swap} MiB of swap; "
+                            f"give less than {size + swap}", USAGE)
     _check_out(out_dir)
+    headroom = launch.QEMU_HEADROOM >> 20
+    room = _meminfo_mib("MemAvailable")
+    if memory + headroom > room:
+        raise MemvisorError(f"--memory {memory}: a guest of {memory} MiB, and up to {headroom} MiB of QEMU's own beside it, needs more than this machine has available ({room:,} MiB)", USAGE)
     why = launch.available()
     if why:
         raise MemvisorError(f"validate balloon cannot run on this machine: {why}", 77)
-    r = vb.run(out_dir, memory, size, swap, hog, passes, log=lambda line: err.print(line, highlight=False))
+    try:
+        r = vb.run(out_dir, memory, size, swap, hog, passes, log=lambda line: err.print(line, highlight=False))
+    except launch.GuestError as e:
+        raise MemvisorError(f"validate balloon: {e}", 1) from None
+    except (_core.ScenarioError, _core.RunError) as e:
+        raise MemvisorError(f"validate balloon: the simulated twin: {e}", 1) from None
     t = Table("measure", "real guest", "simulated", "error", title=f"balloon: {memory} MiB guest ballooned to {size} MiB, memhog {hog} MiB x {passes}")
     for row in r["rows"]:
         t.add_row(row["measure"], fmt(row["real"]), fmt(row["simulated"]), "-" if row["error"] is None else f"{row['error']:+.1%}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from rich.table import Table
 from memvisor import _core
 from memvisor.console import USAGE, MemvisorError, err, fmt, out
 from memvisor.params import ByteSize, Number
+from memvisor.runfolder import NotARunFolder, check_location
 
 try:
     import tomllib
@@ -101,6 +103,14 @@ def _vm_options(vm: tuple[str, ...], floor: tuple[str, ...], config: Path | None
         specs.append(VmSpec(name, qmp))
     if twice := listed_twice([s.name for s in specs]):
         raise MemvisorError(f"VM {', '.join(twice)} listed twice (counting --config and --vm together); give each VM once", USAGE)
+    # One VM under two names: a QMP socket serves one client, so the second name would only ever
+    # read as a VM that does not answer.
+    by_socket: dict[str, VmSpec] = {}
+    for s in specs:
+        other = by_socket.setdefault(os.path.realpath(s.qmp), s)
+        if other is not s:
+            paths = other.qmp if other.qmp == s.qmp else f"{other.qmp} and {s.qmp}"
+            raise MemvisorError(f"VMs {other.name} and {s.name} are one QMP socket ({paths}): one VM, listed twice; give each VM once", USAGE)
     floors = _pairs(floor, "--floor")
     by_name = {s.name: s for s in specs}
     for name, size in floors.items():
@@ -133,7 +143,7 @@ def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, 
     """Run POLICY against the live KVM host: every period, observe the listed VMs (QMP, cgroups,
     /proc), decide, apply, and log each decision with its reason. SIGTERM stops it cleanly and
     leaves the balloons where they are."""
-    from memvisor.live.manage import ManageConfig, manage
+    from memvisor.live.manage import FolderInUse, ManageConfig, manage
 
     raw, specs = _vm_options(vm, floor, config)
     policy = policy or raw.get("policy")
@@ -151,12 +161,23 @@ def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, 
         rounds=rounds,
         host_memory=host_memory if host_memory is not None else (_size(raw["host_memory"], f"{config}: host_memory") if "host_memory" in raw else None),
     )
+    if host_memory == 0:
+        raise MemvisorError("--host-memory: must be larger than zero", USAGE)
     path = out_dir or Path("runs") / f"manage-{policy}"
     # It replaces an earlier manage run's folder, never a simulated run's or anything else.
     if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / "manage.json").is_file())):
         raise MemvisorError(f"--out {path}: exists and is not a manage run folder (it has no manage.json): name a new folder or an earlier manage run's", USAGE)
-    err.print(f"managing {', '.join(s.name for s in specs)} with '{policy}'{' (dry run)' if dry_run else ''}; run folder {path}", highlight=False)
-    summary = manage(cfg, path, say=lambda line: out.print(line, highlight=False))
+    try:
+        check_location(path)
+    except NotARunFolder as e:
+        raise MemvisorError(f"--out {e}", USAGE) from None
+    def started() -> None:
+        err.print(f"managing {', '.join(s.name for s in specs)} with '{policy}'{' (dry run)' if dry_run else ''}; run folder {path}", highlight=False)
+
+    try:
+        summary = manage(cfg, path, say=lambda line: out.print(line, highlight=False), started=started)
+    except FolderInUse as e:
+        raise MemvisorError(f"--out {e}", USAGE) from None
     left = ", ".join(f"{k} {fmt((v or 0) >> 20)} MiB" for k, v in summary["balloons_left_bytes"].items())
     err.print(f"{summary['stop']} after {summary['rounds']} rounds; balloons left where they are ({left or 'none reachable'})", highlight=False)
     for r in summary["restored"]:
@@ -170,6 +191,23 @@ def _status_table(status: dict) -> Table:
         t.add_row(v["name"], "yes" if v.get("reachable") else "no", mib(v.get("memory")), mib(v.get("balloon_size")), mib(v.get("balloon_target")),
                   mib(v.get("granted")), mib(v.get("guest_free")), fmt(v.get("swap_in")), fmt(v.get("major_faults")))
     return t
+
+
+def _manager_running(run: Path) -> bool:
+    """Whether a manager holds run folder `run` (it locks the folder while it runs)."""
+    import fcntl
+
+    try:
+        fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 @click.command("status")
@@ -194,6 +232,16 @@ def status_cmd(run, vm, config) -> None:
             raise MemvisorError(f"{run / 'status.json'}: not a manager's status ({e})", USAGE) from None
         age = time.time() - (run / "status.json").stat().st_mtime
         out.print(f"policy {status['policy']}, state {status['state'] or '-'}, as of {age:.0f} s ago{' (dry run)' if status['dry_run'] else ''}", highlight=False)
+        # A manager writes summary.json when it stops: the state above is then its last, not the host's now.
+        if (run / "summary.json").exists():
+            try:
+                s = json.loads((run / "summary.json").read_text(encoding="utf-8"))
+                how = f": {s['stop']} after {s['rounds']} rounds" if isinstance(s, dict) and {"stop", "rounds"} <= set(s) else ""
+            except (OSError, ValueError):
+                how = ""
+            out.print(f"the manager has stopped{how}; this was its last round, not the host's state now", highlight=False)
+        elif not _manager_running(run):
+            out.print("no manager is running with this folder, and none stopped cleanly (it was killed?): this was its last round, not the host's state now", highlight=False)
     else:
         from memvisor.live.livehost import LiveHost
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures.process import BrokenProcessPool
+
 import click
 from rich.table import Table
 
@@ -84,9 +86,13 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
 
     def size(text, what):
         try:
-            return _core.parse_bytes(text)
+            v = _core.parse_bytes(text)
         except ValueError as e:
             raise MemvisorError(f"{what}: {e}", USAGE) from None
+        if v % 4096:
+            # Every probe is a whole number of pages: the range's ends must be too.
+            raise MemvisorError(f"{what} {text}: a whole number of pages (4KiB), as the probed sizes are", USAGE)
+        return v
 
     if group is not None:
         if group not in groups:
@@ -137,11 +143,22 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
         refuse_sets_of(sets, ["seed"], "is set by plan, to each of --seeds in turn")
     except _core.ScenarioError as e:
         raise MemvisorError(str(e), USAGE) from None
+    # The range's ends as the scenario takes them, before any run: a value it refuses (a host of 0
+    # bytes) is the option's error, not a failed probe's.
+    for opt, v, given in [("--min", lo_v, lo), ("--max", hi_v, hi)]:
+        if given:
+            setting = f"{key}={fmt(v)}"
+            try:
+                api.load(spec, [*sets, setting], [variant] if variant else [])
+            except _core.ScenarioError as e:
+                raise MemvisorError(f"{opt} {given}: {str(e).removeprefix(f'--set {setting}: ')}", USAGE) from None
     planner = Planner(spec, vm, key, list(sets), list(seeds), jobs, fmt, variant)
     try:
         a = search(planner, lo_v, hi_v, grid_step, slowdown, generous_high=high)
     except (_core.ScenarioError, _core.RunError) as e:
         raise MemvisorError(str(e), 1) from None
+    except BrokenProcessPool as e:
+        raise MemvisorError(f"a worker process died: {e}", 1) from None
     t = Table(key, *[f"seed {x} runtime s" for x in seeds], "slowdowns", "within", title=f"{spec}: {what} keeping '{vm}' within {slowdown:g}x of {a.baseline:.1f} s")
     for v in sorted(a.probes):
         p = a.probes[v]

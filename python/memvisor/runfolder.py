@@ -56,13 +56,30 @@ def run_folder_around(path: Path) -> Path | None:
     return next((p for p in Path(path).resolve().parents if is_run_folder(p)), None)
 
 
+def check_location(path: Path) -> None:
+    """Refuses (NotARunFolder) a folder that cannot be made where it is asked for, or that would be
+    lost: one under a file (found only when the work is done and its folder is written), or one
+    inside a run folder (a rerun of that run replaces all inside it)."""
+    path = Path(path)
+    for p in path.absolute().parents:
+        if p.exists():
+            if not p.is_dir():
+                raise NotARunFolder(f"{path}: {p} is a file, not a folder; name a folder whose parents are folders")
+            break
+    around = run_folder_around(path)
+    if around is not None:
+        raise NotARunFolder(f"{path} is inside the run folder {around}, which a rerun replaces with all inside it; name a folder elsewhere")
+
+
 def check_replaceable(path: Path) -> None:
     """Refuses (NotARunFolder) a path a run may not write: a run replaces an earlier run's folder,
-    never anything else that happens to be there. Commands whose work is long or changes the
-    machine check it before they start."""
+    never anything else that happens to be there, and is not put where it would be lost
+    (`check_location`). Commands whose work is long or changes the machine check it before they
+    start."""
     path = Path(path)
     if (path.exists() or path.is_symlink()) and not is_run_folder(path):
         raise NotARunFolder(f"{path} exists and is not a run folder (it has no summary.json): name a new folder or an earlier run's")
+    check_location(path)
 
 
 class RunFolder:

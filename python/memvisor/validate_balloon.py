@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -24,7 +25,7 @@ from pathlib import Path
 from memvisor import _core
 from memvisor.live import launch
 from memvisor.live.livehost import LiveHost, VmSpec
-from memvisor.live.monitor import Monitor
+from memvisor.live.monitor import Monitor, Unreachable
 from memvisor.runfolder import RunFolder
 
 MIB = 1 << 20
@@ -46,29 +47,47 @@ class Side:
     MemFree_KiB: int
 
 
+async def _inflate(mon: Monitor, size: int, wait_s: float = 60.0, poll_s: float = 0.1) -> None:
+    """Has the balloon leave the guest `size` MiB and waits until it does; GuestError if it does
+    not within `wait_s` (the comparison is of a guest of that size, not of one the balloon did not
+    get there) or the monitor does not answer."""
+    deadline = time.monotonic() + wait_s
+    try:
+        await mon.cmd("balloon", {"value": size * MIB})
+        while (actual := (await mon.cmd("query-balloon"))["actual"]) > size * MIB:
+            if time.monotonic() > deadline:
+                raise launch.GuestError(f"the balloon did not take the guest down to {size} MiB within {wait_s:g} s (it is at {actual / MIB:.0f} MiB)")
+            await asyncio.sleep(poll_s)
+    except Unreachable as e:
+        raise launch.GuestError(f"the guest's monitor: {e}") from None
+    finally:
+        await mon.close()
+
+
 def _real(memory: int, size: int, swap: int, hog: int, passes: int, log) -> tuple[Side, dict, float, int]:
+    # The guest's sockets, log and swap disk: removed with it, whatever became of the run.
     work = Path(tempfile.mkdtemp(prefix="memvisor-validate-balloon-"))
+    try:
+        return _real_in(work, memory, size, swap, hog, passes, log)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _real_in(work: Path, memory: int, size: int, swap: int, hog: int, passes: int, log) -> tuple[Side, dict, float, int]:
     with launch.Guest("guest", work, memory, swap_mib=swap) as g:
         log(f"real guest booted in {g.wait_ready():.1f} s ({'KVM' if launch.kvm_usable() else 'TCG'})")
         reserved = memory * MIB - g.meminfo()["MemTotal"] * 1024
         mon = Monitor("validate", g.qmp2, 5.0)
 
-        async def inflate():
-            await mon.cmd("balloon", {"value": size * MIB})
-            for _ in range(600):
-                if (await mon.cmd("query-balloon"))["actual"] <= size * MIB:
-                    break
-                await asyncio.sleep(0.1)
-            await mon.close()
-
-        asyncio.run(inflate())
+        asyncio.run(_inflate(mon, size))
         idle = g.meminfo()
         before = g.vmstat()
         t0 = time.monotonic()
         out = g.sh(f"memhog {hog} {passes}", timeout_s=1800)
         wall = time.monotonic() - t0
         if f"pass {passes} " not in out:
-            raise RuntimeError(f"memhog did not finish in the guest: {out[-300:]!r}")
+            raise launch.GuestError(f"memhog {hog} {passes} did not finish in the guest ({memory} MiB ballooned to {size} MiB, {swap} MiB of swap): "
+                                    f"{' '.join(out.split())[-300:] or 'it printed nothing'}")
         after = g.vmstat()
         mi = g.meminfo()
         real = Side(

@@ -364,6 +364,9 @@ def test_run_can_pick_variants(tmp_path, small_scenario):
     ("[[vm]]\nname = 'a'\nqmp = '/x'\nshares = true\n", "vm[0].shares: must be a positive integer"),
     ("[[vm]]\nname = 'a'\nqmp = '/x'\n[[vm]]\nname = 'a'\nqmp = '/y'\n", "VM a listed twice"),
     ("[[vm]]\nname = 'b'\nqmp = '/x'\n", "VM b listed twice"),
+    # One socket under two names: the second only ever read as a VM that does not answer.
+    ("[[vm]]\nname = 'c'\nqmp = '/nonexistent.sock'\n", "VMs c and b are one QMP socket (/nonexistent.sock)"),
+    ("[[vm]]\nname = 'c'\nqmp = '/./nonexistent.sock'\n", "VMs c and b are one QMP socket (/./nonexistent.sock and /nonexistent.sock)"),
 ])
 def test_a_manage_config_is_checked_before_any_vm_is_touched(tmp_path, config, expect):
     (tmp_path / "m.toml").write_text("policy = 'pressure'\n" + config)
@@ -455,4 +458,278 @@ def test_ctrl_c_while_a_vm_keeps_silent_leaves_one_line(tmp_path):
 
 def test_bench_live_refuses_more_guests_than_the_machine_holds(tmp_path):
     r = memvisor("bench", "--live", "100000", cwd=tmp_path)
-    assert r.returncode == 2 and "--live 100000: 100000 guests of 128 MiB need more than this machine has available" in r.stderr, r.stderr
+    assert r.returncode == 2 and "--live 100000: 100000 guests of 128 MiB, each with up to 384 MiB of QEMU's own, need more than this machine has available" in r.stderr, r.stderr
+
+
+# -- where run folders go, the manager's folder, status, bench --live and validate balloon's checks
+
+
+class _FakeHost:
+    """A live host with no VMs, for the manager's folder handling (no QEMU, no cgroups)."""
+
+    fail = False
+
+    def __init__(self, vms, **kw):
+        self.vms, self.events, self.state, self.start = [], [], "", time.monotonic()
+
+    def observe(self) -> dict:
+        if self.fail:
+            raise RuntimeError("(test) the host cannot be read")
+        return {"time_ns": 0, "host_memory": 1 << 30, "host_free": 1 << 29, "host_available": 1 << 29, "hypervisor": 0,
+                "sharing": {"run": False, "pages_to_scan": 100, "sleep_ms": 20, "pages_shared": 0, "pages_sharing": 0}, "vms": []}
+
+    def apply(self, d) -> str:
+        return "applied"
+
+    def close(self) -> list:
+        return []
+
+
+def _no_machine(monkeypatch):
+    """Were an argument accepted, each validation and bench --live would stop at its prerequisites
+    (exit 77) rather than touch the machine."""
+    from memvisor import bench, validate, validate_ksm
+    from memvisor.live import launch
+
+    monkeypatch.setattr(validate, "missing_prerequisites", lambda root: ["(test) nothing"])
+    monkeypatch.setattr(validate_ksm, "missing_prerequisites", lambda: ["(test) nothing"])
+    monkeypatch.setattr(launch, "available", lambda: "(test) no guests here")
+
+    def started(*a, **kw):
+        raise AssertionError("started real guests")
+
+    monkeypatch.setattr(bench, "run_live_rounds", started)
+
+
+def test_an_out_under_a_file_or_inside_a_run_folder_is_refused_before_anything_runs(tmp_path, small_scenario, monkeypatch):
+    """A folder under a file was found only when the work was done (a traceback after the whole
+    validation); one inside a run folder was written there, to go when that run is rerun."""
+    from click.testing import CliRunner
+
+    assert memvisor("run", str(small_scenario), "--quiet", "--out", "sim", cwd=tmp_path).returncode == 0
+    (tmp_path / "afile").write_text("x")
+    before = sorted(p.name for p in (tmp_path / "sim").iterdir())
+    for out, expect in [("afile/sub", "afile is a file, not a folder"), ("sim/inner", "is inside the run folder")]:
+        for args in (["run", str(small_scenario), "--quiet"], ["manage", "pressure", "--vm", "a=/nonexistent.sock", "--dry-run", "--rounds", "1"]):
+            r = memvisor(*args, "--out", out, cwd=tmp_path)
+            assert r.returncode == 2 and expect in r.stderr and "Traceback" not in r.stderr, (args, out, r.stderr)
+        _no_machine(monkeypatch)
+        monkeypatch.chdir(tmp_path)
+        for form in (["linux-paging"], ["ksm"], ["balloon"]):
+            r = CliRunner().invoke(cli.main, ["validate", *form, "--out", out])
+            assert r.exit_code == 2 and f"--out {out}" in r.output and expect in r.output, (form, out, r.output)
+    assert (tmp_path / "afile").read_text() == "x"
+    assert sorted(p.name for p in (tmp_path / "sim").iterdir()) == before
+
+
+def test_manage_refuses_a_zero_host_memory_and_a_folder_another_manager_runs_in(tmp_path):
+    import fcntl
+    import os
+
+    r = memvisor("manage", "pressure", "--vm", "a=/nonexistent.sock", "--dry-run", "--rounds", "1", "--host-memory", "0B", "--out", "o", cwd=tmp_path)
+    assert r.returncode == 2 and "--host-memory: must be larger than zero" in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()
+    # A dry run with the default folder of a running manager (runs/manage-POLICY) truncated its
+    # decisions.jsonl under it and removed its status.json.
+    run = tmp_path / "runs" / "manage-pressure"
+    run.mkdir(parents=True)
+    (run / "manage.json").write_text("{}")
+    (run / "decisions.jsonl").write_text('{"kept": true}\n')
+    (run / "status.json").write_text("{}")
+    fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as a running manager holds it
+        r = memvisor("manage", "pressure", "--vm", "a=/nonexistent.sock", "--dry-run", "--rounds", "1", cwd=tmp_path)
+    finally:
+        os.close(fd)
+    assert r.returncode == 2 and "another manager is running with this run folder" in r.stderr and "managing" not in r.stderr, r.stderr
+    assert (run / "decisions.jsonl").read_text() == '{"kept": true}\n' and (run / "status.json").exists()
+
+
+def test_a_manage_run_that_fails_leaves_no_earlier_runs_report(tmp_path, monkeypatch):
+    from memvisor.live import manage as m
+
+    monkeypatch.setattr(m, "LiveHost", type("Failing", (_FakeHost,), {"fail": True}))
+    out = tmp_path / "run"
+    out.mkdir()
+    for name in ("manage.json", "summary.json", "report.html", "status.json"):
+        (out / name).write_text("{}")
+    with pytest.raises(Exception, match="cannot be read"):
+        m.manage(m.ManageConfig("pressure", [], period_s=0.1, rounds=2), out)
+    left = sorted(p.name for p in out.iterdir())
+    assert "report.html" not in left and "summary.json" not in left, left
+
+
+def test_a_second_signal_while_the_manager_writes_its_folder_leaves_it_whole(tmp_path, monkeypatch):
+    import os
+
+    from memvisor import report
+    from memvisor.live import manage as m
+
+    monkeypatch.setattr(m, "LiveHost", _FakeHost)
+    real_write = report.write
+
+    def interrupted_write(*a, **kw):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C again as the manager writes what it ends with
+        return real_write(*a, **kw)
+
+    monkeypatch.setattr(report, "write", interrupted_write)
+    out = tmp_path / "run"
+    try:
+        summary = m.manage(m.ManageConfig("pressure", [], period_s=0.1, rounds=1), out)
+    except KeyboardInterrupt:
+        pytest.fail("the signal interrupted the writing of the run folder")
+    assert summary["rounds"] == 1
+    assert (out / "summary.json").exists() and (out / "report.html").exists()
+
+
+def test_status_says_when_the_manager_is_no_longer_running(tmp_path):
+    import fcntl
+    import os
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"time_s": 1.0, "policy": "pressure", "state": "", "dry_run": False, "vms": [{"name": "a", "reachable": False}]}))
+    fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        r = memvisor("status", "run", cwd=tmp_path)
+    finally:
+        os.close(fd)
+    assert r.returncode == 0 and "stopped" not in r.stdout and "no manager is running" not in r.stdout, r.stdout
+    r = memvisor("status", "run", cwd=tmp_path)  # killed: no lock, no summary
+    assert r.returncode == 0 and "no manager is running with this folder" in r.stdout, r.stdout
+    (run / "summary.json").write_text(json.dumps({"stop": "stopped on SIGTERM", "rounds": 7}))
+    r = memvisor("status", "run", cwd=tmp_path)
+    assert r.returncode == 0 and "the manager has stopped: stopped on SIGTERM after 7 rounds" in r.stdout, r.stdout
+
+
+def test_a_socket_given_by_a_relative_path_finds_its_process(tmp_path, monkeypatch):
+    """/proc/net/unix names the path QEMU bound (absolute); a VM given as a relative path had no
+    process, so no cgroup: its granted memory read 0 and grant limits were 'not in a cgroup'."""
+    import os
+    import socket
+
+    from memvisor.live import hostfs
+
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.bind(str(tmp_path / "vm.qmp"))
+        s.listen(1)
+        monkeypatch.chdir(tmp_path)
+        assert hostfs.socket_pid(str(tmp_path / "vm.qmp")) == os.getpid()
+        assert hostfs.socket_pid("vm.qmp") == os.getpid()
+        assert hostfs.socket_pid("./vm.qmp") == os.getpid()
+    finally:
+        s.close()
+
+
+def test_bench_live_counts_qemus_own_memory_and_a_guest_failure_is_one_line(monkeypatch):
+    from click.testing import CliRunner
+
+    from memvisor import bench
+    from memvisor.live import launch
+
+    _no_machine(monkeypatch)
+    monkeypatch.setattr(launch, "available", lambda: None)
+    monkeypatch.setattr(cli, "_meminfo_mib", lambda field="MemTotal": 1000)
+    # 3 x 128 MiB fit in 1000 MiB, but each guest's QEMU may hold 384 MiB more (216 MiB idle under TCG).
+    r = CliRunner().invoke(cli.main, ["bench", "--live", "3"])
+    assert r.exit_code == 2 and "--live 3: 3 guests of 128 MiB, each with up to 384 MiB of QEMU's own" in r.output and "(1,000 MiB: room for 1)" in r.output, r.output
+
+    def fails(n, rounds):
+        raise launch.GuestError("guest g0: no serial console (QEMU exited with status 1: no KVM)")
+
+    monkeypatch.setattr(bench, "run_live_rounds", fails)
+    r = CliRunner().invoke(cli.main, ["bench", "--live", "1"])
+    assert r.exit_code == 1 and "error: bench --live: guest g0: no serial console" in r.output, r.output
+
+
+def test_bench_live_removes_its_work_folder(tmp_path, monkeypatch):
+    import tempfile
+
+    from memvisor import bench
+    from memvisor.live import launch
+
+    def no_guest(*a, **kw):
+        raise launch.GuestError("(test) no guest")
+
+    monkeypatch.setattr(launch, "Guest", no_guest)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(launch.GuestError):
+        bench.run_live_rounds(1)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_validate_balloon_checks_its_sizes_and_a_guest_failure_is_one_line(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from memvisor import validate_balloon as vb
+    from memvisor.live import launch
+
+    _no_machine(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(cli, "_meminfo_mib", lambda field="MemTotal": 4000)
+    for args, expect in [
+        # The guest booted, then memhog's mmap failed: a traceback after the boot.
+        (["--memory", "128", "--size", "64", "--swap", "16", "--hog", "200"], "--hog 200: memhog must fit in what the ballooned guest has, --size 64 MiB of memory and --swap 16 MiB"),
+        # A guest larger than the machine: its cgroup's limit no longer guards the machine.
+        (["--memory", "8000"], "--memory 8000: a guest of 8000 MiB, and up to 384 MiB of QEMU's own beside it, needs more than this machine has available (4,000 MiB)"),
+    ]:
+        r = CliRunner().invoke(cli.main, ["validate", "balloon", *args, "--out", "v"])
+        assert r.exit_code == 2 and expect in r.output, (args, r.output)
+    monkeypatch.setattr(launch, "available", lambda: None)
+
+    def fails(*a, **kw):
+        raise launch.GuestError("memhog 320 3 did not finish in the guest (512 MiB ballooned to 256 MiB, 256 MiB of swap): memhog: mmap: Cannot allocate memory")
+
+    monkeypatch.setattr(vb, "run", fails)
+    r = CliRunner().invoke(cli.main, ["validate", "balloon", "--out", "v"])
+    assert r.exit_code == 1 and "error: validate balloon: memhog 320 3 did not finish" in r.output, r.output
+    assert not (tmp_path / "v").exists()
+
+
+def test_validate_balloon_removes_its_guests_folder_and_refuses_a_balloon_short_of_its_size(tmp_path, monkeypatch):
+    import asyncio
+    import tempfile
+
+    from memvisor import validate_balloon as vb
+    from memvisor.live import launch
+
+    def fails(work, *a):
+        assert work.is_dir()
+        raise launch.GuestError("(test) no guest")
+
+    monkeypatch.setattr(vb, "_real_in", fails)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(launch.GuestError):
+        vb._real(512, 256, 256, 320, 3, log=lambda _: None)
+    assert list(tmp_path.iterdir()) == [], "its swap disk, sockets and log went with the guest"
+
+    class Stuck:
+        """A monitor whose guest never gives the balloon what it asks."""
+
+        closed = False
+
+        async def cmd(self, name, args=None):
+            return {"actual": 300 << 20} if name == "query-balloon" else {}
+
+        async def close(self):
+            Stuck.closed = True
+
+    # It went on after 60 s and compared a guest of 300 MiB as one of 256.
+    with pytest.raises(launch.GuestError, match="did not take the guest down to 256 MiB within 0.05 s .it is at 300 MiB"):
+        asyncio.run(vb._inflate(Stuck(), 256, wait_s=0.05, poll_s=0.01))
+    assert Stuck.closed
+
+
+def test_the_denali_benchs_peak_memory_is_the_childs_own():
+    """getrusage's ru_maxrss survives execve: a child of `memvisor bench` (after the other
+    benchmarks) reported the parent's peak as its own, and 'of it, the run' came out as 0."""
+    from memvisor import bench
+
+    held = bytearray(256 << 20)
+    held[::4096] = b"\1" * len(held[::4096])  # resident, not just reserved
+    r = subprocess.run([sys.executable, "-c", bench._PEAK_RSS + "print(peak_kib())"], capture_output=True, text=True, check=True)
+    assert int(r.stdout) < 128 << 10, f"{int(r.stdout) >> 10} MiB: the parent's 256 MiB counted as the child's"
+    del held

@@ -213,3 +213,14 @@ def test_grant_limits_and_ksm_are_set_and_restored(guests, tmp_path):
     assert ksm and ksm[0]["outcome"] == "applied", decisions(tmp_path / "mom")
     assert {k: int((hostfs.KSM / k).read_text()) for k in hostfs.KSM_KNOBS} == ksm_before
     assert "restored KSM run" in stderr
+
+
+def test_a_guest_qemu_cannot_start_says_what_qemu_said(tmp_path):
+    """The error names QEMU's own message (its log sits in a work folder removed with the guest),
+    as a GuestError the commands turn into one line."""
+    t0 = time.monotonic()
+    with pytest.raises(launch.GuestError, match="QEMU exited with status 1: .*cannot set up guest memory"):
+        launch.Guest("huge", tmp_path, 100_000_000)  # 100 TB: QEMU cannot reserve it and exits at once
+    assert time.monotonic() - t0 < 30
+    name = f"memvisor-{os.getpid()}-huge"
+    assert not (Path("/sys/fs/cgroup") / name).exists() and not (Path("/sys/fs/cgroup/memory") / name).exists(), "its cgroup went with it"

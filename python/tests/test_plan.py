@@ -110,6 +110,11 @@ def test_plan_refuses_bad_questions_by_the_option_given(tmp_path: Path):
         (["--host-memory", "--min", "256MiB", "--seeds", "1,1"], "--seeds 1,1: each seed once"),
         (["--host-memory", "--min", "256MiB", "--seeds", "99999999999999999999"], "is above 9223372036854775807"),
         (["--host-memory", "--min", "256MiB", "--variant", "x"], str(spec) + ": no variant x (variants: none)"),
+        # The range's ends: whole pages, as every probe is (1B..2B probed "0 pages" twice), and
+        # values the scenario takes (a 0B host was a failed probe's "--set host.memory=0MiB", exit 1).
+        (["--reservation", "--min", "1B", "--max", "2B"], "--min 1B: a whole number of pages (4KiB)"),
+        (["--host-memory", "--min", "256MiB", "--max", "1000000B"], "--max 1000000B: a whole number of pages (4KiB)"),
+        (["--host-memory", "--min", "0B", "--max", "1GiB"], "--min 0B: host.memory: must be at least one page"),
     ]:
         p = subprocess.run(base + args, capture_output=True, text=True)
         assert p.returncode == 2 and expect in p.stderr and "--set" not in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
@@ -142,3 +147,22 @@ def test_plans_count_bound_is_the_scenarios():
     text = SCENARIO.replace('name = "web"', f'name = "web"\ncount = {MAX_COUNT + 1}')
     with pytest.raises(_core.ScenarioError, match="count"):
         _core.load(text, "plan.toml")
+
+
+def test_a_worker_that_dies_is_one_error_line(tmp_path: Path, monkeypatch):
+    """A worker killed under the search (the kernel's OOM killer) ends plan with one line, as it
+    ends a sweep, not a traceback."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from click.testing import CliRunner
+
+    from memvisor import cli, planning
+
+    def dies(*args, **kw):
+        raise BrokenProcessPool("A process in the process pool was terminated abruptly")
+
+    monkeypatch.setattr(planning, "search", dies)
+    spec = tmp_path / "plan.toml"
+    spec.write_text(SCENARIO)
+    r = CliRunner().invoke(cli.main, ["plan", str(spec), "--vm", "web", "--slowdown", "2", "--host-memory", "--min", "512MiB", "--max", "1GiB"])
+    assert r.exit_code == 1 and "a worker process died" in r.output and not isinstance(r.exception, BrokenProcessPool), r.output

@@ -69,6 +69,19 @@ def test_an_unknown_pattern_is_refused_before_anything_runs(tmp_path):
     assert not (tmp_path / "v").exists()
 
 
+@pytest.mark.parametrize("args, expect", [
+    (["--limits", "24,40,24"], "--limits: 24 given more than once"),
+    (["--patterns", "stress,zipf,stress"], "--patterns: stress given more than once"),
+])
+def test_a_point_given_twice_is_refused_before_anything_runs(tmp_path, args, expect):
+    """A limit or pattern given twice would run twice and count its miss twice against the
+    target's "at most one miss per pattern"."""
+    # (--cgroup-root: were the lists accepted, the validation would refuse to run, not run.)
+    r = run_cli("validate", "linux-paging", *args, "--cgroup-root", ".", "--out", "v", cwd=tmp_path)
+    assert r.returncode == 2 and expect in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "v").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 def test_random_and_zipf_major_faults_fall_in_the_kernels_band(tmp_path):

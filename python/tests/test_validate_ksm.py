@@ -388,6 +388,19 @@ def test_an_unknown_mix_is_refused_before_anything_runs(tmp_path):
     assert not (tmp_path / "r").exists()
 
 
+def test_a_mix_given_twice_is_refused_before_anything_runs(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from memvisor import cli
+
+    # Were it accepted, the validation would stop at these, not touch the machine's KSM.
+    monkeypatch.setattr(v, "missing_prerequisites", lambda: ["(test) nothing"])
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(cli.main, ["validate", "ksm", "--mixes", "zero,image,zero", "--out", "v"])
+    assert r.exit_code == 2 and "--mixes: zero given more than once" in r.output, r.output
+    assert not (tmp_path / "v").exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # The real kernel
 

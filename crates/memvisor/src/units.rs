@@ -96,7 +96,7 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         return Err(format!("'{s}' is not a whole number of bytes"));
     }
     if v > MAX_BYTES as f64 {
-        return Err(format!("'{s}' is too large (at most 1 EiB)"));
+        return Err(format!("'{s}' is too large (at most 1048576TiB, 1 EiB)"));
     }
     Ok(v as u64)
 }
@@ -200,7 +200,7 @@ mod tests {
         // A size that would saturate (or overflow a sum of a few) is refused, not clamped.
         assert_eq!(parse_bytes("1048576TiB").unwrap(), MAX_BYTES);
         assert!(parse_bytes("1e30B").unwrap_err().contains("too large"));
-        assert!(parse_bytes("1048577TiB").unwrap_err().contains("at most 1 EiB"));
+        assert!(parse_bytes("1048577TiB").unwrap_err().contains("at most 1048576TiB"));
     }
 
     #[test]

@@ -51,11 +51,14 @@ def clear_refs(pid: int) -> None:
 
 
 def socket_pid(path: str) -> int | None:
-    """The process holding the listening unix socket `path`, or None."""
+    """The process holding the listening unix socket `path`, or None. /proc/net/unix names a
+    socket by the path it was bound to (absolute when QEMU was given one): `path` is matched as
+    given, made absolute, and with its links resolved."""
+    names = {path, os.path.abspath(path), os.path.realpath(path)}
     inodes = set()
     for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
         f = line.split()
-        if len(f) >= 8 and f[7] == path:
+        if len(f) >= 8 and f[7] in names:
             inodes.add(f[6])
     if not inodes:
         return None

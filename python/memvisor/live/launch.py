@@ -41,6 +41,10 @@ def available() -> str | None:
     return None
 
 
+class GuestError(RuntimeError):
+    """A guest did not start, did not answer on its console, or a command in it failed."""
+
+
 class _Cgroup:
     """A memory cgroup made for one guest, removed when it stops."""
 
@@ -118,7 +122,7 @@ class Guest:
             except OSError:
                 s.close()
                 if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError(f"guest {self.name}: no serial console (see {self.dir / 'qemu.log'})") from None
+                    raise GuestError(f"guest {self.name}: no serial console{self._qemu_said()}") from None
                 time.sleep(0.05)
 
     def _read_until(self, marker: str, deadline: float) -> str:
@@ -130,9 +134,22 @@ class Guest:
             except TimeoutError:
                 chunk = None
             if not chunk:
-                raise RuntimeError(f"guest {self.name}: no '{marker}' on the console in time; got {buf[-300:]!r}")
+                raise GuestError(f"guest {self.name}: no '{marker}' on the console in time; got {buf[-300:]!r}{self._qemu_said()}")
             buf += chunk
         return buf.decode(errors="replace")
+
+    def _qemu_said(self) -> str:
+        """QEMU's last words, for an error (its log is in a work folder that may be gone by the time
+        the error is read)."""
+        try:
+            log = (self.dir / "qemu.log").read_text(errors="replace").strip()
+        except OSError:
+            return ""
+        status = self.proc.poll()
+        head = "QEMU" if status is None else f"QEMU exited with status {status}"
+        if not log:
+            return "" if status is None else f" ({head})"
+        return f" ({head}: {' '.join(log.split())[-300:]})"
 
     def wait_ready(self, timeout_s: float = 120) -> float:
         """Waits for the guest's init to reach its shell; returns the boot time, s."""

@@ -100,6 +100,10 @@ class LiveHost:
         vm.pid = hostfs.socket_pid(vm.spec.qmp)
         vm.cgroup = MemoryCgroup.of_pid(vm.pid) if vm.pid else None
         vm.memory = (await vm.mon.cmd("query-memory-size-summary"))["base-memory"]
+        if vm.pid is None:
+            # Without its process the host side of the view is unknown, not zero: say so.
+            self.events.append((vm.spec.name, f"no process found listening on {vm.spec.qmp} (/proc/net/unix): its granted memory, "
+                                              "host swap and active memory read as 0, and no grant limit can be set"))
         poll = {"path": BALLOON, "property": "guest-stats-polling-interval"}
         if not self.observe_only or not await vm.mon.cmd("qom-get", poll):
             await vm.mon.cmd("qom-set", {**poll, "value": self.stats_poll_s})

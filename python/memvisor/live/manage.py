@@ -4,6 +4,7 @@ and summary.json when the manager stops) and status.json replaced every round fo
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -62,14 +63,42 @@ def _write_json(path: Path, obj) -> None:
     os.replace(tmp, path)
 
 
-def manage(cfg: ManageConfig, out: Path, say: Callable[[str], None] = print) -> dict:
+class FolderInUse(Exception):
+    """Another manager is writing the run folder."""
+
+
+def _lock(out: Path) -> int:
+    """Takes the run folder for this manager (an exclusive lock on the folder itself, dropped when
+    the process ends however it ends); FolderInUse if another manager holds it. Returns the fd."""
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise FolderInUse(f"{out}: another manager is running with this run folder; stop it first or name another folder") from None
+    return fd
+
+
+def manage(cfg: ManageConfig, out: Path, say: Callable[[str], None] = print, started: Callable[[], None] | None = None) -> dict:
     """Runs `cfg.policy` over the listed VMs until SIGINT/SIGTERM or `cfg.rounds` rounds, writing
-    the run folder `out`. Returns the summary."""
+    the run folder `out` (`started` is called once it is this manager's). Returns the summary."""
     ctl = _core.Controller(cfg.policy)
     period = cfg.period_s or ctl.period_s() or DEFAULT_PERIOD_S
-    host = LiveHost(cfg.vms, dry_run=cfg.dry_run, manage_ksm=cfg.manage_ksm, timeout_s=cfg.timeout_s, stats_poll_s=max(1, round(period)), host_memory=cfg.host_memory)
     out.mkdir(parents=True, exist_ok=True)
-    for stale in ("summary.json", "timeseries.parquet", "status.json"):
+    lock = _lock(out)
+    try:
+        if started is not None:
+            started()
+        return _manage(cfg, out, say, ctl, period)
+    finally:
+        os.close(lock)
+
+
+def _manage(cfg: ManageConfig, out: Path, say: Callable[[str], None], ctl, period: float) -> dict:
+    host = LiveHost(cfg.vms, dry_run=cfg.dry_run, manage_ksm=cfg.manage_ksm, timeout_s=cfg.timeout_s, stats_poll_s=max(1, round(period)), host_memory=cfg.host_memory)
+    # What an earlier run wrote when it ended: left beside this run's files, a run that fails would
+    # look complete.
+    for stale in ("summary.json", "timeseries.parquet", "status.json", "report.html"):
         (out / stale).unlink(missing_ok=True)
     (out / "manage.json").write_text(json.dumps({**asdict(cfg), "period_s": period}, indent=2) + "\n", encoding="utf-8")
     columns = _core.timeseries_columns()
@@ -115,24 +144,25 @@ def manage(cfg: ManageConfig, out: Path, say: Callable[[str], None] = print) -> 
             restored = host.close()
             decisions.close()
             events.close()
-    left = {v.spec.name: v.last.get("balloon_size") for v in host.vms if v.reachable}
-    summary = {
-        "policy": ctl.policy(),
-        "dry_run": cfg.dry_run,
-        "rounds": rounds,
-        "period_s": period,
-        "stop": stop,
-        "balloons_left_bytes": left,
-        "restored": restored,
-        "round_ms_median": sorted(round_s)[len(round_s) // 2] * 1e3 if round_s else None,
-    }
-    import pandas as pd
+        # Still with signals held: a second Ctrl-C must not leave a summary without its report.
+        left = {v.spec.name: v.last.get("balloon_size") for v in host.vms if v.reachable}
+        summary = {
+            "policy": ctl.policy(),
+            "dry_run": cfg.dry_run,
+            "rounds": rounds,
+            "period_s": period,
+            "stop": stop,
+            "balloons_left_bytes": left,
+            "restored": restored,
+            "round_ms_median": sorted(round_s)[len(round_s) // 2] * 1e3 if round_s else None,
+        }
+        import pandas as pd
 
-    from memvisor.runfolder import write_parquet
+        from memvisor.runfolder import write_parquet
 
-    write_parquet(pd.DataFrame(rows, columns=["time_s", "vm", "state", *columns]), out / "timeseries.parquet")
-    _write_json(out / "summary.json", summary)
-    from memvisor import report
+        write_parquet(pd.DataFrame(rows, columns=["time_s", "vm", "state", *columns]), out / "timeseries.parquet")
+        _write_json(out / "summary.json", summary)
+        from memvisor import report
 
-    report.write(out)
+        report.write(out)
     return summary
