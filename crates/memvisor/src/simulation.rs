@@ -13,7 +13,7 @@ use crate::host::{AdmissionVm, Host, HostProfile, Pcpus, VmResources, admit};
 use crate::metrics::{self, TimeSeries};
 use crate::policy;
 use crate::scenario::Scenario;
-use crate::summary::{DatastoreSummary, HostSummary, LogLine, ProcessSummary, RunSummary, VmSummary};
+use crate::summary::{DatastoreSummary, HostSummary, LogLine, ProcessSummary, RunSummary, TmemSummary, VmSummary};
 use crate::units::{self, PAGE_SIZE};
 use crate::workloads::TraceSource;
 
@@ -412,6 +412,7 @@ impl Simulation {
                 cpus: cpus.map(|(n, _)| n),
                 cpu_busy_s: cpus.map(|(_, busy)| busy as f64 / 1e9),
                 cpu_utilisation_percent: cpus.map(|(n, busy)| 100.0 * busy as f64 / (n as f64 * self.now().max(1) as f64)),
+                tmem: self.world.host.tmem().map(|t| TmemSummary::of(t, |c| self.world.guests[c as usize].cfg.name.clone())),
             },
             vms,
             datastores,

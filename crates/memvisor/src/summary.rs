@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::host::{ClientStats, GlobalStats, PoolStats, Tmem};
+
 /// A whole run.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunSummary {
@@ -49,6 +51,60 @@ pub struct HostSummary {
     pub cpu_busy_s: Option<f64>,
     /// That time over the CPUs' capacity during the run, percent.
     pub cpu_utilisation_percent: Option<f64>,
+    /// Transcendent memory's counters at the end, on a host that has it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tmem: Option<TmemSummary>,
+}
+
+/// Transcendent memory at the end of the run, as `xl tmem-list -l` gives it: the host's counters,
+/// each client's (guest's), and each pool's.
+#[derive(Clone, Debug, Serialize)]
+pub struct TmemSummary {
+    /// Host-wide counters.
+    pub host: GlobalStats,
+    /// Each guest that is a client, in power-on order.
+    pub clients: Vec<TmemClientSummary>,
+    /// Each pool, in creation order.
+    pub pools: Vec<TmemPoolSummary>,
+}
+
+/// One tmem client's counters.
+#[derive(Clone, Debug, Serialize)]
+pub struct TmemClientSummary {
+    /// The guest.
+    pub vm: String,
+    /// Its counters.
+    #[serde(flatten)]
+    pub stats: ClientStats,
+}
+
+/// One tmem pool's counters.
+#[derive(Clone, Debug, Serialize)]
+pub struct TmemPoolSummary {
+    /// The guest that created it.
+    pub vm: String,
+    /// Its kind, as `xl tmem-list` codes it: EP (private ephemeral: cleancache), ES (shared
+    /// ephemeral), PP (private persistent: frontswap).
+    pub kind: &'static str,
+    /// Its counters.
+    #[serde(flatten)]
+    pub stats: PoolStats,
+}
+
+impl TmemSummary {
+    /// The counters of `t`, guests named by `name`.
+    pub fn of(t: &Tmem, name: impl Fn(u32) -> String) -> Self {
+        let pools: Vec<TmemPoolSummary> =
+            t.pools().iter().map(|p| TmemPoolSummary { vm: name(p.client), kind: p.kind.code(), stats: p.stats.clone() }).collect();
+        let mut clients: Vec<u32> = t.pools().iter().map(|p| p.client).collect();
+        clients.sort_unstable();
+        clients.dedup();
+        Self {
+            host: t.stats.clone(),
+            clients: clients.into_iter().map(|c| TmemClientSummary { vm: name(c), stats: t.client(c).clone() }).collect(),
+            pools,
+        }
+    }
 }
 
 /// One VM.

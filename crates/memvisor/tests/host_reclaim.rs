@@ -367,6 +367,12 @@ fn kvm_world_policies_balloon_within_reservations() {
         );
         let h = sim.world().host().vms();
         assert!(h.iter().any(|v| v.stats.ballooned_total > 0), "{policy}: nothing was ballooned");
+        // The balloon's size is what it took less what it gave back, at every sample.
+        let col = |name: &str| &r.series.values[r.series.columns.iter().position(|c| *c == name).expect(name)];
+        let (size, took, gave) = (col("MCTLSZ_MiB"), col("balloon_inflated_pages"), col("balloon_deflated_pages"));
+        for i in 0..size.len() {
+            assert_eq!(size[i] * 256.0, took[i] - gave[i], "{policy}: row {i}");
+        }
         for (v, g) in h.iter().zip(sim.world().guests()) {
             let left = (g.config().memory_pages as u64 - v.ballooned) * 4096;
             assert!(left >= v.res.reservation, "{policy}: '{}' ballooned below its reservation", v.name);

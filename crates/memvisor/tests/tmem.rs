@@ -45,6 +45,25 @@ fn frontswap_and_cleancache_keep_every_page_under_memory_pressure() {
     let t = sim.world().host().tmem().expect("on");
     assert!(t.stats.deduped_puts > 0, "the two guests' identical sources were stored once");
     assert!(t.stats.evicted > 0, "the pool filled and evicted");
+    // The summary's pools (`xl tmem-list -l`) count what the guests' own counters count.
+    let summary = sim.results().summary;
+    let tm = summary.host.tmem.as_ref().expect("a tmem host's summary has its counters");
+    for (vm, name) in ["g0", "g1"].iter().enumerate() {
+        let pool =
+            |kind: &str| tm.pools.iter().find(|p| p.vm == *name && p.kind == kind).unwrap_or_else(|| panic!("{name} has a {kind} pool"));
+        let (ep, pp) = (pool("EP"), pool("PP"));
+        assert_eq!(ep.stats.found_gets as f64, counter(&sim, vm, "cleancache_succ_gets_pages"), "{name}: cleancache hits");
+        assert_eq!((ep.stats.gets - ep.stats.found_gets) as f64, counter(&sim, vm, "cleancache_failed_gets_pages"), "{name}: misses");
+        assert_eq!(ep.stats.puts as f64, counter(&sim, vm, "cleancache_puts_pages"), "{name}: cleancache puts");
+        assert_eq!(pp.stats.good_puts as f64, counter(&sim, vm, "frontswap_succ_stores_pages"), "{name}: frontswap stores");
+        assert_eq!((pp.stats.puts - pp.stats.good_puts) as f64, counter(&sim, vm, "frontswap_failed_stores_pages"), "{name}: refused");
+        assert_eq!(pp.stats.found_gets as f64, counter(&sim, vm, "frontswap_loads_pages"), "{name}: frontswap loads");
+        // Deleted files flush their objects (cleancache_invalidate_inode); freed swap slots flush
+        // their pages (frontswap_invalidate_page).
+        assert!(ep.stats.flush_objs > 0 && pp.stats.flushes > 0, "{name}: {:?} {:?}", ep.stats, pp.stats);
+    }
+    assert_eq!(tm.clients.len(), 2);
+    assert_eq!(tm.host.evicted, t.stats.evicted);
 }
 
 /// Pages the self-shrink's decisions brought back, by the log's outcomes.

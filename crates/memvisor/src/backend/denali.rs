@@ -535,6 +535,7 @@ impl DenaliHost {
                 cpus: None,
                 cpu_busy_s: None,
                 cpu_utilisation_percent: None,
+                tmem: None,
             },
             vms,
             datastores: vec![DatastoreSummary::of(&s.datastores[0].name, self.pager.swap_device())],

@@ -6,7 +6,7 @@
 mod denali;
 mod simulated;
 
-pub use denali::{COLUMNS as DENALI_COLUMNS, DenaliHost, REPORT_COLUMNS as DENALI_REPORT_COLUMNS};
+pub use denali::{DenaliHost, REPORT_COLUMNS as DENALI_REPORT_COLUMNS};
 pub use simulated::SimulatedHost;
 
 use crate::policy::{Decision, HostView};

@@ -10,8 +10,8 @@ use crate::policy::{Action, Decision, HostView, SharingView, VmId, VmView};
 use crate::rng::{self, Rng};
 use crate::units::{PAGE_SIZE, human_bytes, pages};
 
-/// The outcome of every decision the simulated host takes: targets are always accepted, and the
-/// mechanisms work toward them.
+/// The outcome of a decision the simulated host takes as given: the mechanisms work toward the
+/// target. Others are recorded, capped or not applied, and `apply` says which and why.
 const APPLIED: &str = "applied";
 
 /// The simulated machine.

@@ -1,6 +1,6 @@
 //! The in-guest balloon drivers. The host sets a target; the driver allocates pages through the
 //! guest's own allocator (so the guest's reclaim decides what it loses), pins them and hands their
-//! frames to the host; when the target falls it frees pages back. Two drivers:
+//! frames to the host; when the target falls it frees pages back. Three drivers:
 //!
 //! - `virtio` (Linux `drivers/virtio/virtio_balloon.c`, QEMU/KVM): a target change runs the driver's
 //!   work at once; each round takes or releases at most VIRTIO_BALLOON_ARRAY_PFNS_MAX = 256 pages
@@ -17,8 +17,12 @@
 //!   it allocates with reclaim at `rate_alloc` pages per poll (512 to 2,048, rising by 16 per poll
 //!   that met its rate, halved when a sleeping allocation fails). It releases at `rate_free` pages
 //!   per poll (512 to 16,384). Ballooned pages count as used; MemTotal stays. The seed-era driver's
-//!   sleeping allocations could invoke the guest's OOM killer; here, as the issue asks and as
-//!   4.20+ drivers do (__GFP_NORETRY), they fail instead.
+//!   sleeping allocations could invoke the guest's OOM killer; here, as 4.20+ drivers do
+//!   (__GFP_NORETRY), they fail instead: inflation must never OOM-kill (the guest's reclaim decides
+//!   what it loses).
+//! - `xen` (Linux `drivers/xen/balloon.c`, the Xen PV guests of seed 002): `balloon_process` takes
+//!   or releases 512 pages per hypercall and loops until the target is met; a failed allocation
+//!   (`GFP_BALLOON`, no OOM) retries after 1 s, doubling up to 32 s. Ballooned pages leave MemTotal.
 //!
 //! Sources: docs/sources/host-reclamation.md, sections 1 and 2.
 

@@ -1,7 +1,7 @@
 //! Kernel samepage merging (`mm/ksm.c`, Linux 6.x): ksmd walks the pages processes marked
 //! mergeable, `pages_to_scan` of them every `sleep_millisecs`, and merges pages of identical
 //! content into one write-protected KSM page. Pages are compared by content identity (equal
-//! identities are equal bytes: `content.rs`), so no bytes are hashed here.
+//! identities are equal bytes: [`crate::content`]), so no bytes are hashed here.
 //!
 //! The rules, each as `mm/ksm.c` has them since 6.11 (docs/sources/page-sharing.md, 1.4-1.9):
 //! - A page goes further only if its checksum is unchanged since its previous visit
@@ -635,6 +635,7 @@ impl Ksm {
     }
 
     /// Runs until `n` more full scans have completed.
+    #[cfg(test)]
     pub fn run_full_scans(&mut self, n: u64) {
         let target = self.ksmd.c.full_scans + n;
         while self.ksmd.c.full_scans < target && !self.ksmd.items.is_empty() {

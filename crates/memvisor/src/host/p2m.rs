@@ -192,7 +192,8 @@ impl P2m {
         (0..self.pages).map(|p| (p, self.get(p)))
     }
 
-    /// Bytes of memory the map itself uses (for the scale benchmark).
+    /// Bytes of memory the map itself uses: its tests check that it follows use.
+    #[cfg(test)]
     pub fn heap_bytes(&self) -> usize {
         self.chunks.capacity() * std::mem::size_of::<Chunk>()
             + self.chunks.iter().filter(|c| matches!(c, Chunk::Dense(_))).count() * CHUNK * std::mem::size_of::<Entry>()

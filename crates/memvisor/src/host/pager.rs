@@ -54,8 +54,6 @@ pub struct PagerStats {
     pub page_outs: u64,
     /// Frames the clock took from a resident page.
     pub evictions: u64,
-    /// Reference bits the hand cleared.
-    pub hand_clears: u64,
 }
 
 /// Machine memory for guest pages, the VMs' swap regions and the clock.
@@ -179,7 +177,6 @@ impl Pager {
             }
             if bit(&self.referenced, f) {
                 assign(&mut self.referenced, f, false);
-                self.stats.hand_clears += 1;
                 continue;
             }
             let (vm, page) = ((fr.owner >> 32) as usize, fr.owner as u32);

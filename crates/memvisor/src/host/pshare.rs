@@ -1,6 +1,6 @@
 //! Transparent page sharing as VMware ESX does it (Waldspurger, OSDI 2002, section 4;
 //! docs/sources/page-sharing.md 2). A scanner visits each VM's pages so that the whole VM is
-//! covered once per `Mem.ShareScanTime`; a visited page's content (its identity: `content.rs`) is
+//! covered once per `Mem.ShareScanTime`; a visited page's content (its identity: [`crate::content`]) is
 //! looked up in one host-wide table:
 //! - a shared frame with that content: the page maps it copy-on-write and its own frame is freed;
 //! - a hint (an earlier unshared page with that content): the hint page is rehashed; if it still
@@ -48,7 +48,7 @@ pub struct PshareSettings {
     /// Time within which a whole VM is scanned (`Mem.ShareScanTime`, 60 min in ESXi 4.0 to 8.0).
     pub scan_time_ns: u64,
     /// How often the scanner wakes to visit its share of pages: 1 s (the interval is
-    /// [unpublished]; per-second scan rates are what ESX documents).
+    /// \[unpublished\]; per-second scan rates are what ESX documents).
     pub period_ns: u64,
     /// `Mem.ShareForceSalting`: 0 shares among all VMs (ESX before the 2014-15 patches); 1 and 2
     /// salt each VM with its own value (2 is the default since ESXi 6.0; with no
@@ -82,7 +82,7 @@ impl Default for PshareSettings {
     }
 }
 
-/// A page never hashed while large (content identities are below 2^55: `content.rs`).
+/// A page never hashed while large (content identities are below 2^55: [`crate::content`]).
 const NOT_HASHED: u64 = u64::MAX;
 
 /// Pages the scanner takes together, so that their cache misses overlap.

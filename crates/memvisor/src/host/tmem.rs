@@ -95,7 +95,7 @@ impl PoolKind {
 }
 
 /// A pool's counters (`xl tmem-list -l`, pool keys).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct PoolStats {
     /// Pages now (`Pc`) and at most (`Pm`).
     pub pages: u64,
@@ -138,7 +138,7 @@ pub struct Pool {
 }
 
 /// A client's (guest's) counters (`xl tmem-list`, client keys).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct ClientStats {
     /// Ephemeral pages now (`Ec`) and at most (`Em`).
     pub eph_pages: u64,
@@ -167,7 +167,7 @@ pub struct ClientStats {
 }
 
 /// Host-wide counters (`xl tmem-list -l`, global keys).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize)]
 pub struct GlobalStats {
     /// Ephemeral page descriptors now (`Ec`) and at most (`Em`): the pool's apparent size.
     pub eph_pages: u64,
@@ -646,6 +646,7 @@ impl Tmem {
     }
 
     /// Bytes of data stored (after dedup and compression), ephemeral and persistent.
+    #[cfg(test)]
     pub fn data_bytes(&self) -> u64 {
         self.eph_bytes + self.client_stats.iter().map(|c| c.pers_bytes).sum::<u64>()
     }

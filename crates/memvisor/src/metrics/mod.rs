@@ -35,6 +35,11 @@ pub const GAUGES: &[&str] = &[
     "ZIP_saved_MiB",
     "ZIP_pages",
     "UNZIP_pages",
+    "zip_evicted_pages",
+    "swap_out_cancelled_pages",
+    "reclaim_shared_pages",
+    "balloon_inflated_pages",
+    "balloon_deflated_pages",
     "host_wait_ms",
     "blocked_ms",
     "Available_MiB",
@@ -109,6 +114,14 @@ pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
         mib(h.zip().used()) / 2.0,
         h.stats.zip as f64,
         h.stats.unzip as f64,
+        // Compressed pages a full cache pushed to the swap file; swap-outs the guest's touch
+        // cancelled mid-write; pages host reclaim shared instead of compressing or swapping; pages
+        // the balloon driver handed over and took back (all cumulative).
+        h.stats.zip_evicted as f64,
+        h.stats.swap_out_cancelled as f64,
+        h.stats.shared_instead as f64,
+        h.stats.ballooned_total as f64,
+        h.stats.unballooned_total as f64,
         h.stats.host_wait.ns_at(sim.now()) as f64 / 1e6,
         sim.blocked_ns(i) as f64 / 1e6,
         mib(g.available()),

@@ -116,11 +116,6 @@ impl Esx {
         }
     }
 
-    /// The current state's name.
-    pub fn state(&self) -> &'static str {
-        self.table.states[self.state].name
-    }
-
     fn update_active(&mut self, v: &VmView) -> f64 {
         let a = self.active.entry(v.id).or_insert(Active { slow: 1.0, fast: 1.0, periods: 0 });
         if v.active_periods > a.periods {
@@ -441,7 +436,7 @@ mod tests {
         let table = TABLES.iter().find(|t| t.name == "minfree6").expect("minfree6");
         let mut p = Esx::new(table, 0.75);
         let mem = 16u64 << 30;
-        let min_free = super::super::min_free(mem);
+        let min_free = super::super::esx_states::min_free(mem);
         let view = |t: u64, free: u64, large: u64| HostView {
             time_ns: t * 1_000_000_000,
             host_memory: mem,

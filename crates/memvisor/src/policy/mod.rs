@@ -13,7 +13,7 @@ mod xen_selfballoon;
 
 pub use dmc::Dmc;
 pub use esx::Esx;
-pub use esx_states::{StateTable, TABLES as ESX_STATE_TABLES, min_free};
+pub use esx_states::{StateTable, TABLES as ESX_STATE_TABLES};
 pub use mom::Mom;
 pub use pressure::Pressure;
 pub use proxmox::Proxmox;
@@ -24,7 +24,8 @@ pub use xen_selfballoon::{XenSelfballoon, floor_pages};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct VmId(pub u32);
 
-/// What a policy may know about one VM: only what a live host can also measure (DESIGN.md 9).
+/// What a policy may know about one VM: what a live host can also measure (DESIGN.md 9), and, as
+/// `Option`s that a live host leaves `None`, a few figures only the simulator knows.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct VmView {
     /// Stable identity; decisions name the VM by it.
@@ -112,7 +113,7 @@ pub struct SharingView {
     pub sleep_ms: u64,
     /// Shared pages in use (pages_shared).
     pub pages_shared: u64,
-    /// Pages mapping them, i.e. the memory saved plus `pages_shared` (pages_sharing).
+    /// Further mappings of the shared pages, i.e. the memory saved (pages_sharing).
     pub pages_sharing: u64,
 }
 

@@ -190,7 +190,7 @@ impl Pattern {
     /// Takes references while `hit` says a reference changes nothing but time (and whatever `hit`
     /// itself does), at most `budget` of them; returns how many were taken. Each pattern runs its
     /// own tight loop: this is the hot path of every simulation. A trace, whose next references
-    /// are known, also shows `ahead`, if given, the pages [`AHEAD`] and 2 x [`AHEAD`] references
+    /// are known, also shows `ahead`, if given, the pages `AHEAD` and 2 x `AHEAD` references
     /// ahead of each, so the caller can fetch their state into the cache before it is needed.
     #[inline]
     pub fn hits(
