@@ -1,5 +1,10 @@
-//! Block requests in flight (the guest's `struct bio`s): what each carries, who waits for it, and
-//! how contiguous pages merge into one request as the block layer's plugging does.
+//! Block requests in flight (the guest's `struct bio`s): what each carries, who waits for it, how
+//! contiguous pages merge into one request as the block layer's plugging does, and their
+//! submission to the virtual disk (or to tmem, for pages it holds) and completion.
+
+use super::{Counter, Env, Guest, NONE};
+use crate::clock::GuestEvent;
+use crate::units::PAGE_SIZE;
 
 /// Largest request the block layer builds (max_sectors_kb 1024 on common virtual disks).
 pub(super) const MAX_REQUEST_PAGES: usize = 256;
@@ -202,6 +207,153 @@ impl BioTable {
 /// pages: one device request each.
 pub fn runs(items: &[(u32, u32)], max: usize) -> impl Iterator<Item = &[(u32, u32)]> {
     items.chunk_by(|a, b| b.0 == a.0 + 1).flat_map(move |run| run.chunks(max))
+}
+
+/// Submitting requests to the virtual disk (or to tmem, for what it holds) and completing them.
+impl Guest {
+    /// Sends `npages` pages at byte `offset` of the virtual disk to the device; returns when the
+    /// transfer completes.
+    pub(super) fn device_io(&mut self, now: u64, offset: u64, npages: usize, write: bool, env: &mut Env) -> u64 {
+        let bytes = npages as u64 * PAGE_SIZE;
+        self.vmstat.add(if write { Counter::PgpgOut } else { Counter::PgpgIn }, bytes / 1024);
+        env.datastores[self.disk.datastore as usize].device.submit(now, self.disk.base + offset, bytes, write)
+    }
+
+    /// Submits `items`, (block, page) pairs sorted by block, as one request per run of consecutive
+    /// blocks (the block layer's merging), each of at most `sub.max` pages, and schedules their
+    /// completions; with `sub.through_gaps`, as one request over the whole block range. The request
+    /// holding `key.page`, if any, carries `key`'s waiter and fault; its number is returned.
+    /// Pages cleancache or frontswap hold are served from the host's pool first, as one request
+    /// that completes when the copies are done.
+    pub(super) fn submit_runs(
+        &mut self,
+        sub: &Submission,
+        items: &[(u32, u32)],
+        key: Option<Waited>,
+        now: u64,
+        env: &mut Env,
+    ) -> Option<u32> {
+        if !self.tmem_serves(sub.kind) {
+            return self.submit_device_runs(sub, items, key.as_ref(), now, env);
+        }
+        let (mut rest, mut served) = (items.to_vec(), Vec::new());
+        let ns = self.tmem_serve(sub, &mut rest, &mut served, env);
+        let holder = if served.is_empty() { None } else { self.submit_run(sub, &served, key.as_ref(), now, Some(ns), env) };
+        if rest.is_empty() {
+            return holder;
+        }
+        self.submit_device_runs(sub, &rest, key.as_ref(), now, env).or(holder)
+    }
+
+    /// `submit_runs` to the device.
+    pub(super) fn submit_device_runs(
+        &mut self,
+        sub: &Submission,
+        items: &[(u32, u32)],
+        key: Option<&Waited>,
+        now: u64,
+        env: &mut Env,
+    ) -> Option<u32> {
+        if sub.through_gaps {
+            return self.submit_run(sub, items, key, now, None, env);
+        }
+        let mut holder = None;
+        for run in runs(items, sub.max) {
+            holder = self.submit_run(sub, run, key, now, None, env).or(holder);
+        }
+        holder
+    }
+
+    /// One request of `submit_runs`, over blocks `run[0].0..=run[last].0`, to the device or (with
+    /// `tmem_ns`, the copies' time) served by tmem; returns its number if it holds `key.page`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn submit_run(
+        &mut self,
+        sub: &Submission,
+        run: &[(u32, u32)],
+        key: Option<&Waited>,
+        now: u64,
+        tmem_ns: Option<u64>,
+        env: &mut Env,
+    ) -> Option<u32> {
+        let write = matches!(sub.kind, BioKind::SwapWrite | BioKind::FileWrite);
+        let mut holder = None;
+        {
+            let pages = self.bios.list_of(run.iter().map(|&(_, p)| p));
+            let mut waiters = self.bios.list();
+            let mut fault = None;
+            let is_key = key.filter(|k| pages.contains(&k.page));
+            if let Some(k) = is_key {
+                if k.waiter != NONE {
+                    waiters.push(k.waiter);
+                }
+                fault = k.fault;
+            }
+            // A write reads the pages: any the host took must come back first (double paging).
+            let mut start = now;
+            if write {
+                for &p in &pages {
+                    start = start.max(now + self.host_touch(p, false, now, false, env).0);
+                }
+            }
+            let done = match tmem_ns {
+                Some(ns) => {
+                    if sub.kind == BioKind::SwapWrite {
+                        // `write_slot` counted them for the device; frontswap took them instead.
+                        self.vmstat.sub(Counter::PswpOut, pages.len() as u64);
+                    }
+                    start + ns
+                }
+                None => {
+                    let blocks = (run[run.len() - 1].0 - run[0].0 + 1) as usize;
+                    let n = pages.len() as u64;
+                    match sub.kind {
+                        BioKind::SwapRead => {
+                            self.vmstat.inc(Counter::PageReads);
+                            self.vmstat.add(Counter::PswpIn, n);
+                        }
+                        BioKind::SwapWrite => self.vmstat.inc(Counter::PageWrites),
+                        _ => {}
+                    }
+                    self.device_io(start, sub.base + run[0].0 as u64 * PAGE_SIZE, blocks, write, env)
+                }
+            };
+            let id = self.bios.next_id();
+            for &p in &pages {
+                self.pages[p as usize].io = id;
+            }
+            if is_key.is_some() {
+                holder = Some(id);
+            }
+            self.bios.insert(Bio { kind: sub.kind, pages, waiters, file: sub.file, kthread: sub.kthread, fault });
+            env.schedule(self.id, done, GuestEvent::IoDone { bio: id });
+        }
+        holder
+    }
+
+    /// A request completed: finish each page's state and wake whoever waited.
+    pub(super) fn io_done(&mut self, id: u32, now: u64, env: &mut Env) {
+        let bio = self.bios.take(id);
+        for &p in &bio.pages {
+            self.pages[p as usize].io = NONE;
+        }
+        match bio.kind {
+            BioKind::SwapRead => self.swap_read_done(&bio, env),
+            BioKind::FileRead => self.file_read_done(&bio),
+            BioKind::SwapWrite if self.windows() => self.modified_write_done(&bio.pages, now, env),
+            BioKind::SwapWrite | BioKind::FileWrite => self.write_done(&bio),
+        }
+        for &pid in &bio.waiters {
+            self.wake(pid, now, env);
+        }
+        // Any completion may have freed memory or lowered the dirty count.
+        for pid in std::mem::take(&mut self.throttled) {
+            self.wake(pid, now, env);
+        }
+        self.kswapd_io_done(now, env);
+        self.flusher_io_done(&bio, now, env);
+        self.bios.recycle(bio);
+    }
 }
 
 #[cfg(test)]
