@@ -30,13 +30,14 @@ fn exact_lru_with_files_and_anonymous_memory_keeps_every_invariant() {
 
 #[test]
 fn oom_kill_frees_the_biggest_process_and_keeps_every_invariant() {
-    // 128 MiB guest (57.5 MiB MemTotal), 16 MiB swap; a 20 MiB process, then an 80 MiB one that
-    // cannot fit: the larger is killed, the smaller finishes.
+    // 128 MiB guest (57.5 MiB MemTotal), 16 MiB swap; a 20 MiB process, then a 60 MiB one (each
+    // within memory and swap, as the overcommit check asks) that cannot fit beside it: the larger
+    // is killed, the smaller finishes.
     let s = scenario(&one_guest(
         "1GiB",
         "name = \"g\"\nmemory = \"128MiB\"\nswap = \"16MiB\"\n\
-         [[vm.workload]]\nkind = \"stress\"\nname = \"small\"\npages = 5120\npasses = 20\n\
-         [[vm.workload]]\nkind = \"stress\"\nname = \"big\"\npages = 20480\npasses = 20\nstart = \"100ms\"\n",
+         [[vm.workload]]\nkind = \"stress\"\nname = \"small\"\npages = 5120\npasses = 50000\n\
+         [[vm.workload]]\nkind = \"stress\"\nname = \"big\"\npages = 15360\npasses = 20\nstart = \"100ms\"\n",
         "",
     ));
     let sim = run_checked(&s, 10_000_000);
@@ -51,20 +52,21 @@ fn oom_kill_frees_the_biggest_process_and_keeps_every_invariant() {
 /// killed process must not receive the page it was faulting for (it owns nothing once it ended).
 #[test]
 fn exact_lru_oom_kill_leaves_the_killed_process_nothing() {
-    // 80 pages of memory, 16 of swap, a sweep over 200 pages: the sweep cannot fit and is killed.
+    // 80 pages of memory, 16 of swap, two sweeps over 60 pages each (each within memory and swap,
+    // as the overcommit check asks): they cannot fit together, and one is killed.
     let s = scenario(&one_guest(
         "1GiB",
         "name = \"g\"\nmemory = \"80 pages\"\nkernel_reserved = \"0B\"\nswap = \"16 pages\"\nreplacement = \"exact-lru\"\n\
-         workload = { kind = \"stress\", pages = 200, passes = 3 }",
+         workload = { kind = \"stress\", instances = 2, pages = 60, passes = 100000 }",
         "",
     ));
     let sim = run_checked(&s, 100_000);
     let g = &sim.world().guests()[0];
     assert_eq!(g.counters().get(Counter::OomKill), 1, "{:?}", g.log());
-    let p = &g.processes()[0];
+    let p = g.processes().iter().find(|p| p.state == memvisor::guest::ProcState::Killed).expect("one was killed");
     assert_eq!(p.state, memvisor::guest::ProcState::Killed);
     assert_eq!((p.mm.rss, p.mm.swapents), (0, 0), "the killed process still holds memory");
-    assert_eq!(g.nr_free(), 80, "every page must be free once the only process is gone");
+    assert_eq!(g.nr_free(), 80, "every page must be free once both processes are gone");
     assert_eq!(g.swap_used(), 0);
 }
 

@@ -454,3 +454,96 @@ fn an_error_every_variant_has_names_none_and_an_unchosen_variant_stops_nothing()
     let b = scenario::load_variants(&two, "two.toml", &sets, &["b".to_string()]).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(b.len(), 1);
 }
+
+fn load_set_err(text: &str, set: &str) -> String {
+    match scenario::load(text, "bad.toml", &[set.to_string()]) {
+        Ok(_) => panic!("accepted --set {set}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn loads_with(text: &str, set: &str) {
+    scenario::load(text, "ok.toml", &[set.to_string()]).unwrap_or_else(|e| panic!("--set {set}: {e}"));
+}
+
+#[test]
+fn a_lookahead_of_zero_is_refused() {
+    // Two guests at one instant yielded to each other for ever.
+    let e = load_set_err(&base(""), "host.lookahead=0s");
+    assert!(e.contains("host.lookahead") && e.contains("longer than zero"), "{e}");
+    loads_with(&base(""), "host.lookahead=1ns");
+}
+
+#[test]
+fn active_memory_sampling_finer_than_a_millisecond_is_refused() {
+    // At 1 us a 30 s run did not end in minutes.
+    let e = load_set_err(&base(""), "host.sample_period=1us");
+    assert!(e.contains("host.sample_period") && e.contains("at least 1ms"), "{e}");
+    loads_with(&base(""), "host.sample_period=1ms");
+}
+
+#[test]
+fn costs_of_zero_references_or_past_a_second_are_refused() {
+    // A stress without passes ran for ever at one instant with free references.
+    let e = load_set_err(&base(""), "costs.dram_access=0s");
+    assert!(e.contains("costs.dram_access") && e.contains("at least 1ns"), "{e}");
+    // At 97 years a cost wrapped the clock after six pages (a balloon inflated for free).
+    for cost in [
+        "dram_access",
+        "minor_fault",
+        "host_back",
+        "page_copy",
+        "reclaim_scan",
+        "reclaim_free",
+        "reclaim_pageout",
+        "balloon_page",
+        "compress",
+        "decompress",
+        "host_swap_out",
+    ] {
+        let e = load_set_err(&base(""), &format!("costs.{cost}=1001ms"));
+        assert!(e.contains(&format!("costs.{cost}")) && e.contains("at most 1s"), "{e}");
+        loads_with(&base(""), &format!("costs.{cost}=1s"));
+    }
+}
+
+#[test]
+fn device_waits_past_an_nfs_timeout_are_refused() {
+    // At 97 years a queue of six requests wrapped the device clock (queue_wait_s 0.36).
+    for field in ["latency", "seek"] {
+        let e = load_set_err(&base(""), &format!("datastore.d.{field}=3074457345618258944ns"));
+        assert!(e.contains(&format!("datastore.{field}")) && e.contains("at most 60s"), "{e}");
+        loads_with(&base(""), &format!("datastore.d.{field}=60s"));
+    }
+}
+
+#[test]
+fn a_mapping_larger_than_memory_and_swap_is_refused_as_linux_overcommit_does() {
+    // A 4 TiB stress-vm in a 1 GiB guest ran with a 4.6 GB page table.
+    let guest = |w: &str| {
+        one_guest("4GiB", &format!("name = \"g\"\nmemory = \"1GiB\"\nswap = \"1GiB\"\nworkload = {{ {w} }}"), "duration = \"10s\"")
+    };
+    for (w, field) in [
+        ("kind = \"stress-vm\", bytes = \"4095GiB\"", "stress-vm.bytes"),
+        ("kind = \"stress\", pages = \"3GiB\", passes = 1", "stress.pages"),
+        ("kind = \"idle\", footprint = \"3GiB\"", "idle.footprint"),
+        ("kind = \"random\", pages = 1000000, touches = 10", "random.pages"),
+    ] {
+        let e = load_err(&guest(w));
+        assert!(e.contains(&format!("vm.g.workload.{field}")) && e.contains("more than the guest's memory and swap"), "{e}");
+    }
+    // Up to MemTotal and swap together, it is taken.
+    assert!(scenario::load(&guest("kind = \"stress-vm\", bytes = \"1.5GiB\""), "ok.toml", &[]).is_ok());
+}
+
+#[test]
+fn a_web_server_document_its_buffer_pools_cannot_hold_is_refused() {
+    let text = memvisor::scenario::case_text("denali-scale").expect("a case");
+    // 4 MiB needs 2,048 clusters of the default 1,024: no request was ever served. At 1 EiB its
+    // page count wrapped to one page and requests were served as if it were small.
+    for doc in ["4MiB", "1048576TiB"] {
+        let e = load_set_err(text, &format!("vm.loaded.workload.web-server.document={doc}"));
+        assert!(e.contains("vm.loaded.workload.web-server.document") && e.contains("more than the pools hold"), "{e}");
+    }
+    loads_with(text, "vm.loaded.workload.web-server.document=64KiB");
+}

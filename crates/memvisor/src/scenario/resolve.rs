@@ -228,6 +228,16 @@ const DEFAULT_SAMPLE_NS: u64 = 20_000_000_000;
 /// Default lookahead: 1 ms, below a scheduler slice (2.25 ms for 4 CPUs) and far below the
 /// seconds over which reclaim ages pages.
 const DEFAULT_LOOKAHEAD_NS: u64 = 1_000_000;
+/// The largest `[costs]` entry. The measured ones are 5 ns to 50 us; 1 s is 20,000 times the
+/// largest, and a step that pays it for every page of the largest guest (2^30 pages) still sums
+/// to 34 years, within the nanosecond clock's 584 (at 97 years a page, six pages wrapped it to
+/// microseconds and a balloon inflated for free).
+const MAX_COST_NS: u64 = 1_000_000_000;
+/// The longest a datastore request may wait on its device (latency, seek): 60 s, NFS's default
+/// timeout (`timeo=600`, tenths of a second; a SCSI disk's is 30 s). A device slower than that
+/// fails or retries the request, which is not modelled; and a queue of requests that long each
+/// wrapped the device's nanosecond clock (at 97 years, the sixth request completed at once).
+const MAX_DEVICE_WAIT_NS: u64 = 60_000_000_000;
 /// dd's customary block size (bs=1M).
 const DEFAULT_BLOCK: u64 = 1 << 20;
 
@@ -258,6 +268,15 @@ impl Ctx<'_, '_> {
 
     fn opt_ns(&self, q: &Option<Spanned<Qty>>, field: &str, default: u64) -> Result<u64, ScenarioError> {
         q.as_ref().map_or(Ok(default), |q| self.ns(q, field))
+    }
+
+    /// A `[costs]` entry: CPU time per page or operation, at most `MAX_COST_NS`.
+    fn cost(&self, q: &Option<Spanned<Qty>>, field: &str, default: u64) -> Result<u64, ScenarioError> {
+        let ns = self.opt_ns(q, field, default)?;
+        if ns > MAX_COST_NS {
+            return self.err(q.as_ref().expect("above the default").span(), field, "is CPU time per page or operation: at most 1s");
+        }
+        Ok(ns)
     }
 
     fn int(&self, v: &Option<Spanned<i64>>, field: &str, default: u64, min: u64, max: u64) -> Result<u64, ScenarioError> {
@@ -313,9 +332,9 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
     let profile = HostProfile::parse(c.choice(&h.profile, "host.profile", "kvm", HostProfile::NAMES)?).expect("checked");
     let mut host_costs = HostCosts::default();
     if let Some(rc) = &raw.costs {
-        host_costs.compress_ns = c.opt_ns(&rc.compress, "costs.compress", host_costs.compress_ns)?;
-        host_costs.decompress_ns = c.opt_ns(&rc.decompress, "costs.decompress", host_costs.decompress_ns)?;
-        host_costs.swap_out_ns = c.opt_ns(&rc.host_swap_out, "costs.host_swap_out", host_costs.swap_out_ns)?;
+        host_costs.compress_ns = c.cost(&rc.compress, "costs.compress", host_costs.compress_ns)?;
+        host_costs.decompress_ns = c.cost(&rc.decompress, "costs.decompress", host_costs.decompress_ns)?;
+        host_costs.swap_out_ns = c.cost(&rc.host_swap_out, "costs.host_swap_out", host_costs.swap_out_ns)?;
     }
     let host = HostSpec {
         memory,
@@ -398,8 +417,19 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
             ),
         );
     }
-    if host.sample_period_ns == 0 {
-        return c.err(h.sample_period.as_ref().unwrap().span(), "host.sample_period", "must be longer than zero");
+    // As for the counters below: each period is an event per VM, and finer than a millisecond
+    // (the kernel's tick at most) it sees no access a coarser one misses; at 1 us a 30 s run did not
+    // end in minutes.
+    if host.sample_period_ns < 1_000_000 {
+        return c.err(h.sample_period.as_ref().unwrap().span(), "host.sample_period", "must be at least 1ms");
+    }
+    // With none, vCPUs due at the same instant each yield to the other before any work, for ever.
+    if host.lookahead_ns == 0 {
+        return c.err(
+            h.lookahead.as_ref().unwrap().span(),
+            "host.lookahead",
+            "must be longer than zero (at least 1ns): with none, vCPUs due at the same instant yield to each other for ever",
+        );
     }
     // A sample reads every counter of every VM: finer than a millisecond measures nothing the
     // counters can show (the kernel's own tick is 1-10 ms) and only fills memory.
@@ -409,14 +439,19 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
 
     let mut costs = Costs::default();
     if let Some(rc) = &raw.costs {
-        costs.dram_access_ns = c.opt_ns(&rc.dram_access, "costs.dram_access", costs.dram_access_ns)?;
-        costs.minor_fault_ns = c.opt_ns(&rc.minor_fault, "costs.minor_fault", costs.minor_fault_ns)?;
-        costs.host_back_ns = c.opt_ns(&rc.host_back, "costs.host_back", costs.host_back_ns)?;
-        costs.page_copy_ns = c.opt_ns(&rc.page_copy, "costs.page_copy", costs.page_copy_ns)?;
-        costs.reclaim_scan_ns = c.opt_ns(&rc.reclaim_scan, "costs.reclaim_scan", costs.reclaim_scan_ns)?;
-        costs.reclaim_free_ns = c.opt_ns(&rc.reclaim_free, "costs.reclaim_free", costs.reclaim_free_ns)?;
-        costs.reclaim_pageout_ns = c.opt_ns(&rc.reclaim_pageout, "costs.reclaim_pageout", costs.reclaim_pageout_ns)?;
-        costs.balloon_page_ns = c.opt_ns(&rc.balloon_page, "costs.balloon_page", costs.balloon_page_ns)?;
+        costs.dram_access_ns = c.cost(&rc.dram_access, "costs.dram_access", costs.dram_access_ns)?;
+        costs.minor_fault_ns = c.cost(&rc.minor_fault, "costs.minor_fault", costs.minor_fault_ns)?;
+        costs.host_back_ns = c.cost(&rc.host_back, "costs.host_back", costs.host_back_ns)?;
+        costs.page_copy_ns = c.cost(&rc.page_copy, "costs.page_copy", costs.page_copy_ns)?;
+        costs.reclaim_scan_ns = c.cost(&rc.reclaim_scan, "costs.reclaim_scan", costs.reclaim_scan_ns)?;
+        costs.reclaim_free_ns = c.cost(&rc.reclaim_free, "costs.reclaim_free", costs.reclaim_free_ns)?;
+        costs.reclaim_pageout_ns = c.cost(&rc.reclaim_pageout, "costs.reclaim_pageout", costs.reclaim_pageout_ns)?;
+        costs.balloon_page_ns = c.cost(&rc.balloon_page, "costs.balloon_page", costs.balloon_page_ns)?;
+        // Every reference takes time: at zero a workload's resident hits take none, and one that
+        // never ends (stress without passes) ran for ever at one instant.
+        if let (0, Some(q)) = (costs.dram_access_ns, &rc.dram_access) {
+            return c.err(q.span(), "costs.dram_access", "a memory reference must take some time: at least 1ns");
+        }
     }
 
     let mut datastores: Vec<DatastoreSpec> = Vec::new();
@@ -436,6 +471,15 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         let mut dev = kind.defaults();
         dev.latency_ns = c.opt_ns(&d.latency, "datastore.latency", dev.latency_ns)?;
         dev.seek_ns = c.opt_ns(&d.seek, "datastore.seek", dev.seek_ns)?;
+        for (q, field, ns) in [(&d.latency, "datastore.latency", dev.latency_ns), (&d.seek, "datastore.seek", dev.seek_ns)] {
+            if let (true, Some(q)) = (ns > MAX_DEVICE_WAIT_NS, q) {
+                return c.err(
+                    q.span(),
+                    field,
+                    "at most 60s (NFS's default timeout; a slower device fails the request, which is not modelled)",
+                );
+            }
+        }
         if let Some(bw) = &d.bandwidth {
             dev.bandwidth = c.with(bw, "datastore.bandwidth", units::parse_rate)?;
         }
@@ -868,7 +912,7 @@ fn resolve_vm(
                     "the Ilwaco guest's page contents are not modelled: Denali's host pages whole VMs and neither shares nor compresses them",
                 );
             }
-            let entry = resolve_workload(c, w, &base_name, (memory_pages - reserved_pages) as u64 * PAGE_SIZE)?;
+            let entry = resolve_workload(c, w, &base_name, (memory_pages - reserved_pages) as u64 * PAGE_SIZE, swap_pages as u64)?;
             if let (Some(_), Some(q)) = (entry.memory_limit, &w.get_ref().memory_limit)
                 && replacement != Replacement::Linux
             {
@@ -941,8 +985,8 @@ fn resolve_vm(
         .collect())
 }
 
-/// Resolves a workload of a VM whose MemTotal is `mem_total` bytes.
-fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64) -> Result<WorkloadEntry, ScenarioError> {
+/// Resolves a workload of a VM whose MemTotal is `mem_total` bytes, with `swap_pages` of swap.
+fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64, swap_pages: u64) -> Result<WorkloadEntry, ScenarioError> {
     let r = w.get_ref();
     let kind = r.kind.get_ref().as_str();
     let f = |field: &str| format!("vm.{vm}.workload.{kind}.{field}");
@@ -1038,6 +1082,25 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         }
         Ok(n as u32)
     };
+    // One anonymous mapping larger than MemTotal and swap together is refused by Linux's default
+    // (heuristic) overcommit, `__vm_enough_memory` in mm/util.c, as Windows refuses a commit past
+    // its limit (RAM + pagefile): the program fails at once. Refused here, since a mapping's page
+    // table is kept whole (4 TiB in a 1 GiB guest took 4.6 GB).
+    let commit_limit = units::pages(mem_total) + swap_pages;
+    let mapping = |q: &Option<Spanned<Qty>>, field: &str, pages: u32| -> Result<u32, ScenarioError> {
+        match q {
+            Some(q) if pages as u64 > commit_limit => c.err(
+                q.span(),
+                &f(field),
+                format!(
+                    "{} is more than the guest's memory and swap ({}): Linux's overcommit refuses such an mmap",
+                    units::human_bytes(pages as u64 * PAGE_SIZE),
+                    units::human_bytes(commit_limit * PAGE_SIZE)
+                ),
+            ),
+            _ => Ok(pages),
+        }
+    };
     let spec = match kind {
         "web-server" => {
             let load = match (&r.rate, &r.clients) {
@@ -1076,6 +1139,22 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
             let document = c.opt_bytes(&r.document, &f("document"), 2_258)?;
             if let (0, Some(d)) = (document, &r.document) {
                 return c.err(d.span(), &f("document"), "is what each request is answered with: at least 1 byte");
+            }
+            // An answer takes its clusters and mbufs from the pools all at once (sosend), so a
+            // document whose answer needs more than a pool holds is never served: every request
+            // starved (and past 16 TiB its page count wrapped to one page).
+            let need = (document.div_ceil(crate::guest::ilwaco::mbuf::MCLBYTES as u64), document.div_ceil(crate::workloads::MSS as u64));
+            if need.0 > clusters as u64 || need.0 + need.1 > mbufs as u64 {
+                return c.err(
+                    r.document.as_ref().map_or(w.span(), |d| d.span()),
+                    &f("document"),
+                    format!(
+                        "an answer of {} needs {} clusters and {} mbufs at once, more than the pools hold (clusters = {clusters}, mbufs = {mbufs})",
+                        units::human_bytes(document),
+                        need.0,
+                        need.0 + need.1
+                    ),
+                );
             }
             WorkloadSpec::WebServer(WebServer {
                 pool,
@@ -1147,7 +1226,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
         "stress-vm" => WorkloadSpec::StressVm(StressVm::new(
             c.int(&r.workers, &f("workers"), 1, 1, 10_000)? as u32,
             match &r.bytes {
-                Some(b) => pages_of(b, "bytes")?.max(1),
+                Some(b) => mapping(&r.bytes, "bytes", pages_of(b, "bytes")?.max(1))?,
                 None => StressVm::DEFAULT_PAGES,
             },
             r.keep.as_ref().is_some_and(|b| *b.get_ref()),
@@ -1167,7 +1246,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
             let passes = r.passes.as_ref().map(|_| c.int(&r.passes, &f("passes"), 1, 1, u32::MAX as u64)).transpose()?;
             WorkloadSpec::Stress(Stress::new(
                 c.int(&r.instances, &f("instances"), 1, 1, 10_000)? as u32,
-                page_number(&r.pages, "pages", Stress::SEED_PAGES)?,
+                mapping(&r.pages, "pages", page_number(&r.pages, "pages", Stress::SEED_PAGES)?)?,
                 passes,
             ))
         }
@@ -1196,7 +1275,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
                 return c.err(w.span(), &f("pages"), "a random workload needs pages and touches, e.g. pages = 1000, touches = 100000");
             }
             WorkloadSpec::Random(Random::new(
-                page_number(&r.pages, "pages", 1)?,
+                mapping(&r.pages, "pages", page_number(&r.pages, "pages", 1)?)?,
                 c.int(&r.touches, &f("touches"), 0, 0, i64::MAX as u64)?,
                 r.seed.as_ref().map(|_| c.int(&r.seed, &f("seed"), 1, 1, i64::MAX as u64)).transpose()?,
                 r.write.as_ref().is_some_and(|b| *b.get_ref()),
@@ -1218,7 +1297,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64)
             let fp = r.footprint.as_ref().ok_or_else(|| {
                 c.src.error(Some(w.span()), &f("footprint"), "an idle workload needs a footprint, e.g. footprint = \"256MiB\"")
             })?;
-            let footprint = pages_of(fp, "footprint")?;
+            let footprint = mapping(&r.footprint, "footprint", pages_of(fp, "footprint")?)?;
             let active = match &r.active {
                 Some(a) => pages_of(a, "active")?,
                 None => 0,
