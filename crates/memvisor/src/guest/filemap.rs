@@ -50,6 +50,24 @@ pub(super) enum Progress {
     Killed,
 }
 
+impl Stall {
+    /// What a file operation that stalled in page allocation does: the time spent is the
+    /// process's, then it blocks (`Wait`), lets the simulation catch up (`Yield`) or was killed.
+    fn progress(self, now: &mut u64) -> Progress {
+        match self {
+            Stall::Wait(ns) => {
+                *now += ns;
+                Progress::Blocked
+            }
+            Stall::Yield(ns) => {
+                *now += ns;
+                Progress::Resync
+            }
+            Stall::Killed => Progress::Killed,
+        }
+    }
+}
+
 /// How many pages ahead `file_read` fetches a cached page's state into the CPU's caches.
 const READ_AHEAD_FETCH: u32 = 8;
 
@@ -207,15 +225,7 @@ impl Guest {
             }
             let (p, host_ns) = match self.grab_page(pid, file, *first, *now, env) {
                 Ok(x) => x,
-                Err(Stall::Wait(ns)) => {
-                    *now += ns;
-                    return Progress::Blocked;
-                }
-                Err(Stall::Yield(ns)) => {
-                    *now += ns;
-                    return Progress::Resync;
-                }
-                Err(Stall::Killed) => return Progress::Killed,
+                Err(stall) => return stall.progress(now),
             };
             if !self.pages.has(p, PG_DIRTY) {
                 self.pages.set(p, PG_DIRTY);
@@ -311,15 +321,7 @@ impl Guest {
                         Progress::Blocked
                     }
                     Ok(None) => unreachable!("a sync readahead reads its first page"),
-                    Err(Stall::Wait(ns)) => {
-                        *now += ns;
-                        Progress::Blocked
-                    }
-                    Err(Stall::Yield(ns)) => {
-                        *now += ns;
-                        Progress::Resync
-                    }
-                    Err(Stall::Killed) => Progress::Killed,
+                    Err(stall) => stall.progress(now),
                 };
             }
             if self.pages.has(p, PG_LOCKED) {

@@ -30,6 +30,18 @@ pub(super) enum Touch {
     Killed,
 }
 
+/// A reference that stalled in page allocation: blocked or yielding after the time it spent, or
+/// killed.
+impl From<Stall> for Touch {
+    fn from(s: Stall) -> Self {
+        match s {
+            Stall::Wait(ns) => Touch::Blocked(ns),
+            Stall::Yield(ns) => Touch::Yield(ns),
+            Stall::Killed => Touch::Killed,
+        }
+    }
+}
+
 impl Guest {
     /// A reference to virtual page `vpn` of process `pid` that the fast bitmaps could not account.
     pub(super) fn touch_slow(&mut self, pid: u32, vpn: u32, write: bool, refs: u32, now: u64, env: &mut Env) -> Touch {
@@ -156,9 +168,7 @@ impl Guest {
     fn do_anonymous_page(&mut self, pid: u32, vpn: u32, write: bool, now: u64, env: &mut Env) -> Touch {
         let (p, host_ns) = match self.alloc_page(pid, PageKind::Anon, pid, vpn, now, env) {
             Ok(x) => x,
-            Err(Stall::Wait(ns)) => return Touch::Blocked(ns),
-            Err(Stall::Yield(ns)) => return Touch::Yield(ns),
-            Err(Stall::Killed) => return Touch::Killed,
+            Err(stall) => return stall.into(),
         };
         // An anonymous page has no copy anywhere else: it is dirty from birth.
         self.pages.set(p, PG_DIRTY);
@@ -226,9 +236,7 @@ impl Guest {
                 self.block(pid, now + cpu, true);
                 Touch::Blocked(cpu)
             }
-            Err(Stall::Wait(ns)) => Touch::Blocked(ns),
-            Err(Stall::Yield(ns)) => Touch::Yield(ns),
-            Err(Stall::Killed) => Touch::Killed,
+            Err(stall) => stall.into(),
         }
     }
 
