@@ -86,10 +86,11 @@ def test_a_runtime_not_reached_is_explained_under_the_table(tmp_path):
 
 
 def test_a_workload_the_oom_killer_ended_has_no_runtime(tmp_path):
-    # 256 MiB of stress in a 160 MiB guest with 16 MiB of swap: the OOM killer ends it early. Its
-    # end is no runtime (a short one would read as fast); the note says why.
+    # Two 80 MiB stress processes in a 160 MiB guest (105 MiB of memory and swap together): each
+    # may map its 80 MiB (Linux's overcommit check is per mapping), both do not fit, and the OOM
+    # killer ends one. Its end is no runtime (a short one would read as fast); the note says why.
     oom = SMALL.replace('name = "small"', 'name = "small"\nduration = "60s"').replace('memory = "128MiB"', 'memory = "160MiB"\nswap = "16MiB"').replace(
-        'workload = { kind = "file-io", size = "64MiB", read = true }', 'workload = { kind = "stress", pages = "256MiB" }'
+        'workload = { kind = "file-io", size = "64MiB", read = true }', 'workload = { kind = "stress", instances = 2, pages = "80MiB", passes = 3 }'
     )
     r = run_ok(tmp_path, oom)
     assert "runtime_s -: a process was killed by the OOM killer: g" in r.stdout, r.stdout
