@@ -5,7 +5,8 @@
 //! - [`guest`], [`host`], [`devices`], [`workloads`]: the mechanisms, as the real systems do them;
 //! - [`policy`]: pure decisions over a [`policy::HostView`], each with its reason;
 //! - [`backend`]: the interface a policy drives, implemented by the simulated host;
-//! - [`clock`], [`simulation`]: simulated time and the engine; [`metrics`]: sampled counters;
+//! - [`clock`], [`simulation`]: simulated time and the engine; [`denali`]: the Denali host's own
+//!   engine (it pages whole VMs itself and runs no policy); [`metrics`]: sampled counters;
 //! - [`scenario`]: scenario files and the shipped case studies.
 //!
 //! The core does no terminal I/O and reads one kind of file only, the page sets a scenario's
@@ -16,6 +17,7 @@ pub mod bitmap;
 pub mod clock;
 pub mod content;
 pub mod controller;
+pub mod denali;
 pub mod devices;
 pub mod guest;
 pub mod host;

@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::backend::{DenaliHost, SimulatedHost};
+use crate::backend::SimulatedHost;
 use crate::clock::{Event, EventQueue};
 use crate::controller::{Controller, DecisionRecord};
+use crate::denali::DenaliHost;
 use crate::devices::Datastore;
 use crate::guest::{Env, Guest, ProcState};
 use crate::host::{AdmissionVm, Host, HostProfile, Pcpus, VmResources, admit};

@@ -3,10 +3,8 @@
 //! (cgroups, QEMU balloon, KSM) implements the same two calls. The [`crate::controller`] drives
 //! either.
 
-mod denali;
 mod simulated;
 
-pub use denali::{DenaliHost, REPORT_COLUMNS as DENALI_REPORT_COLUMNS};
 pub use simulated::SimulatedHost;
 
 use crate::policy::{Decision, HostView};

@@ -228,7 +228,7 @@ impl WorkloadSpec {
             Self::Bonnie(b) => vec![Box::new(b.clone())],
             Self::DotnetHeap(d) => vec![Box::new(d.process(seed))],
             Self::KernelBuild(k) => k.processes().into_iter().map(|p| Box::new(p) as Box<dyn Workload>).collect(),
-            // Requests, not an operation stream: the Denali host serves it (`backend::DenaliHost`).
+            // Requests, not an operation stream: the Denali host serves it (`denali::DenaliHost`).
             Self::WebServer(_) => return Err("a web-server workload runs only in an ilwaco guest on a denali host".into()),
         })
     }

@@ -1,6 +1,7 @@
 //! The simulated Denali host (the `denali` profile; seed 004): an isolation kernel on one CPU
 //! that pages whole VMs (`host::Pager`), Ilwaco guests running web servers (`guest::ilwaco`), and
-//! the clients that load them. Built for scale: a VM that has never been asked anything costs the
+//! the clients that load them. Its own engine, not a backend: the isolation kernel decides what
+//! to page by itself and runs no policy, so there is nothing for the controller to drive. Built for scale: a VM that has never been asked anything costs the
 //! simulator a few dozen bytes, and nothing that happens each tick walks every VM.
 //!
 //! The host's memory for guest pages is what is left after its per-VM kernel metadata, an input
