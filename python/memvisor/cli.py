@@ -15,7 +15,7 @@ from rich.text import Text
 
 from memvisor import _core, api
 from memvisor.console import USAGE, MemvisorError, Terminated, err, fmt, out, sigterm_as_interrupt, warn
-from memvisor.params import ByteSize, IntList, KeyValues
+from memvisor.params import ByteSize, IntList, KeyValues, listed_twice
 from memvisor.runfolder import NotARunFolder, RunFolder, check_replaceable, run_folder_around, write_parquet
 from memvisor.livecmd import manage_cmd, status_cmd
 from memvisor.plancmd import plan_cmd
@@ -384,9 +384,8 @@ def _check_out(out_dir: Path) -> None:
 
 def _refuse_twice(option: str, items) -> None:
     """A list option's items each once: a validation point given twice would run, and count, twice."""
-    twice = [str(x) for x in dict.fromkeys(x for x in items if list(items).count(x) > 1)]
-    if twice:
-        raise MemvisorError(f"{option}: {', '.join(twice)} given more than once; give each once", USAGE)
+    if twice := listed_twice(items):
+        raise MemvisorError(f"{option}: {', '.join(map(str, twice))} given more than once; give each once", USAGE)
 
 
 def _meminfo_mib(field: str = "MemTotal") -> int:

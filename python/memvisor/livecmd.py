@@ -12,7 +12,7 @@ from rich.table import Table
 
 from memvisor import _core
 from memvisor.console import USAGE, MemvisorError, err, fmt, out
-from memvisor.params import ByteSize, Number
+from memvisor.params import ByteSize, Number, listed_twice
 from memvisor.runfolder import NotARunFolder, check_location
 
 try:
@@ -96,7 +96,7 @@ def load_config(path: Path) -> tuple[dict, list]:
 
 def _vm_options(vm: tuple[str, ...], floor: tuple[str, ...], config: Path | None) -> tuple[dict, list]:
     # The live backend (asyncio, the QMP library) is imported only by the commands that use it.
-    from memvisor.live.livehost import VmSpec, listed_twice
+    from memvisor.live.livehost import VmSpec
 
     raw, specs = load_config(config) if config else ({}, [])
     for name, qmp in _pairs(vm, "--vm").items():

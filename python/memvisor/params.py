@@ -10,6 +10,12 @@ import click
 from memvisor import _core
 
 
+def listed_twice(items) -> list:
+    """The items that occur more than once, sorted: a VM managed, or a validation point run, once."""
+    items = list(items)
+    return sorted({x for x in items if items.count(x) > 1})
+
+
 class IntList(click.ParamType):
     """Comma-separated integers, each at least `min` and at most `max`, e.g. `16,24,32`."""
 

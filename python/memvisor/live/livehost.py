@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from memvisor.live import hostfs
 from memvisor.live.cgroup import MemoryCgroup
 from memvisor.live.monitor import Monitor, Unreachable
+from memvisor.params import listed_twice
 
 PAGE = 4096
 #: QOM path of the balloon device: QEMU names a `-device virtio-balloon-pci,id=balloon0` so.
@@ -51,11 +52,6 @@ class _Vm:
     #: The soft-limit file's value before the manager first wrote it (restored on close).
     soft_limit_before: str | None = None
     last: dict = field(default_factory=dict)
-
-
-def listed_twice(names: list[str]) -> list[str]:
-    """The names that occur more than once, sorted: a VM is managed once."""
-    return sorted({n for n in names if names.count(n) > 1})
 
 
 class LiveHost:
