@@ -40,6 +40,9 @@ pub struct Simulation {
     finished: Option<String>,
     /// A `denali`-profile host runs in its own world (`world` is then empty).
     denali: Option<Box<DenaliHost>>,
+    /// Where a run without a duration ends all the same: the longest a scenario may give, so no
+    /// clock arithmetic of a runaway workload can wrap (tests shorten it).
+    longest_ns: u64,
     /// Tests: every event goes through the engine loop (no `guest::Horizon`).
     #[cfg(test)]
     engine_only: bool,
@@ -75,6 +78,7 @@ impl Simulation {
                 series: TimeSeries::default(),
                 window: [None, None],
                 finished: None,
+                longest_ns: units::MAX_DURATION_NS,
                 denali: Some(Box::new(DenaliHost::new(s)?)),
                 #[cfg(test)]
                 engine_only: false,
@@ -179,6 +183,7 @@ impl Simulation {
             series: TimeSeries::default(),
             window: [None, None],
             finished: None,
+            longest_ns: units::MAX_DURATION_NS,
             denali: None,
             #[cfg(test)]
             engine_only: false,
@@ -216,7 +221,7 @@ impl Simulation {
             return d.run_until(until);
         }
         let lookahead = self.scenario.host.lookahead_ns;
-        let end = self.scenario.duration_ns.unwrap_or(u64::MAX);
+        let end = self.scenario.duration_ns.unwrap_or(self.longest_ns);
         let horizon = Some((lookahead, end, until));
         #[cfg(test)]
         let horizon = horizon.filter(|_| !self.engine_only);
@@ -227,7 +232,12 @@ impl Simulation {
                 break;
             };
             if t >= end {
-                self.finish(end, "duration reached");
+                let why = if self.scenario.duration_ns.is_some() {
+                    "duration reached"
+                } else {
+                    "100 years reached, the longest a run may be (no duration was given)"
+                };
+                self.finish(end, why);
                 break;
             }
             if t > until {
@@ -511,5 +521,20 @@ mod tests {
             assert!(a.0.contains("pswpin"));
             assert_eq!(a, b, "{sets:?}");
         }
+    }
+
+    /// A run without a duration whose workload would go on past the longest run ends there, said
+    /// so, rather than running its clock on towards wrapping.
+    #[test]
+    fn a_run_without_a_duration_stops_at_the_longest_run() {
+        let text = crate::scenario::case_text("paging-stress").unwrap();
+        let s = crate::scenario::load(text, "x", &["vm.kali.workload.stress.instances=1".to_string()]).unwrap().remove(0);
+        assert_eq!(s.duration_ns, None);
+        let mut sim = Simulation::new(&s).unwrap();
+        sim.longest_ns = 3_000_000_000;
+        sim.run().unwrap();
+        let r = sim.results();
+        assert_eq!(sim.now(), 3_000_000_000);
+        assert_eq!(r.summary.end_reason.as_deref(), Some("100 years reached, the longest a run may be (no duration was given)"));
     }
 }

@@ -124,15 +124,6 @@ pub fn parse_rate(s: &str) -> Result<f64, String> {
     Ok(v)
 }
 
-/// Parses a plain count, allowing exponents and an optional trailing word ("1e9", "1e9 touches").
-pub fn parse_count(s: &str) -> Result<u64, String> {
-    let (v, _word) = split(s)?;
-    if v.fract() != 0.0 || v > u64::MAX as f64 {
-        return Err(format!("'{s}' is not a whole number"));
-    }
-    Ok(v as u64)
-}
-
 /// Formats bytes in the largest binary unit that divides them exactly.
 pub fn fmt_bytes(b: u64) -> String {
     for (u, m) in [("TiB", 1u64 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
@@ -212,7 +203,6 @@ mod tests {
         // Slow enough that a page's transfer time overflowed the device clock to zero.
         assert!(parse_rate("1e-9B/s").is_err());
         assert_eq!(parse_rate("1kB/s").unwrap(), MIN_RATE);
-        assert_eq!(parse_count("1e9 touches").unwrap(), 1_000_000_000);
         assert!(parse_duration_ns("1e30s").unwrap_err().contains("at most 100 years"));
         assert!(parse_duration_ns("876601h").unwrap_err().contains("too long"));
         assert!(parse_duration_ns("876600h").is_ok());

@@ -17,10 +17,6 @@ impl Host {
                 if e.flags() & flags::READING != 0 {
                     v.reading.remove(ppn);
                 }
-                if e.flags() & flags::SAMPLED != 0 {
-                    // A sampled page that leaves counts as not touched.
-                    v.sample.lost += 1;
-                }
                 if !v.above_reservation() {
                     v.stats.taken_below_reservation += 1;
                 }

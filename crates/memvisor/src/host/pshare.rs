@@ -26,7 +26,7 @@ use rustc_hash::FxHashMap;
 
 use super::hostswap::takeable;
 use super::ksm::{KsmCounters, KsmPages, KsmSettings, Ksmd};
-use super::{Entry, GuestMemory, Host, HostVm, PageState, flags};
+use super::{Entry, GuestMemory, Host, HostVm, PageState};
 use crate::content::ZERO;
 use crate::index::{NONE, Recycled};
 
@@ -597,9 +597,6 @@ impl HostPages<'_, '_> {
 /// Private page `ppn` of VM `v` maps shared frame `f` (its reference counted already): its private
 /// frame leaves the VM, and the guest must be told (its next write must come to the host).
 fn map_page(v: &mut HostVm, st: &mut VmShare, ppn: u32, f: u32, zero: bool, share_ns: u64) {
-    if v.p2m.get(ppn).flags() & flags::SAMPLED != 0 {
-        v.sample.lost += 1;
-    }
     v.p2m.set(ppn, Entry::new(PageState::Shared(f)));
     v.granted -= 1;
     st.shared += 1;

@@ -11,10 +11,9 @@ use crate::rng::Rng;
 pub struct Sample {
     /// Pages sampled in the current period.
     pub pages: Vec<u32>,
-    /// Of them, touched so far.
+    /// Of them, touched so far (one taken away, ballooned, swapped or shared, before its touch
+    /// counts as not touched).
     pub touched: u64,
-    /// Of them, taken away (ballooned, swapped) before being touched.
-    pub lost: u64,
     /// The last complete period: pages sampled and touched.
     pub last: (u64, u64),
     /// Complete periods so far.
@@ -40,7 +39,6 @@ impl Host {
             }
             s.pages.clear();
             s.touched = 0;
-            s.lost = 0;
             for _ in 0..size {
                 let Some(p) = super::hostswap::random_page(&vm.p2m, rng, |_, e: Entry| e.is_backed() && e.flags() == 0) else { break };
                 if g.touched_after(p, now) {
