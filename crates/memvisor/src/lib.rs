@@ -12,6 +12,32 @@
 //! The core does no terminal I/O and reads one kind of file only, the page sets a scenario's
 //! `captured` names (when it is resolved); the Python package does the rest.
 
+/// Gives an enum of plain variants the names scenario files write it by, from one list, so its
+/// `NAMES` (in the list's order), `parse` and `name` cannot disagree.
+macro_rules! scenario_names {
+    ($ty:ty { $($variant:ident => $name:literal),+ $(,)? }) => {
+        impl $ty {
+            /// Names as written in scenario files.
+            pub const NAMES: &'static [&'static str] = &[$($name),+];
+
+            /// Parses a scenario name.
+            pub fn parse(s: &str) -> Option<Self> {
+                match s {
+                    $($name => Some(Self::$variant),)+
+                    _ => None,
+                }
+            }
+
+            /// The scenario name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $name,)+
+                }
+            }
+        }
+    };
+}
+
 pub mod backend;
 pub mod bitmap;
 pub mod clock;

@@ -25,26 +25,14 @@ pub enum DeviceKind {
     Ram,
 }
 
+scenario_names!(DeviceKind {
+    Ssd => "ssd",
+    Hdd => "hdd",
+    Nfs => "nfs",
+    Ram => "ram",
+});
+
 impl DeviceKind {
-    /// Names as written in scenario files.
-    pub const NAMES: &'static [&'static str] = &["ssd", "hdd", "nfs", "ram"];
-
-    /// Parses a scenario name.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "ssd" => Self::Ssd,
-            "hdd" => Self::Hdd,
-            "nfs" => Self::Nfs,
-            "ram" => Self::Ram,
-            _ => return None,
-        })
-    }
-
-    /// The scenario name.
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-
     /// Default parameters; every figure names its source.
     pub fn defaults(self) -> DeviceSpec {
         match self {

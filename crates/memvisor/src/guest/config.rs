@@ -52,25 +52,11 @@ pub enum Thp {
     Always,
 }
 
-impl Thp {
-    /// Names as written in scenario files (and in sysfs).
-    pub const NAMES: &'static [&'static str] = &["never", "madvise", "always"];
-
-    /// Parses a scenario name.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "never" => Self::Never,
-            "madvise" => Self::Madvise,
-            "always" => Self::Always,
-            _ => return None,
-        })
-    }
-
-    /// The scenario name.
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-}
+scenario_names!(Thp {
+    Never => "never",
+    Madvise => "madvise",
+    Always => "always",
+});
 
 /// The guest kernel's tunables, by their sysctl names. Defaults are the kernel's.
 #[derive(Clone, Debug, PartialEq)]

@@ -43,24 +43,10 @@ pub enum CgroupVersion {
     V2,
 }
 
-impl CgroupVersion {
-    /// Names as written in scenario files.
-    pub const NAMES: &'static [&'static str] = &["v1", "v2"];
-
-    /// Parses a scenario name.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "v1" => Some(Self::V1),
-            "v2" => Some(Self::V2),
-            _ => None,
-        }
-    }
-
-    /// The scenario name.
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-}
+scenario_names!(CgroupVersion {
+    V1 => "v1",
+    V2 => "v2",
+});
 
 /// A memory cgroup. Number 0 is the root, which has no limit.
 #[derive(Clone, Debug)]

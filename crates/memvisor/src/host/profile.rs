@@ -16,26 +16,14 @@ pub enum HostProfile {
     Denali,
 }
 
+scenario_names!(HostProfile {
+    Kvm => "kvm",
+    Esx => "esx",
+    Xen => "xen",
+    Denali => "denali",
+});
+
 impl HostProfile {
-    /// Names as written in scenario files.
-    pub const NAMES: &'static [&'static str] = &["kvm", "esx", "xen", "denali"];
-
-    /// Parses a scenario name.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "kvm" => Self::Kvm,
-            "esx" => Self::Esx,
-            "xen" => Self::Xen,
-            "denali" => Self::Denali,
-            _ => return None,
-        })
-    }
-
-    /// The scenario name.
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-
     /// Memory the hypervisor itself holds on a host of `memory` bytes.
     pub fn hypervisor_memory(self, memory: u64) -> u64 {
         match self {

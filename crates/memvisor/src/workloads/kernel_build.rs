@@ -80,24 +80,10 @@ pub enum Arch {
     I386,
 }
 
-impl Arch {
-    /// Names as written in scenario files.
-    pub const NAMES: &'static [&'static str] = &["x86_64", "i386"];
-
-    /// Parses a scenario name.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "x86_64" => Some(Self::X86_64),
-            "i386" => Some(Self::I386),
-            _ => None,
-        }
-    }
-
-    /// The scenario name.
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-}
+scenario_names!(Arch {
+    X86_64 => "x86_64",
+    I386 => "i386",
+});
 
 /// What the tree is configured to build (tmem.md 6.2, 6.5).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,24 +96,10 @@ pub enum Config {
     Rhel5,
 }
 
-impl Config {
-    /// Names as written in scenario files.
-    pub const NAMES: &'static [&'static str] = &["defconfig", "rhel5"];
-
-    /// Parses a scenario name.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "defconfig" => Some(Self::Defconfig),
-            "rhel5" => Some(Self::Rhel5),
-            _ => None,
-        }
-    }
-
-    /// The scenario name.
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-}
+scenario_names!(Config {
+    Defconfig => "defconfig",
+    Rhel5 => "rhel5",
+});
 
 /// What one configuration of the tree builds for one architecture (tmem.md 6.2 and 6.5: the dry
 /// run `make -n -k V=1 all` of the 2.6.32.2 tree; objects compiled with gcc 12).

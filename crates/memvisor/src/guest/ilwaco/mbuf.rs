@@ -26,24 +26,10 @@ pub enum PoolKind {
     Hash,
 }
 
-impl PoolKind {
-    /// Names as written in scenario files.
-    pub const NAMES: &'static [&'static str] = &["list", "hash"];
-
-    /// Parses a scenario name.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "list" => Some(Self::List),
-            "hash" => Some(Self::Hash),
-            _ => None,
-        }
-    }
-
-    /// The scenario name.
-    pub fn name(self) -> &'static str {
-        Self::NAMES[self as usize]
-    }
-}
+scenario_names!(PoolKind {
+    List => "list",
+    Hash => "hash",
+});
 
 /// One pool of equal objects (mbufs or clusters) over a page-aligned region of guest memory.
 #[derive(Clone, Debug)]
