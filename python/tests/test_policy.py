@@ -155,6 +155,10 @@ def test_python_policy_errors_are_clear():
         ({"kind": "memory_state", "state": "high"}, "a 'memory_state' decision is the host's: its vm_id must be None"),
         ({"bytess": 5}, r"a 'balloon_target' decision has no field 'bytess' \(its fields: vm_id, kind, bytes, reason\)"),
         ({"kind": "blocked", "blocked": True}, "a 'blocked' decision has no field 'bytes'"),
+        ({"kind": "balloon"}, "unknown decision kind 'balloon' \\(kinds: balloon_target, grant_limit, swap_target, blocked, "
+         "break_large_pages, shrink_frontswap, sharing, memory_state\\)"),
+        # A state is one of the ESX tables' (esxtop's names), which the time series records.
+        ({"vm_id": None, "kind": "memory_state", "state": "normal"}, "memory state 'normal' is not one of: high, soft, hard, low, clear"),
     ]:
         with pytest.raises(memvisor.RunError, match=f"policy 'once'.*{expect}"):
             api.simulate(scenario("static"), policy=returning(d))

@@ -3,7 +3,7 @@
 //! decision a dict with `vm_id`, `kind`, its value and `reason` (what `LiveHost.apply` gets and
 //! what a Python policy returns). Each way is converted here, with errors that name the field.
 
-use memvisor::policy::{Action, Decision, HostView, SharingView, VmId, VmView};
+use memvisor::policy::{Action, Decision, HostView, SharingView, VmId, VmView, memory_state_names};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList};
@@ -87,27 +87,50 @@ pub fn host_view(d: &Bound<'_, PyAny>) -> PyResult<HostView> {
     })
 }
 
+/// A value of a decision's field.
+enum Value {
+    Num(u64),
+    Flag(bool),
+    Name(&'static str),
+}
+
+/// Every decision kind as Python names it (`decision` takes these).
+const KINDS: &[&str] =
+    &["balloon_target", "grant_limit", "swap_target", "blocked", "break_large_pages", "shrink_frontswap", "sharing", "memory_state"];
+
+/// An action's kind and its value's fields, as Python names them: what `decision_dict` writes and
+/// `decision` reads back.
+fn kind_and_fields(a: &Action) -> (&'static str, Vec<(&'static str, Value)>) {
+    use Value::{Flag, Name, Num};
+    match *a {
+        Action::SetBalloonTarget { bytes } => ("balloon_target", vec![("bytes", Num(bytes))]),
+        Action::SetGrantLimit { bytes } => ("grant_limit", vec![("bytes", Num(bytes))]),
+        Action::SetSwapTarget { bytes } => ("swap_target", vec![("bytes", Num(bytes))]),
+        Action::SetBlocked { blocked } => ("blocked", vec![("blocked", Flag(blocked))]),
+        Action::BreakLargePages { share_now } => ("break_large_pages", vec![("share_now", Flag(share_now))]),
+        Action::ShrinkFrontswap { bytes } => ("shrink_frontswap", vec![("bytes", Num(bytes))]),
+        Action::SetSharing { run, pages_to_scan, sleep_ms } => {
+            ("sharing", vec![("run", Flag(run)), ("pages_to_scan", Num(pages_to_scan)), ("sleep_ms", Num(sleep_ms))])
+        }
+        Action::SetMemoryState { state } => ("memory_state", vec![("state", Name(state))]),
+    }
+}
+
 /// A decision as the Python backend receives it: `kind` names the action, its value alongside.
 pub fn decision_dict<'py>(py: Python<'py>, d: &Decision) -> PyResult<Bound<'py, PyDict>> {
     let e = PyDict::new(py);
     e.set_item("vm_id", d.vm.map(|v| v.0))?;
     e.set_item("reason", &d.reason)?;
     e.set_item("text", d.action.to_string())?;
-    match &d.action {
-        Action::SetGrantLimit { bytes } => (e.set_item("kind", "grant_limit")?, e.set_item("bytes", bytes)?),
-        Action::SetBalloonTarget { bytes } => (e.set_item("kind", "balloon_target")?, e.set_item("bytes", bytes)?),
-        Action::SetSwapTarget { bytes } => (e.set_item("kind", "swap_target")?, e.set_item("bytes", bytes)?),
-        Action::SetBlocked { blocked } => (e.set_item("kind", "blocked")?, e.set_item("blocked", blocked)?),
-        Action::SetMemoryState { state } => (e.set_item("kind", "memory_state")?, e.set_item("state", state)?),
-        Action::BreakLargePages { share_now } => (e.set_item("kind", "break_large_pages")?, e.set_item("share_now", share_now)?),
-        Action::ShrinkFrontswap { bytes } => (e.set_item("kind", "shrink_frontswap")?, e.set_item("bytes", bytes)?),
-        Action::SetSharing { run, pages_to_scan, sleep_ms } => {
-            e.set_item("kind", "sharing")?;
-            e.set_item("run", run)?;
-            e.set_item("pages_to_scan", pages_to_scan)?;
-            (e.set_item("sleep_ms", sleep_ms)?, ())
+    let (kind, fields) = kind_and_fields(&d.action);
+    e.set_item("kind", kind)?;
+    for (k, v) in fields {
+        match v {
+            Value::Num(x) => e.set_item(k, x)?,
+            Value::Flag(x) => e.set_item(k, x)?,
+            Value::Name(x) => e.set_item(k, x)?,
         }
-    };
+    }
     Ok(e)
 }
 
@@ -170,9 +193,6 @@ pub fn view_dict<'py>(py: Python<'py>, v: &HostView) -> PyResult<Bound<'py, PyDi
     Ok(d)
 }
 
-/// The memory states a decision may name (`SetMemoryState` holds a static name).
-const STATES: &[&str] = &["high", "clear", "soft", "hard", "low", "normal", "pressure", "critical"];
-
 /// A decision from its dict (the inverse of [`decision_dict`]); `who` names the source in errors.
 pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
     let d = d.cast::<PyDict>().map_err(|_| PyValueError::new_err(format!("{who}: each decision must be a dict")))?;
@@ -212,17 +232,17 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
         "shrink_frontswap" => Action::ShrinkFrontswap { bytes: num("bytes")? },
         "sharing" => Action::SetSharing { run: boolean("run")?, pages_to_scan: num("pages_to_scan")?, sleep_ms: num("sleep_ms")? },
         "memory_state" => {
+            // `SetMemoryState` holds a static name: one of the ESX tables' states.
             let s = string("state")?;
-            let state = STATES
+            let names = memory_state_names();
+            let state = names
                 .iter()
                 .find(|x| **x == s)
-                .ok_or_else(|| PyValueError::new_err(format!("{who}: memory state '{s}' is not one of: {}", STATES.join(", "))))?;
+                .ok_or_else(|| PyValueError::new_err(format!("{who}: memory state '{s}' is not one of: {}", names.join(", "))))?;
             Action::SetMemoryState { state }
         }
         other => {
-            return Err(PyValueError::new_err(format!(
-                "{who}: unknown decision kind '{other}' (kinds: balloon_target, grant_limit, swap_target, blocked, break_large_pages, shrink_frontswap, sharing, memory_state)"
-            )));
+            return Err(PyValueError::new_err(format!("{who}: unknown decision kind '{other}' (kinds: {})", KINDS.join(", "))));
         }
     };
     let id = get("vm_id")?;
@@ -240,15 +260,7 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
         _ => {}
     }
     // A misspelt field would otherwise be ignored and its decision taken with another's value.
-    let fields: &[&str] = match action {
-        Action::SetBalloonTarget { .. } | Action::SetGrantLimit { .. } | Action::SetSwapTarget { .. } | Action::ShrinkFrontswap { .. } => {
-            &["bytes"]
-        }
-        Action::SetBlocked { .. } => &["blocked"],
-        Action::BreakLargePages { .. } => &["share_now"],
-        Action::SetSharing { .. } => &["run", "pages_to_scan", "sleep_ms"],
-        Action::SetMemoryState { .. } => &["state"],
-    };
+    let fields: Vec<&str> = kind_and_fields(&action).1.into_iter().map(|(k, _)| k).collect();
     for k in d.keys() {
         let k = k.str()?.to_string();
         // `text` is what a logged decision dict carries beside the rest (`decision_dict`).

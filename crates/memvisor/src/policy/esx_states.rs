@@ -134,6 +134,18 @@ pub const MINFREE6: StateTable = StateTable {
 /// Every table, by name.
 pub const TABLES: &[&StateTable] = &[&ESX3, &SEED000, &MINFREE5, &MINFREE6];
 
+/// The names of every table's states, each once, in the order the tables give them: what a
+/// `SetMemoryState` decision may name.
+pub fn state_names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = Vec::new();
+    for s in TABLES.iter().flat_map(|t| t.states) {
+        if !names.contains(&s.name) {
+            names.push(s.name);
+        }
+    }
+    names
+}
+
 /// minFree of a host with `memory` bytes (ESX 5.0+; frankdenneman.nl, 2011).
 pub fn min_free(memory: u64) -> u64 {
     const GB: u64 = 1 << 30;
@@ -177,6 +189,11 @@ impl StateTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_state_is_named_once() {
+        assert_eq!(state_names(), ["high", "soft", "hard", "low", "clear"]);
+    }
 
     #[test]
     fn min_free_follows_the_sliding_scale() {

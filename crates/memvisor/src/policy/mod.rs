@@ -13,7 +13,7 @@ mod xen_selfballoon;
 
 pub use dmc::Dmc;
 pub use esx::Esx;
-pub use esx_states::{StateTable, TABLES as ESX_STATE_TABLES};
+pub use esx_states::{StateTable, TABLES as ESX_STATE_TABLES, state_names as memory_state_names};
 pub use mom::Mom;
 pub use pressure::Pressure;
 pub use proxmox::Proxmox;
