@@ -33,13 +33,24 @@ pub struct RunResult {
 /// A run in progress.
 pub struct Simulation {
     scenario: Scenario,
+    host: Hosted,
+}
+
+/// What runs: VMs on the simulated host under a policy, or the Denali host, which pages whole VMs
+/// by itself and runs no policy.
+enum Hosted {
+    Vms(Box<VmHost>),
+    Denali(Box<DenaliHost>),
+}
+
+/// The simulated host with its VMs, the controller that runs the policy over it, and what the run
+/// records.
+struct VmHost {
     world: SimulatedHost,
     controller: Controller,
     series: TimeSeries,
     window: [Option<Vec<Vec<f64>>>; 2],
     finished: Option<String>,
-    /// A `denali`-profile host runs in its own world (`world` is then empty).
-    denali: Option<Box<DenaliHost>>,
     /// Where a run without a duration ends all the same: the longest a scenario may give, so no
     /// clock arithmetic of a runaway workload can wrap (tests shorten it).
     longest_ns: u64,
@@ -70,19 +81,7 @@ impl Simulation {
                     s.host.policy.name
                 ));
             }
-            let world = SimulatedHost::new(Host::new(0), Vec::new(), Vec::new(), EventQueue::new(), s.seed, 0, 0);
-            return Ok(Self {
-                scenario: s.clone(),
-                world,
-                controller: Controller::new(policy::build(&s.host.policy).expect("static")),
-                series: TimeSeries::default(),
-                window: [None, None],
-                finished: None,
-                longest_ns: units::MAX_DURATION_NS,
-                denali: Some(Box::new(DenaliHost::new(s)?)),
-                #[cfg(test)]
-                engine_only: false,
-            });
+            return Ok(Self { scenario: s.clone(), host: Hosted::Denali(Box::new(DenaliHost::new(s)?)) });
         }
         let adm: Vec<AdmissionVm> = s
             .vms
@@ -176,33 +175,41 @@ impl Simulation {
         if let Some(end) = s.report.window_ns.1 {
             events.push(end, Event::Window);
         }
-        Ok(Self {
-            scenario: s.clone(),
+        let vms = VmHost {
             world: SimulatedHost::new(host, guests, datastores, events, s.seed, s.host.sample_pages, s.host.sample_period_ns),
             controller: Controller::new(policy),
             series: TimeSeries::default(),
             window: [None, None],
             finished: None,
             longest_ns: units::MAX_DURATION_NS,
-            denali: None,
             #[cfg(test)]
             engine_only: false,
-        })
+        };
+        Ok(Self { scenario: s.clone(), host: Hosted::Vms(Box::new(vms)) })
     }
 
     /// Simulated time reached, ns.
     pub fn now(&self) -> u64 {
-        self.denali.as_ref().map_or(self.world.now, |d| d.now())
+        match &self.host {
+            Hosted::Vms(h) => h.world.now,
+            Hosted::Denali(d) => d.now(),
+        }
     }
 
     /// Whether the run has ended.
     pub fn is_finished(&self) -> bool {
-        self.denali.as_ref().map_or(self.finished.is_some(), |d| d.is_finished())
+        match &self.host {
+            Hosted::Vms(h) => h.finished.is_some(),
+            Hosted::Denali(d) => d.is_finished(),
+        }
     }
 
     /// The Denali host, if the scenario's profile is `denali`.
     pub fn denali(&self) -> Option<&DenaliHost> {
-        self.denali.as_deref()
+        match &self.host {
+            Hosted::Vms(_) => None,
+            Hosted::Denali(d) => Some(d),
+        }
     }
 
     /// The scenario's fixed length, if it has one.
@@ -211,17 +218,80 @@ impl Simulation {
     }
 
     /// The simulated machine (for tests and inspection).
+    ///
+    /// # Panics
+    /// On a `denali`-profile run, which has no such machine (see [`Simulation::denali`]).
     pub fn world(&self) -> &SimulatedHost {
-        &self.world
+        match &self.host {
+            Hosted::Vms(h) => &h.world,
+            Hosted::Denali(_) => panic!("a denali-profile run has no VM host: use Simulation::denali"),
+        }
     }
 
     /// Runs until simulated time `until` (or the end). Returns whether the run has ended.
     pub fn run_until(&mut self, until: u64) -> Result<bool, String> {
-        if let Some(d) = &mut self.denali {
-            return d.run_until(until);
+        match &mut self.host {
+            Hosted::Vms(h) => h.run_until(&self.scenario, until),
+            Hosted::Denali(d) => d.run_until(until),
         }
-        let lookahead = self.scenario.host.lookahead_ns;
-        let end = self.scenario.duration_ns.unwrap_or(self.longest_ns);
+    }
+
+    /// Applies a decision now, outside the policy (by hand, from a test or a script); it is not
+    /// logged as the policy's.
+    pub fn apply(&mut self, d: &crate::policy::Decision) -> Result<(), String> {
+        use crate::backend::Backend;
+        match &mut self.host {
+            Hosted::Vms(h) => h.world.apply(d).map(drop),
+            Hosted::Denali(_) => Err("the denali host takes no decisions: its pager is its only reclaimer".into()),
+        }
+    }
+
+    /// Runs to the end.
+    pub fn run(&mut self) -> Result<(), String> {
+        self.run_until(u64::MAX).map(|_| ())
+    }
+
+    /// The VM host (tests of its internals; never a `denali` run there).
+    #[cfg(test)]
+    fn vm_host(&mut self) -> &mut VmHost {
+        match &mut self.host {
+            Hosted::Vms(h) => h,
+            Hosted::Denali(_) => unreachable!("a test of the VM host ran a denali scenario"),
+        }
+    }
+
+    /// Runs `f` on guest `i` with the world it acts on, for unit tests of guest internals.
+    #[cfg(test)]
+    pub(crate) fn with_guest<R>(&mut self, i: usize, f: impl FnOnce(&mut Guest, &mut Env) -> R) -> R {
+        let (g, mut env) = self.vm_host().world.split(i);
+        f(g, &mut env)
+    }
+
+    /// Checks every guest's and the host's invariants.
+    pub fn check_invariants(&mut self) -> Result<(), String> {
+        match &mut self.host {
+            Hosted::Vms(h) => h.check(),
+            Hosted::Denali(d) => d.check(),
+        }
+    }
+
+    /// The results of a finished run.
+    pub fn results(&self) -> RunResult {
+        let s = &self.scenario;
+        let scenario_toml = s.to_toml();
+        match &self.host {
+            Hosted::Vms(h) => {
+                RunResult { scenario_toml, series: h.series.clone(), summary: h.summary(s), decisions: h.controller.log().to_vec() }
+            }
+            Hosted::Denali(d) => RunResult { scenario_toml, series: d.series().clone(), summary: d.summary(s), decisions: Vec::new() },
+        }
+    }
+}
+
+impl VmHost {
+    fn run_until(&mut self, s: &Scenario, until: u64) -> Result<bool, String> {
+        let lookahead = s.host.lookahead_ns;
+        let end = s.duration_ns.unwrap_or(self.longest_ns);
         let horizon = Some((lookahead, end, until));
         #[cfg(test)]
         let horizon = horizon.filter(|_| !self.engine_only);
@@ -232,7 +302,7 @@ impl Simulation {
                 break;
             };
             if t >= end {
-                let why = if self.scenario.duration_ns.is_some() {
+                let why = if s.duration_ns.is_some() {
                     "duration reached"
                 } else {
                     "100 years reached, the longest a run may be (no duration was given)"
@@ -247,9 +317,9 @@ impl Simulation {
             self.world.now = self.world.now.max(now);
             match ev {
                 Event::Sample => {
-                    self.series.make_room(self.world.guests.len(), now, self.scenario.host.sample_interval_ns)?;
+                    self.series.make_room(self.world.guests.len(), now, s.host.sample_interval_ns)?;
                     self.series.sample(now, &self.world);
-                    self.world.events.push(now + self.scenario.host.sample_interval_ns, Event::Sample);
+                    self.world.events.push(now + s.host.sample_interval_ns, Event::Sample);
                 }
                 Event::PolicyTick => {
                     self.controller.tick(&mut self.world)?;
@@ -267,7 +337,7 @@ impl Simulation {
                     let limit = next.max(now + lookahead).min(end);
                     self.world.handle_guest(guest, ev, limit)?;
                     let g = &self.world.guests;
-                    if self.scenario.duration_ns.is_none() && g.iter().all(|g| g.finite_done()) {
+                    if s.duration_ns.is_none() && g.iter().all(|g| g.finite_done()) {
                         let t = g.iter().flat_map(|g| &g.procs).map(|p| p.stats.end_ns).max().unwrap_or(now);
                         self.finish(t.max(now), "every finite workload finished");
                     }
@@ -275,18 +345,6 @@ impl Simulation {
             }
         }
         Ok(self.finished.is_some())
-    }
-
-    /// Applies a decision now, outside the policy (by hand, from a test or a script); it is not
-    /// logged as the policy's.
-    pub fn apply(&mut self, d: &crate::policy::Decision) -> Result<(), String> {
-        use crate::backend::Backend;
-        self.world.apply(d).map(drop)
-    }
-
-    /// Runs to the end.
-    pub fn run(&mut self) -> Result<(), String> {
-        self.run_until(u64::MAX).map(|_| ())
     }
 
     fn finish(&mut self, t: u64, why: &str) {
@@ -307,18 +365,7 @@ impl Simulation {
         (0..self.world.guests.len()).map(|i| metrics::row(&self.world, i)).collect()
     }
 
-    /// Runs `f` on guest `i` with the world it acts on, for unit tests of guest internals.
-    #[cfg(test)]
-    pub(crate) fn with_guest<R>(&mut self, i: usize, f: impl FnOnce(&mut Guest, &mut Env) -> R) -> R {
-        let (g, mut env) = self.world.split(i);
-        f(g, &mut env)
-    }
-
-    /// Checks every guest's and the host's invariants.
-    pub fn check_invariants(&mut self) -> Result<(), String> {
-        if let Some(d) = &self.denali {
-            return d.check();
-        }
+    fn check(&mut self) -> Result<(), String> {
         self.world.host.check()?;
         self.world.check_vcpus()?;
         for i in 0..self.world.guests.len() {
@@ -328,26 +375,7 @@ impl Simulation {
         Ok(())
     }
 
-    /// The results of a finished run.
-    pub fn results(&self) -> RunResult {
-        if let Some(d) = &self.denali {
-            return RunResult {
-                scenario_toml: self.scenario.to_toml(),
-                series: d.series().clone(),
-                summary: d.summary(&self.scenario),
-                decisions: Vec::new(),
-            };
-        }
-        RunResult {
-            scenario_toml: self.scenario.to_toml(),
-            series: self.series.clone(),
-            summary: self.summary(),
-            decisions: self.controller.log().to_vec(),
-        }
-    }
-
-    fn summary(&self) -> RunSummary {
-        let s = &self.scenario;
+    fn summary(&self, s: &Scenario) -> RunSummary {
         let now = self.world.now;
         let cols = metrics::columns();
         let (w0, w1) = (self.window[0].as_ref(), self.window[1].as_ref());
@@ -407,7 +435,7 @@ impl Simulation {
             .collect();
         let datastores = self.world.datastores.iter().map(|d| DatastoreSummary::of(&d.name, &d.device)).collect();
         let mib = |frames: u64| frames as f64 * PAGE_SIZE as f64 / 1048576.0;
-        let cpus = self.world.host.pcpus.as_ref().map(|p| (p.cpus(), p.busy_ns(self.now())));
+        let cpus = self.world.host.pcpus.as_ref().map(|p| (p.cpus(), p.busy_ns(self.world.now)));
         RunSummary {
             scenario: s.name.clone(),
             variant: s.variant.clone(),
@@ -422,7 +450,7 @@ impl Simulation {
                 policy: s.host.policy.name.clone(),
                 cpus: cpus.map(|(n, _)| n),
                 cpu_busy_s: cpus.map(|(_, busy)| busy as f64 / 1e9),
-                cpu_utilisation_percent: cpus.map(|(n, busy)| 100.0 * busy as f64 / (n as f64 * self.now().max(1) as f64)),
+                cpu_utilisation_percent: cpus.map(|(n, busy)| 100.0 * busy as f64 / (n as f64 * self.world.now.max(1) as f64)),
                 tmem: self.world.host.tmem().map(|t| TmemSummary::of(t, |c| self.world.guests[c as usize].cfg.name.clone())),
             },
             vms,
@@ -512,7 +540,7 @@ mod tests {
             let s = crate::scenario::load(text, "x", &sets).unwrap().remove(0);
             let run = |engine_only: bool| {
                 let mut sim = Simulation::new(&s).unwrap();
-                sim.engine_only = engine_only;
+                sim.vm_host().engine_only = engine_only;
                 sim.run().unwrap();
                 let r = sim.results();
                 (r.summary.to_json(), r.series.values, r.decisions.len(), sim.now())
@@ -531,7 +559,7 @@ mod tests {
         let s = crate::scenario::load(text, "x", &["vm.kali.workload.stress.instances=1".to_string()]).unwrap().remove(0);
         assert_eq!(s.duration_ns, None);
         let mut sim = Simulation::new(&s).unwrap();
-        sim.longest_ns = 3_000_000_000;
+        sim.vm_host().longest_ns = 3_000_000_000;
         sim.run().unwrap();
         let r = sim.results();
         assert_eq!(sim.now(), 3_000_000_000);
