@@ -102,8 +102,12 @@ def read_scenario_text(spec: str | dict) -> tuple[str, str]:
             raise _core.ScenarioError(f"{path}: byte {e.start}: a scenario file is UTF-8 text (TOML), and this is not") from None
     if path.is_dir():
         raise _core.ScenarioError(f"{spec}: is a folder; a scenario is a .toml file or a case name")
-    names = ", ".join(n for n, _ in cases())
-    raise _core.ScenarioError(f"{spec}: no such case or file (cases: {names})")
+    import difflib
+
+    names = [n for n, _ in cases()]
+    near = difflib.get_close_matches(spec.lower(), names, n=1)
+    hint = f"did you mean '{near[0]}'? " if near else ""
+    raise _core.ScenarioError(f"{spec}: no such case or file ({hint}cases: {', '.join(names)})")
 
 
 def load(spec: str | dict, sets: Sequence[str] = (), variants: Sequence[str] = ()) -> list:
@@ -127,13 +131,11 @@ def load(spec: str | dict, sets: Sequence[str] = (), variants: Sequence[str] = (
     return _core.load(text, origin, list(sets), variants)
 
 
-def base_dir(spec: str | dict) -> Path | None:
-    """Where relative files named in a scenario (traces) are looked for: next to the file."""
-    if isinstance(spec, os.PathLike):
-        spec = os.fspath(spec)
-    if not isinstance(spec, str) or _core.case_text(spec) is not None:
-        return None  # a dict, a case, or something `load` will refuse
-    return Path(spec).resolve().parent
+def files_dir(scenario) -> Path | None:
+    """Where the relative files a resolved scenario names (traces, a Python policy's module) are
+    looked for: its `files_from` (its file's folder, or the original's for a run folder's
+    scenario.toml); None for a case or a dict."""
+    return None if scenario.files_from is None else Path(scenario.files_from)
 
 
 def simulate(
@@ -142,12 +144,12 @@ def simulate(
     step_s: float | None = None,
     check_invariants: bool = False,
     traces: dict | None = None,
-    base: Path | None = None,
     policy=None,
 ) -> RunResult:
-    """Runs one resolved scenario to its end. Trace files its workloads name are loaded from
-    `base` (or the working directory) unless `traces` supplies them. `policy`: a Python policy
-    (a `memvisor.Policy` subclass, or an instance for this run alone) in place of the scenario's;
+    """Runs one resolved scenario to its end. Trace files its workloads name are loaded from the
+    scenario's folder (`files_dir`) or the working directory unless `traces` supplies them.
+    `policy`: a Python policy (a `memvisor.Policy` subclass, or an instance for this run alone) in
+    place of the scenario's;
     a scenario naming `python:MODULE:CLASS` gets a new instance of that class. The engine runs in
     steps of `step_s` simulated seconds, between which progress is reported and an interruption
     heard; by default each step is sized to take about `STEP_WALL_S` of real time. Results do not
@@ -161,7 +163,7 @@ def simulate(
     if step_s is not None and not (isinstance(step_s, (int, float)) and step_s >= 1e-6):  # nan fails too
         raise ValueError(f"step_s must be simulated seconds, at least 1e-6 (inf: the whole run in one step), or None, not {step_s!r}")
     if traces is None:
-        traces = load_traces(scenario, base)
+        traces = load_traces(scenario)
     from memvisor.policy import instantiate, resolve
 
     # Given with policy=, it replaces the scenario's host.policy; else a `python:` one is resolved.
@@ -170,7 +172,7 @@ def simulate(
         raise TypeError(f"policy= takes a memvisor.Policy subclass or instance (with a decide method), not {policy!r}; "
                         "a built-in policy is named in the scenario: sets=['host.policy=NAME']")
     if not given and scenario.policy.startswith("python:"):
-        policy = resolve(scenario.policy, base)
+        policy = resolve(scenario.policy, files_dir(scenario))
     if isinstance(policy, type):
         policy = instantiate(policy, policy.__name__ if given else scenario.policy)
     t0 = time.perf_counter()
@@ -340,18 +342,16 @@ def run(
     step_s: float | None = None,
     check_invariants: bool = False,
     traces: dict | None = None,
-    base: Path | None = None,
 ) -> list[RunResult]:
     """Runs the variants of a case, scenario file or scenario dict (those named in `variants`, or
     all), side by side on `jobs` CPUs (`simulate_all`; the other arguments are `simulate`'s, with
-    one `progress` callback for every run and `base` defaulting to the scenario file's folder); a
-    `sets` entry that replaces what a variant sets is reported as a warning (UserWarning)."""
+    one `progress` callback for every run); a `sets` entry that replaces what a variant sets is
+    reported as a warning (UserWarning)."""
     import warnings
 
     scenarios = load(spec, sets, variants)
     for w in dict.fromkeys(w for s in scenarios for w in s.warnings):
         warnings.warn(w, stacklevel=2)
-    base = base_dir(spec) if base is None else base
     return simulate_all(
-        scenarios, jobs=jobs, policy=policy, progress=progress, step_s=step_s, check_invariants=check_invariants, traces=traces, base=base
+        scenarios, jobs=jobs, policy=policy, progress=progress, step_s=step_s, check_invariants=check_invariants, traces=traces
     )

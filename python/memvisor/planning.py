@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from memvisor import _core, api
@@ -58,11 +57,11 @@ class Answer:
     notes: list[str] = field(default_factory=list)
 
 
-def _runtime(text: str, origin: str, base: str | None, vm: str) -> tuple[float | None, str | None]:
+def _runtime(text: str, origin: str, vm: str) -> tuple[float | None, str | None]:
     """In a worker: one run; the named VM's runtime (None and why if it has none)."""
     try:
         (s,) = _core.load(text, origin)
-        r = api.simulate(s, base=None if base is None else Path(base), step_s=1e9)
+        r = api.simulate(s, step_s=1e9)
     except (_core.RunError, _core.ScenarioError, _core.TraceError) as e:
         return None, str(e)
     for v in r.summary["vms"]:
@@ -91,7 +90,6 @@ class Planner:
         self.fmt = fmt
         self.probes: dict[int, Probe] = {}
         _, self.origin = api.read_scenario_text(spec)
-        self.base = api.base_dir(spec)
 
     def probe(self, values: list[int]) -> None:
         """Runs every seed at each value not yet probed, all in parallel."""
@@ -104,7 +102,7 @@ class Planner:
                 scenarios = api.load(self.spec, [*self.sets, f"{self.key}={self.fmt(v)}", f"seed={seed}"], [self.variant] if self.variant else [])
                 if len(scenarios) != 1:
                     raise _core.ScenarioError(one_scenario(self.spec, scenarios))
-                tasks.append((scenarios[0].to_toml(), self.origin, None if self.base is None else str(self.base), self.vm))
+                tasks.append((scenarios[0].to_toml(), self.origin, self.vm))
                 owners.append(v)
         results = _run_all(tasks, self.jobs, None, fn=_runtime) if tasks else []
         for v in new:

@@ -51,7 +51,6 @@ class Grid:
     column: str
     scenarios: list[list]
     origin: str
-    base: Path | None
     vm: str | None = None
     points: list[dict] | None = None
     #: Where the points' values were given, for messages: `--vary` or `--points FILE:`.
@@ -162,7 +161,7 @@ def plan_points(spec: str, points: Sequence[dict], column: str | None = None, se
                 f"'{column}' is not a report column of {s.name} (report columns: {', '.join(s.report_columns)}; "
                 "others can be added with --set report.columns=[...])"
             )
-    return Grid(key, values, column, scenarios, origin, api.base_dir(spec), vm, points, source)
+    return Grid(key, values, column, scenarios, origin, vm, points, source)
 
 
 def warnings_of(grid: Grid) -> list[str]:
@@ -209,7 +208,7 @@ def _task_id(toml: str, inputs: str = "") -> str:
     return hashlib.sha256(f"{_engine_id()}\n{toml}\n{inputs}".encode("utf-8")).hexdigest()[:32]
 
 
-def input_files(scenario, base: Path | None, imports: dict | None = None) -> list[Path]:
+def input_files(scenario, imports: dict | None = None) -> list[Path]:
     """The files a run reads besides its scenario, resolved, each once: its traces, its captured
     page contents, and a policy module beside the scenario with the modules beside it that it
     imports. `imports` caches each policy's imports over the runs of one sweep (a sweep's points
@@ -217,6 +216,7 @@ def input_files(scenario, base: Path | None, imports: dict | None = None) -> lis
     from memvisor.policy import PREFIX, module_file
     from memvisor.traces import resolve_trace_path
 
+    base = api.files_dir(scenario)
     files = [resolve_trace_path(name, base) for name in scenario.trace_files]
     files += [Path(f) for f in scenario.captured_files]
     if scenario.policy.startswith(PREFIX):
@@ -229,11 +229,11 @@ def input_files(scenario, base: Path | None, imports: dict | None = None) -> lis
     return list(dict.fromkeys(f.resolve() for f in files if f is not None and f.is_file()))
 
 
-def _inputs_id(scenario, base: Path | None, digests: dict[Path, str], imports: dict | None = None) -> str:
+def _inputs_id(scenario, digests: dict[Path, str], imports: dict | None = None) -> str:
     """The contents of a run's `input_files` (an edited file is another run). Over one sweep,
     `digests` caches each file's hash and `imports` each policy's imports."""
     out = []
-    for f in input_files(scenario, base, imports):
+    for f in input_files(scenario, imports):
         if f not in digests:
             h = hashlib.sha256()
             with f.open("rb") as r:
@@ -321,13 +321,13 @@ def run_points(
     `variant`, `vm`, the report columns, and `error` (the message of a run that failed; its row has
     no VM). The table:
 
-    The table: a row per value (the index, named after the key), a column per variant (per VM when
-    the scenario has no variants; the columns' name is the report column), each cell the report
+    The table: a row per value (the index, named after the key), a column per variant (per VM, or
+    only `grid.vm`, when the scenario has no variants; the columns' name is the report column), each cell the report
     value of the first VM or of `grid.vm` (of that VM) or, for a run that failed, its error message as a string;
     then `JUMP`. A failed run does not stop the others: `failed_cells` lists them."""
     import pandas as pd
 
-    tasks = [(s.to_toml(), grid.origin, None if grid.base is None else str(grid.base)) for per_value in grid.scenarios for s in per_value]
+    tasks = [(s.to_toml(), grid.origin) for per_value in grid.scenarios for s in per_value]
     results: list = [None] * len(tasks)
     todo = list(range(len(tasks)))
     ids: list[str] = []
@@ -335,7 +335,7 @@ def run_points(
         store.mkdir(parents=True, exist_ok=True)
         digests: dict[Path, str] = {}
         imports: dict = {}
-        ids = [_task_id(t[0], _inputs_id(s, grid.base, digests, imports)) for t, s in zip(tasks, (s for p in grid.scenarios for s in p))]
+        ids = [_task_id(t[0], _inputs_id(s, digests, imports)) for t, s in zip(tasks, (s for p in grid.scenarios for s in p))]
         for i, t in enumerate(tasks):
             f = store / f"{ids[i]}.json"
             if f.exists():
@@ -371,7 +371,7 @@ def run_points(
                 picked = next((r for r in res if r["vm"] == grid.vm), None) if ok and grid.vm else (res[0] if ok else None)
                 row[s.variant] = (picked.get(grid.column) if picked else None) if ok else res
             elif ok:
-                row.update({r["vm"]: r.get(grid.column) for r in res})
+                row.update({r["vm"]: r.get(grid.column) for r in res if grid.vm is None or r["vm"] == grid.vm})
             else:
                 error = res
         rows.append(row)
@@ -455,12 +455,12 @@ def _pair(a: str, b: str) -> str:
     return f"{a[n:]}→{b[n:]}"
 
 
-def _run_one(text: str, origin: str, base: str | None) -> tuple[bool, list[dict] | str]:
+def _run_one(text: str, origin: str) -> tuple[bool, list[dict] | str]:
     """In a worker: reloads one resolved scenario (`_core.Scenario` does not pickle) and runs it.
     Returns (True, its report rows) or (False, the error of a run that failed)."""
     try:
         (s,) = _core.load(text, origin)
-        r = api.simulate(s, base=None if base is None else Path(base))
+        r = api.simulate(s)
     except (_core.RunError, _core.ScenarioError, _core.TraceError) as e:
         return False, str(e)
     return True, r.report_rows()

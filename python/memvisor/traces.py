@@ -79,12 +79,16 @@ def resolve_trace_path(name: str, base_dir: Path | None) -> Path:
     return p
 
 
-def load_traces(scenario, base_dir: Path | None) -> dict[str, "_core.Trace"]:
+def load_traces(scenario) -> dict[str, "_core.Trace"]:
     """Loads every trace a scenario's workloads name."""
+    from memvisor.api import files_dir
+
+    base_dir = files_dir(scenario)
     out = {}
     for name in scenario.trace_files:
         path = resolve_trace_path(name, base_dir)
         if not path.exists():
-            raise _core.ScenarioError(f"trace file '{name}' not found (looked in {base_dir or '.'} and the working directory)")
+            where = f"{scenario.name}: {scenario.trace_field(name)}"
+            raise _core.ScenarioError(f"{where}: trace file '{name}' not found (looked in {base_dir or '.'} and the working directory)")
         out[name] = read_trace(path)
     return out

@@ -1,6 +1,7 @@
 """`memvisor sweep`: the table's shape, its independence from the number of workers, cells equal to
 single runs, and failures that are located (bad keys) or contained (a run that fails)."""
 
+import json
 import os
 import signal
 import subprocess
@@ -53,6 +54,9 @@ def test_without_variants_a_column_per_vm(tmp_path):
     assert list(df.columns) == ["g", "h"], "no jump column: the VMs of a scenario are not a series"
     (r,) = memvisor.run(spec, sets=["vm.g.memory=256MiB"])
     assert [df.at["256MiB", row["vm"]] for row in r.report_rows()] == [row["runtime_s"] for row in r.report_rows()]
+    # --vm names the one VM whose column is shown.
+    only = sweep(spec, "vm.g.memory", ["96MiB", "256MiB"], jobs=1, vm="h")
+    assert list(only.columns) == ["h"] and only["h"].equals(df["h"])
 
 
 def test_the_table_does_not_depend_on_the_number_of_workers(tmp_path):
@@ -205,15 +209,9 @@ def test_an_interrupted_sweep_resumes_without_redoing_finished_runs(tmp_path):
     assert spec.exists()
 
 
-def test_a_store_is_kept_per_engine_and_per_input_file(monkeypatch, tmp_path):
-    # A rebuilt engine may compute a run differently: its runs are not the old engine's.
-    from memvisor import sweep
-
-    before = sweep._task_id("name = 'x'", "")
-    assert sweep._task_id("name = 'x'", "") == before and sweep._task_id("name = 'y'", "") != before
-    assert sweep._task_id("name = 'x'", "a trace's digest") != before
-    # A trace, captured page contents, a policy module beside the scenario or a module beside it
-    # that the policy imports, edited between two sweeps, makes other runs.
+def with_files_beside(tmp_path: Path) -> Path:
+    """A scenario that reads a trace, captured page contents and a policy module (which imports
+    another) from its own folder."""
     (tmp_path / "t.csv").write_text("time,obj,size\n0,1,4096\n1,2,4096\n")
     pages = Path(memvisor.__file__).parents[2] / "crates/memvisor/src/content/data/pages"
     (tmp_path / "c.mvpages").write_bytes((pages / "stress-vm.mvpages").read_bytes())
@@ -223,10 +221,24 @@ def test_a_store_is_kept_per_engine_and_per_input_file(monkeypatch, tmp_path):
     spec = tmp_path / "s.toml"
     spec.write_text(SMALL.replace('{ kind = "file-io", size = "64MiB", read = true }', '{ kind = "trace", file = "t.csv", captured = "c.mvpages" }')
                     .replace("[host]", '[host]\npolicy = "python:pol:P"'))
+    return spec
+
+
+def test_a_store_is_kept_per_engine_and_per_input_file(monkeypatch, tmp_path):
+    # A rebuilt engine may compute a run differently: its runs are not the old engine's.
+    from memvisor import sweep
+
+    before = sweep._task_id("name = 'x'", "")
+    assert sweep._task_id("name = 'x'", "") == before and sweep._task_id("name = 'y'", "") != before
+    assert sweep._task_id("name = 'x'", "a trace's digest") != before
+    # A trace, captured page contents, a policy module beside the scenario or a module beside it
+    # that the policy imports, edited between two sweeps, makes other runs.
+    spec = with_files_beside(tmp_path)
+    pages = Path(memvisor.__file__).parents[2] / "crates/memvisor/src/content/data/pages"
     grid = sweep.plan(str(spec), "seed", ["1"], column="runtime_s")
 
     def ident() -> str:
-        return sweep._inputs_id(grid.scenarios[0][0], grid.base, {})
+        return sweep._inputs_id(grid.scenarios[0][0], {})
 
     first = ident()
     assert ident() == first and first.count(" ") == 3, "four files, each hashed once"
@@ -239,6 +251,31 @@ def test_a_store_is_kept_per_engine_and_per_input_file(monkeypatch, tmp_path):
     assert len(seen) == 5, "each edit is another run"
     monkeypatch.setattr(sweep, "_engine_id", lambda: "another build")
     assert sweep._task_id("name = 'x'", "") != before
+
+
+def test_a_run_folders_scenario_reproduces_the_run_from_anywhere(tmp_path):
+    """The files a scenario reads from its folder are found again when its run folder's
+    scenario.toml is run from another folder (files_from names the original's)."""
+    (tmp_path / "orig").mkdir()
+    spec = with_files_beside(tmp_path / "orig")
+    r = run_cli("run", str(spec), "--out", str(tmp_path / "runs" / "first"), "--quiet", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    toml = (tmp_path / "runs" / "first" / "scenario.toml").read_text()
+    assert f'files_from = "{(tmp_path / "orig").resolve()}"' in toml, toml
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    r = run_cli("run", str(tmp_path / "runs" / "first" / "scenario.toml"), "--out", "again", "--quiet", cwd=elsewhere)
+    assert r.returncode == 0, r.stderr
+    first, again = (json.loads((d / "summary.json").read_text()) for d in [tmp_path / "runs" / "first", elsewhere / "again"])
+    assert first["vms"] == again["vms"] and first["vms"][0]["counters"]["pgfault"] > 0
+    # A files_from that is not absolute is refused, said why.
+    (tmp_path / "rel.toml").write_text(toml.replace(str((tmp_path / "orig").resolve()), "orig"))
+    r = run_cli("run", str(tmp_path / "rel.toml"), "--quiet", cwd=tmp_path)
+    assert r.returncode != 0 and "rel.toml:" in r.stderr and "files_from" in r.stderr and "not an absolute path" in r.stderr, r.stderr
+    # A trace that is not there is named by the field that names it.
+    (tmp_path / "orig" / "t.csv").unlink()
+    r = run_cli("run", str(spec), "--quiet", cwd=tmp_path)
+    assert "error: small: vm.g.workload.trace.file: trace file 't.csv' not found (looked in" in r.stderr, r.stderr
 
 
 def test_a_sweep_on_a_dask_cluster_equals_the_local_one(tmp_path):

@@ -208,12 +208,32 @@ impl Scenario {
         self.inner.report.columns.clone()
     }
 
+    /// The folder its relative files (traces, a Python policy's module) are found in: its
+    /// `files_from`, else its file's folder; None for a case or a dict.
+    #[getter]
+    fn files_from(&self) -> Option<&str> {
+        self.inner.files_from.as_deref()
+    }
+
     /// Files the scenario's `trace` workloads replay, as written.
     #[getter]
     fn trace_files(&self) -> Vec<String> {
         self.workload_files(|w| match &w.spec {
             memvisor::workloads::WorkloadSpec::Trace(t) => Some(t.file.clone()),
             _ => None,
+        })
+    }
+
+    /// The field that names trace `file` (the first, if several do), as `--set` takes it:
+    /// `vm.NAME.workload.WORKLOAD.file`.
+    fn trace_field(&self, file: &str) -> Option<String> {
+        self.inner.vms.iter().find_map(|v| {
+            v.guest.workloads.iter().find_map(|w| match &w.spec {
+                memvisor::workloads::WorkloadSpec::Trace(t) if t.file == file => {
+                    Some(format!("vm.{}.workload.{}.file", v.guest.name, w.name))
+                }
+                _ => None,
+            })
         })
     }
 

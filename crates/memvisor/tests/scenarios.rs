@@ -194,7 +194,7 @@ fn overrides_are_located() {
     let e = scenario::load(&base(""), "ok.toml", &["vm.g.memory=-3GiB".into()]).unwrap_err().to_string();
     assert!(e.starts_with("--set vm.g.memory=-3GiB") && e.contains("negative"), "{e}");
     let e = scenario::load(&base(""), "ok.toml", &["vm.h.memory=3GiB".into()]).unwrap_err().to_string();
-    assert!(e.contains("no 'vm' entry named 'h' (have: g)"), "{e}");
+    assert!(e.contains("no 'vm' entry named 'h' (have: g; or by index 0)"), "{e}");
     let s = scenario::load(&base(""), "ok.toml", &["vm.g.memory=3GiB".into(), "vm.g.sysctl.vm.swappiness=7".into()]).unwrap();
     assert_eq!(s[0].vms[0].guest.memory_pages, 3 << 18);
     assert_eq!(s[0].vms[0].guest.sysctl.swappiness, 7);
@@ -204,10 +204,10 @@ fn overrides_are_located() {
         assert!(s[0].to_toml().contains("passes = 3"), "{key} did not reach the workload");
     }
     let e = scenario::load(&base(""), "ok.toml", &["vm.g.workload.1.passes=3".into()]).unwrap_err().to_string();
-    assert!(e.contains("no 'workload' entry named '1' (have: stress)"), "{e}");
+    assert!(e.contains("no 'workload' entry named '1' (have: stress; or by index 0)"), "{e}");
     // A kind the VM does not run, followed by its field, names the entries, not serde's field list.
     let e = scenario::load(&base(""), "ok.toml", &["vm.g.workload.random.touches=3".into()]).unwrap_err().to_string();
-    assert!(e.contains("no 'workload' entry named 'random' (have: stress)"), "{e}");
+    assert!(e.contains("no 'workload' entry named 'random' (have: stress; or by index 0)"), "{e}");
 }
 
 #[test]

@@ -149,7 +149,7 @@ pub(crate) fn folder_name_problem(name: &str) -> Option<&'static str> {
     }
 }
 
-const TOP_LEVEL: [&str; 9] = ["name", "description", "seed", "duration", "host", "costs", "datastore", "vm", "report"];
+const TOP_LEVEL: [&str; 10] = ["name", "description", "seed", "duration", "files_from", "host", "costs", "datastore", "vm", "report"];
 
 /// The fields of serde's "expected one of `a`, `b`, ..." list that `name` most likely misspells:
 /// those closest to it, if at most one edit in four characters away (at least one edit; two

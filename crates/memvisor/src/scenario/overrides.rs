@@ -259,7 +259,11 @@ impl<'a, 's> Overrides<'a, 's> {
                             i -= 1;
                             0
                         }
-                        None => return Err(err(format!("no '{seg}' entry named '{sel}' (have: {})", names.join(", ")))),
+                        None => {
+                            let n = items.len();
+                            let by_index = if n == 1 { "index 0".to_string() } else { format!("indices 0 to {}", n - 1) };
+                            return Err(err(format!("no '{seg}' entry named '{sel}' (have: {}; or by {by_index})", names.join(", "))));
+                        }
                     };
                     if i + 1 == segs.len() {
                         return Err(err(format!("'{seg}.{sel}' is a whole table; set one of its fields")));

@@ -46,6 +46,7 @@ pub struct RawScenario {
     pub description: Option<String>,
     pub seed: Option<Spanned<i64>>,
     pub duration: Option<Spanned<Qty>>,
+    pub files_from: Option<Spanned<String>>,
     pub host: Spanned<RawHost>,
     pub costs: Option<RawCosts>,
     #[serde(default)]

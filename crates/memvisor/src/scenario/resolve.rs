@@ -113,6 +113,10 @@ pub struct Scenario {
     pub seed: u64,
     /// Fixed length; `None` runs until every finite workload has finished.
     pub duration_ns: Option<u64>,
+    /// The folder the relative files it names (traces, captured page sets, a Python policy's
+    /// module) are found in: the `files_from` the scenario gives, else its file's own folder. A
+    /// run folder's `scenario.toml` writes it, so the run folder reproduces the run.
+    pub files_from: Option<String>,
     /// Host.
     pub host: HostSpec,
     /// CPU costs (shared by all guests).
@@ -243,6 +247,8 @@ const DEFAULT_BLOCK: u64 = 1 << 20;
 
 struct Ctx<'s, 'a> {
     src: &'s Source<'a>,
+    /// `Scenario::files_from`.
+    files: Option<std::path::PathBuf>,
 }
 
 impl Ctx<'_, '_> {
@@ -315,7 +321,20 @@ fn page_count(c: &Ctx, q: &Spanned<Qty>, field: &str, bytes: u64) -> Result<u32,
 
 /// Resolves a parsed file.
 pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, ScenarioError> {
-    let c = Ctx { src };
+    let files = match &raw.files_from {
+        Some(f) if std::path::Path::new(f.get_ref()).is_absolute() => Some(std::path::PathBuf::from(f.get_ref())),
+        Some(f) => {
+            let why = format!(
+                "'{}' is not an absolute path (it names the folder the scenario's relative files are found in, as a run \
+                 folder's scenario.toml gives the original scenario's)",
+                f.get_ref()
+            );
+            return Err(src.error(Some(f.span()), "files_from", why));
+        }
+        // A file that is not there (a scenario given as text under a name) has no folder.
+        None => src.file_dir().and_then(|d| std::fs::canonicalize(if d.as_os_str().is_empty() { ".".as_ref() } else { d }).ok()),
+    };
+    let c = Ctx { src, files };
     let name = raw.name.get_ref().trim().to_string();
     if let Some(why) = super::folder_name_problem(&name) {
         return c.err(raw.name.span(), "name", why);
@@ -610,6 +629,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         description: raw.description.clone().unwrap_or_default(),
         seed,
         duration_ns,
+        files_from: c.files.as_ref().map(|d| d.to_string_lossy().into_owned()),
         host,
         costs,
         datastores,
@@ -1349,9 +1369,9 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64,
     if let Some(p) = &r.captured {
         // Read now, so a missing or bad file is named before the run; kept by its full path so
         // the resolved scenario runs from anywhere. A relative path is the scenario file's
-        // neighbour, as a trace's is (not the working directory's).
+        // neighbour (or in its `files_from`), as a trace's is (not the working directory's).
         let given = std::path::Path::new(p.get_ref());
-        let beside = c.src.file_dir().filter(|_| given.is_relative()).map(|d| d.join(given));
+        let beside = c.files.as_ref().filter(|_| given.is_relative()).map(|d| d.join(given));
         let full = std::fs::canonicalize(beside.as_deref().unwrap_or(given))
             .map_err(|e| c.src.error(Some(p.span()), &f("captured"), format!("cannot read {}: {e}", p.get_ref())))?;
         let full = full.to_string_lossy();

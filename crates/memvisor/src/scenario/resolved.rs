@@ -66,6 +66,9 @@ impl Scenario {
         if let Some(d) = self.duration_ns {
             doc.insert("duration".into(), s(fmt_duration(d)));
         }
+        if let Some(f) = &self.files_from {
+            doc.insert("files_from".into(), s(f));
+        }
         let mut sharing = vec![("page_sharing", Value::Boolean(self.host.sharing.is_some()))];
         if let Some(k) = self.host.sharing.as_ref().and_then(|p| p.ksm) {
             let mut ksm = vec![("run", i(k.run as u64))];
