@@ -96,7 +96,7 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None
 
                 return progress
 
-            results = api.simulate_all(scenarios, progress_for, jobs=jobs, base=api.base_dir(spec))
+            results = api.simulate_all(scenarios, progress_for, jobs=jobs)
             for task, s, r in zip(tasks, scenarios, results):
                 bar.update(task, completed=s.duration_s or 1, total=s.duration_s or 1)
                 folder.add(r, variant_dir=len(scenarios) > 1 or r.variant is not None)
@@ -105,6 +105,17 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None
         raise MemvisorError(str(e), 1) from None
     except NotARunFolder as e:
         raise MemvisorError(str(e), USAGE) from None
+    try:
+        _report_finished(results)
+    except (KeyboardInterrupt, Terminated) as e:
+        # The folder is in place and complete: the signal cut only what is printed about it.
+        code, what = (143, "terminated") if isinstance(e, Terminated) else (130, "interrupted")
+        raise MemvisorError(f"{what} while printing the report; the run finished and its folder is complete: {final}", code) from None
+    out.print(f"run folder: {final}")
+
+
+def _report_finished(results: list[api.RunResult]) -> None:
+    """The report table of finished runs, and a warning for decisions naming VMs that never were."""
     _print_report(results)
     for r in results:
         # The controller refuses them (a live host's VM may have gone); in a simulation the VMs
@@ -116,7 +127,6 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None
             where = f"variant '{r.variant}': " if r.variant else ""
             warn(f"{where}{len(stray):,} decisions of policy '{stray['policy'].iloc[0]}' name VMs the host does not have ({ids}); "
                  "they were refused (decisions.jsonl)")
-    out.print(f"run folder: {final}")
 
 
 # Rows a run shows in the terminal; the rest are in its summary.json (a run of thousands of VMs
@@ -219,7 +229,7 @@ def _turned(title: str, shown: list, cols: list[str], caption: str | None, fold:
 @click.option("--vary", "varies", multiple=True, type=KeyValues(), help="A key to vary and its values, e.g. vm.g.memory=256MiB,512MiB; repeated, the grid is every combination.")
 @click.option("--points", "points_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="Explicit points instead: a CSV file, a header of keys and a row of values per point.")
 @click.option("--column", help="Report column to show (default: the scenario's first).")
-@click.option("--vm", help="VM whose report value fills the cells (default: the first).")
+@click.option("--vm", help="VM whose report value fills the cells (default: the first; without variants, every VM has a column unless this names one).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a scenario value at every point.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: the number of CPUs).")
 @click.option("--scheduler", metavar="ADDRESS", help="Run on this Dask cluster (e.g. tcp://10.0.0.5:8786) instead of local processes.")
@@ -228,7 +238,7 @@ def _turned(title: str, shown: list, cols: list[str], caption: str | None, fold:
 @click.option("--quiet", is_flag=True, help="No progress bar (there is none when stderr is not a terminal).")
 def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_dir, csv_path, quiet) -> None:
     """Run every variant of a case or scenario file at each point of a grid of overrides; show one
-    report value of the first VM (of each VM, without variants) as a table, a row per point, with
+    report value of the first VM or --vm (without variants: of each VM, or of --vm) as a table, a row per point, with
     the biggest jump between neighbouring variants. A run that fails shows its error in its cell;
     the others go on, and the exit status is then 1."""
     import pandas as pd
@@ -261,7 +271,7 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
         # The table must not replace what the sweep reads (a rerun would read the table).
         read = {p.resolve() for p in (Path(spec), points_file) if p is not None and p.is_file()}
         imports: dict = {}
-        read |= {f for per in grid.scenarios for s in per for f in input_files(s, grid.base, imports)}
+        read |= {f for per in grid.scenarios for s in per for f in input_files(s, imports)}
         if csv_path.resolve() in read:
             raise MemvisorError(f"--csv {csv_path}: is a file the sweep reads; name another", USAGE)
     key = grid.key
@@ -612,6 +622,13 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
         if base is None:
             lacks = f"no variant {r.variant}" if r.variant else "variants, and this run has none"
             out.print(f"{r.label}: no ratios ({runs[0].name} has {lacks})", highlight=False)
+            continue
+        # Ratios pair VMs by name: a VM the base run lacks has none.
+        ref_names = {vm["name"] for vm in base.summary.get("vms", [])}
+        missing = [vm["name"] for vm in r.summary.get("vms", []) if vm["name"] not in ref_names]
+        if missing and base.summary.get("vms"):
+            shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3:,} more" if len(missing) > 3 else "")
+            out.print(f"{r.label}: no ratios for {shown} ({base.label} has no VM of that name)", highlight=False)
     # A manage run measures no runtime or report values: it is only in the overlaid charts.
     for r in loaded:
         if not r.summary.get("vms"):

@@ -227,6 +227,8 @@ def status_cmd(run, vm, config) -> None:
             if not isinstance(status["vms"], list) or not all(isinstance(v, dict) and isinstance(v.get("name"), str) for v in status["vms"]):
                 raise ValueError("vms must be a list of VM objects, each with a name")
         except FileNotFoundError:
+            if not run.is_dir():
+                raise MemvisorError(f"{run}: no such folder (give the folder `memvisor manage --out` writes)", USAGE) from None
             raise MemvisorError(f"{run}: no status.json (is it a manage run folder?)", USAGE) from None
         except (OSError, ValueError, TypeError) as e:  # a folder, not UTF-8, not JSON, not an object
             raise MemvisorError(f"{run / 'status.json'}: not a manager's status ({e})", USAGE) from None

@@ -29,11 +29,18 @@ from memvisor import _core
 
 
 class Policy:
-    """Base class of a Python policy: set `name` and `period_s` (seconds between decisions, or
-    None to decide once, at start), override `decide`."""
+    """Base class of a Python policy: set `name` (default: the class's name) and `period_s`
+    (seconds between decisions, or None to decide once, at start), override `decide`."""
 
     name = "python"
     period_s: float | None = 1.0
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        # A class that names itself nowhere (nor does a base between it and Policy) is known by
+        # its class name in the decisions and errors, not by a name every such policy shares.
+        if cls.name is Policy.name:
+            cls.name = cls.__name__
 
     def decide(self, view: dict) -> list[dict]:
         raise NotImplementedError("a Policy must override decide(view)")

@@ -108,6 +108,10 @@ def test_compare_shows_each_column_once_and_explains_an_unfinished_runtime(tmp_p
     header = next(line for line in r.stdout.splitlines() if " vm " in line)
     assert header.count("runtime_s") == 1, header
     assert "runtime_s -: work not finished when the run ended: b/g" in r.stdout
+    # Ratios pair VMs by name: a run whose VM has another name says why it has none.
+    assert memvisor("run", str(small_scenario), "--out", "c", "--quiet", "--set", "vm.g.name=h", cwd=tmp_path).returncode == 0
+    r = memvisor("compare", "a", "c", "--out", "cmp.html", cwd=tmp_path)
+    assert r.returncode == 0 and "c: no ratios for h (a has no VM of that name)" in r.stdout, r.stdout
 
 
 def test_a_run_of_many_vms_shows_twenty_rows_and_says_how_many_more(tmp_path):
@@ -221,7 +225,9 @@ def test_a_scenario_that_is_not_utf8_text_or_is_a_folder_gets_one_error(tmp_path
 def test_unknown_case_names_the_cases(tmp_path):
     r = memvisor("run", "no-such-case", cwd=tmp_path)
     assert r.returncode == 2
-    assert "paging-stress" in r.stderr
+    assert "paging-stress" in r.stderr and "did you mean" not in r.stderr
+    r = memvisor("run", "NFS-balloon", cwd=tmp_path)
+    assert r.returncode == 2 and "NFS-balloon: no such case or file (did you mean 'nfs-balloon'? cases: " in r.stderr, r.stderr
 
 
 def test_names_with_brackets_print_as_they_are(tmp_path):
@@ -313,6 +319,23 @@ def test_interrupted_run_leaves_no_folder(tmp_path, sig, code, word):
     assert sorted(x.name for x in tmp_path.iterdir()) == ["long.toml"]
 
 
+def test_a_signal_after_the_folder_is_in_place_says_the_run_is_complete(tmp_path, small_scenario, monkeypatch):
+    """Ctrl-C while the report prints comes after the folder was renamed into place: the error says
+    the folder is complete, not that the run was lost."""
+    from click.testing import CliRunner
+
+    from memvisor import cli
+
+    def interrupted(results):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_print_report", interrupted)
+    r = CliRunner().invoke(cli.main, ["run", str(small_scenario), "--out", str(tmp_path / "done"), "--quiet"])
+    assert r.exit_code == 130, r.output
+    assert f"interrupted while printing the report; the run finished and its folder is complete: {tmp_path / 'done'}" in r.output
+    assert (tmp_path / "done" / "summary.json").is_file() and (tmp_path / "done" / "report.html").is_file()
+
+
 def test_run_folder_appears_only_on_commit(tmp_path):
     with RunFolder(tmp_path / "out") as folder:
         (folder.tmp / "summary.json").write_text("{}")
@@ -394,6 +417,8 @@ def test_manage_and_status_refuse_what_is_not_theirs(tmp_path, small_scenario):
         assert r.returncode == 2 and "status.json: not a manager's status" in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = memvisor("status", "st", "--vm", "a=/x.sock", cwd=tmp_path)
     assert r.returncode == 2 and "not both" in r.stderr, r.stderr
+    r = memvisor("status", "nope", cwd=tmp_path)
+    assert r.returncode == 2 and "nope: no such folder" in r.stderr, r.stderr
     # Observing VMs none of which answers is a failure a script can see.
     r = memvisor("status", "--vm", "a=/nonexistent.sock", cwd=tmp_path)
     assert r.returncode == 1 and "no listed VM answered" in r.stderr, r.stdout + r.stderr

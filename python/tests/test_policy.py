@@ -133,13 +133,28 @@ def test_python_policy_errors_are_clear():
     with pytest.raises(memvisor.RunError, match=r"policy 'broken' failed: .*test_policy.py:\d+: RuntimeError: oops"):
         api.simulate(scenario("static"), policy=Broken)
 
+    class Unnamed(memvisor.Policy):
+        def decide(self, view):
+            raise RuntimeError("oops")
+
+    # A policy that gives no name is known by its class's.
+    assert Unnamed.name == "Unnamed"
+    with pytest.raises(memvisor.RunError, match=r"policy 'Unnamed' failed: "):
+        api.simulate(scenario("static"), policy=Unnamed)
+
     # A field of the wrong type is named, and booleans are not numbers (nor numbers booleans).
+    drop = object()  # a field of the balloon_target decision below left out
+
     def returning(d: dict):
+        if d.get("kind", "balloon_target") != "balloon_target":
+            d = {"bytes": drop, **d}
+        decision = {k: v for k, v in {"vm_id": 0, "kind": "balloon_target", "bytes": 0, "reason": "r", **d}.items() if v is not drop}
+
         class Once(memvisor.Policy):
             name = "once"
 
             def decide(self, view):
-                return [{"vm_id": 0, "kind": "balloon_target", "bytes": 0, "reason": "r", **d}]
+                return [decision]
 
         return Once
 
@@ -154,7 +169,10 @@ def test_python_policy_errors_are_clear():
         ({"kind": "blocked", "blocked": 1}, "'blocked' must be True or False, not 1"),
         ({"kind": "memory_state", "state": "high"}, "a 'memory_state' decision is the host's: its vm_id must be None"),
         ({"bytess": 5}, r"a 'balloon_target' decision has no field 'bytess' \(its fields: vm_id, kind, bytes, reason\)"),
-        ({"kind": "blocked", "blocked": True}, "a 'blocked' decision has no field 'bytes'"),
+        ({"kind": "blocked", "blocked": True, "bytes": 5}, "a 'blocked' decision has no field 'bytes'"),
+        # A misspelt field is named before the field it stands for is missed.
+        ({"bytes": drop, "bytess": 5}, "a 'balloon_target' decision has no field 'bytess'"),
+        ({"bytes": drop}, "a decision lacks 'bytes'"),
         ({"kind": "balloon"}, "unknown decision kind 'balloon' \\(kinds: balloon_target, grant_limit, swap_target, blocked, "
          "break_large_pages, shrink_frontswap, sharing, memory_state\\)"),
         # A state is one of the ESX tables' (esxtop's names), which the time series records.

@@ -94,26 +94,37 @@ enum Value {
     Name(&'static str),
 }
 
-/// Every decision kind as Python names it (`decision` takes these).
-const KINDS: &[&str] =
-    &["balloon_target", "grant_limit", "swap_target", "blocked", "break_large_pages", "shrink_frontswap", "sharing", "memory_state"];
+/// Every decision kind as Python names it, with its value's fields: what `decision_dict` writes
+/// and `decision` reads back.
+const KINDS: &[(&str, &[&str])] = &[
+    ("balloon_target", &["bytes"]),
+    ("grant_limit", &["bytes"]),
+    ("swap_target", &["bytes"]),
+    ("blocked", &["blocked"]),
+    ("break_large_pages", &["share_now"]),
+    ("shrink_frontswap", &["bytes"]),
+    ("sharing", &["run", "pages_to_scan", "sleep_ms"]),
+    ("memory_state", &["state"]),
+];
 
-/// An action's kind and its value's fields, as Python names them: what `decision_dict` writes and
-/// `decision` reads back.
-fn kind_and_fields(a: &Action) -> (&'static str, Vec<(&'static str, Value)>) {
+/// An action's kind and its fields' values, in `KINDS`' order.
+fn kind_and_values(a: &Action) -> (&'static str, Vec<Value>) {
     use Value::{Flag, Name, Num};
     match *a {
-        Action::SetBalloonTarget { bytes } => ("balloon_target", vec![("bytes", Num(bytes))]),
-        Action::SetGrantLimit { bytes } => ("grant_limit", vec![("bytes", Num(bytes))]),
-        Action::SetSwapTarget { bytes } => ("swap_target", vec![("bytes", Num(bytes))]),
-        Action::SetBlocked { blocked } => ("blocked", vec![("blocked", Flag(blocked))]),
-        Action::BreakLargePages { share_now } => ("break_large_pages", vec![("share_now", Flag(share_now))]),
-        Action::ShrinkFrontswap { bytes } => ("shrink_frontswap", vec![("bytes", Num(bytes))]),
-        Action::SetSharing { run, pages_to_scan, sleep_ms } => {
-            ("sharing", vec![("run", Flag(run)), ("pages_to_scan", Num(pages_to_scan)), ("sleep_ms", Num(sleep_ms))])
-        }
-        Action::SetMemoryState { state } => ("memory_state", vec![("state", Name(state))]),
+        Action::SetBalloonTarget { bytes } => ("balloon_target", vec![Num(bytes)]),
+        Action::SetGrantLimit { bytes } => ("grant_limit", vec![Num(bytes)]),
+        Action::SetSwapTarget { bytes } => ("swap_target", vec![Num(bytes)]),
+        Action::SetBlocked { blocked } => ("blocked", vec![Flag(blocked)]),
+        Action::BreakLargePages { share_now } => ("break_large_pages", vec![Flag(share_now)]),
+        Action::ShrinkFrontswap { bytes } => ("shrink_frontswap", vec![Num(bytes)]),
+        Action::SetSharing { run, pages_to_scan, sleep_ms } => ("sharing", vec![Flag(run), Num(pages_to_scan), Num(sleep_ms)]),
+        Action::SetMemoryState { state } => ("memory_state", vec![Name(state)]),
     }
+}
+
+/// The fields of a kind's value (`kind` one of `KINDS`).
+fn fields_of(kind: &str) -> Option<&'static [&'static str]> {
+    KINDS.iter().find(|(k, _)| *k == kind).map(|(_, f)| *f)
 }
 
 /// A decision as the Python backend receives it: `kind` names the action, its value alongside.
@@ -122,9 +133,9 @@ pub fn decision_dict<'py>(py: Python<'py>, d: &Decision) -> PyResult<Bound<'py, 
     e.set_item("vm_id", d.vm.map(|v| v.0))?;
     e.set_item("reason", &d.reason)?;
     e.set_item("text", d.action.to_string())?;
-    let (kind, fields) = kind_and_fields(&d.action);
+    let (kind, values) = kind_and_values(&d.action);
     e.set_item("kind", kind)?;
-    for (k, v) in fields {
+    for (k, v) in fields_of(kind).expect("every action's kind is listed").iter().zip(values) {
         match v {
             Value::Num(x) => e.set_item(k, x)?,
             Value::Flag(x) => e.set_item(k, x)?,
@@ -223,6 +234,21 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
     };
     let string = |k: &str| -> PyResult<String> { get(k)?.extract().map_err(|_| bad(k, "a string")) };
     let kind = string("kind")?;
+    let names: Vec<&str> = KINDS.iter().map(|(k, _)| *k).collect();
+    let fields = fields_of(&kind)
+        .ok_or_else(|| PyValueError::new_err(format!("{who}: unknown decision kind '{kind}' (kinds: {})", names.join(", "))))?;
+    // A misspelt field would otherwise be ignored and its decision taken with another's value;
+    // named first, as the likelier mistake than the field it stands for being missing.
+    for k in d.keys() {
+        let k = k.str()?.to_string();
+        // `text` is what a logged decision dict carries beside the rest (`decision_dict`).
+        if !["vm_id", "kind", "reason", "text"].contains(&k.as_str()) && !fields.contains(&k.as_str()) {
+            return Err(PyValueError::new_err(format!(
+                "{who}: a '{kind}' decision has no field '{k}' (its fields: vm_id, kind, {}, reason)",
+                fields.join(", ")
+            )));
+        }
+    }
     let action = match kind.as_str() {
         "balloon_target" => Action::SetBalloonTarget { bytes: num("bytes")? },
         "grant_limit" => Action::SetGrantLimit { bytes: num("bytes")? },
@@ -241,9 +267,7 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
                 .ok_or_else(|| PyValueError::new_err(format!("{who}: memory state '{s}' is not one of: {}", names.join(", "))))?;
             Action::SetMemoryState { state }
         }
-        other => {
-            return Err(PyValueError::new_err(format!("{who}: unknown decision kind '{other}' (kinds: {})", KINDS.join(", "))));
-        }
+        _ => unreachable!("a kind fields_of knows"),
     };
     let id = get("vm_id")?;
     let vm: Option<u32> = if id.is_none() {
@@ -258,18 +282,6 @@ pub fn decision(d: &Bound<'_, PyAny>, who: &str) -> PyResult<Decision> {
         (true, Some(_)) => return Err(PyValueError::new_err(format!("{who}: a '{kind}' decision is the host's: its vm_id must be None"))),
         (false, None) => return Err(PyValueError::new_err(format!("{who}: a '{kind}' decision needs the vm_id of the VM it is for"))),
         _ => {}
-    }
-    // A misspelt field would otherwise be ignored and its decision taken with another's value.
-    let fields: Vec<&str> = kind_and_fields(&action).1.into_iter().map(|(k, _)| k).collect();
-    for k in d.keys() {
-        let k = k.str()?.to_string();
-        // `text` is what a logged decision dict carries beside the rest (`decision_dict`).
-        if !["vm_id", "kind", "reason", "text"].contains(&k.as_str()) && !fields.contains(&k.as_str()) {
-            return Err(PyValueError::new_err(format!(
-                "{who}: a '{kind}' decision has no field '{k}' (its fields: vm_id, kind, {}, reason)",
-                fields.join(", ")
-            )));
-        }
     }
     let reason = string("reason")?;
     if reason.trim().is_empty() {
