@@ -163,7 +163,7 @@ def simulate(
     if step_s is not None and not (isinstance(step_s, (int, float)) and step_s >= 1e-6):  # nan fails too
         raise ValueError(f"step_s must be simulated seconds, at least 1e-6 (inf: the whole run in one step), or None, not {step_s!r}")
     if traces is None:
-        traces = load_traces(scenario)
+        traces = load_traces(scenario, files_dir(scenario))
     from memvisor.policy import instantiate, resolve
 
     # Given with policy=, it replaces the scenario's host.policy; else a `python:` one is resolved.

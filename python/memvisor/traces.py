@@ -79,11 +79,9 @@ def resolve_trace_path(name: str, base_dir: Path | None) -> Path:
     return p
 
 
-def load_traces(scenario) -> dict[str, "_core.Trace"]:
-    """Loads every trace a scenario's workloads name."""
-    from memvisor.api import files_dir
-
-    base_dir = files_dir(scenario)
+def load_traces(scenario, base_dir: Path | None) -> dict[str, "_core.Trace"]:
+    """Loads every trace a scenario's workloads name, a relative one from `base_dir` (the
+    scenario's folder) if it is there."""
     out = {}
     for name in scenario.trace_files:
         path = resolve_trace_path(name, base_dir)

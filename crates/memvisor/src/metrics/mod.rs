@@ -3,6 +3,8 @@
 //! ZIP/s, ...) are kept as cumulative page counts (`SWR_pages`, ...): a rate is their difference
 //! over an interval, as for the vmstat counters.
 
+pub mod denali;
+
 use crate::backend::SimulatedHost;
 use crate::guest::{Counter, LruList, NR_COUNTERS};
 use crate::units::PAGE_SIZE;

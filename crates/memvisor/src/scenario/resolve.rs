@@ -665,11 +665,11 @@ fn resolve_report(c: &Ctx, raw: &RawScenario, denali: bool) -> Result<ReportSpec
         }
         if let Some(cols) = &r.columns {
             for col in cols.get_ref() {
-                if denali && !crate::denali::REPORT_COLUMNS.contains(&col.as_str()) {
+                if denali && !crate::metrics::denali::REPORT_COLUMNS.contains(&col.as_str()) {
                     return c.err(
                         cols.span(),
                         "report.columns",
-                        format!("unknown column '{col}' for a denali host: use {}", crate::denali::REPORT_COLUMNS.join(", ")),
+                        format!("unknown column '{col}' for a denali host: use {}", crate::metrics::denali::REPORT_COLUMNS.join(", ")),
                     );
                 }
                 if !denali && !report_column_known(col) {
