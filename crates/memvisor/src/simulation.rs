@@ -9,12 +9,12 @@ use crate::clock::{Event, EventQueue};
 use crate::controller::{Controller, DecisionRecord};
 use crate::denali::DenaliHost;
 use crate::devices::Datastore;
-use crate::guest::{Env, Guest, ProcState};
+use crate::guest::{Env, Guest};
 use crate::host::{AdmissionVm, Host, HostProfile, Pcpus, VmResources, admit};
 use crate::metrics::{self, TimeSeries};
 use crate::policy;
 use crate::scenario::Scenario;
-use crate::summary::{DatastoreSummary, HostSummary, LogLine, ProcessSummary, RunSummary, TmemSummary, VmSummary};
+use crate::summary::{DatastoreSummary, HostSummary, RunSummary, TmemSummary, VmSummary};
 use crate::units::{self, PAGE_SIZE};
 use crate::workloads::TraceSource;
 
@@ -396,41 +396,7 @@ impl VmHost {
                     }
                     _ => BTreeMap::new(),
                 };
-                let phases = phases(g);
-                let runtime = runtime(g);
-                let report = s
-                    .report
-                    .columns
-                    .iter()
-                    .map(|c| {
-                        let phase_rate = c.strip_suffix("_KiB/s").and_then(|p| {
-                            let bytes = g.cfg.workloads.iter().find_map(|w| w.spec.phase_bytes(p))?;
-                            phases.get(p).filter(|&&t| t > 0.0).map(|t| bytes as f64 / 1024.0 / t)
-                        });
-                        let v = if phase_rate.is_some() {
-                            phase_rate
-                        } else if let Some(base) = c.strip_suffix("/s") {
-                            rates.get(base).copied()
-                        } else if c == "runtime_s" {
-                            runtime
-                        } else if let Some(ph) = c.strip_suffix("_s").and_then(|p| phases.get(p)) {
-                            Some(*ph)
-                        } else {
-                            counters.get(c).copied()
-                        };
-                        (c.clone(), v)
-                    })
-                    .collect();
-                VmSummary {
-                    name: g.cfg.name.clone(),
-                    report,
-                    runtime_s: runtime,
-                    phases_s: phases,
-                    counters,
-                    rates_per_s: rates,
-                    processes: g.procs.iter().map(|p| process_summary(g, p)).collect(),
-                    log: g.log.iter().map(|(t, m)| LogLine { time_s: *t as f64 / 1e9, message: m.clone() }).collect(),
-                }
+                VmSummary::of(g, &s.report.columns, counters, rates)
             })
             .collect();
         let datastores = self.world.datastores.iter().map(|d| DatastoreSummary::of(&d.name, &d.device)).collect();
@@ -458,55 +424,6 @@ impl VmHost {
             decisions: self.controller.log().len(),
         }
     }
-}
-
-fn process_summary(g: &Guest, p: &crate::guest::Process) -> ProcessSummary {
-    let st = &p.stats;
-    ProcessSummary {
-        name: p.name.clone(),
-        workload: g.cfg.workloads[p.workload_index].name.clone(),
-        state: match p.state {
-            ProcState::New => "not started",
-            ProcState::Exited => "exited",
-            ProcState::Killed => "killed",
-            _ => "running",
-        },
-        start_s: st.start_ns as f64 / 1e9,
-        end_s: p.ended().then(|| st.end_ns as f64 / 1e9),
-        touches: st.touches,
-        minflt: st.minflt,
-        majflt: st.majflt,
-        stall_s: st.stall_ns as f64 / 1e9,
-        io_wait_s: st.io_wait_ns as f64 / 1e9,
-        marks_s: p.marks.iter().map(|(l, t)| (l.clone(), *t as f64 / 1e9)).collect(),
-    }
-}
-
-/// Phase durations from "<phase>-start" / "<phase>-end" marks (first process that has both).
-fn phases(g: &Guest) -> BTreeMap<String, f64> {
-    let mut out = BTreeMap::new();
-    for p in &g.procs {
-        for (label, t0) in &p.marks {
-            let Some(phase) = label.strip_suffix("-start") else { continue };
-            let end = format!("{phase}-end");
-            if let Some((_, t1)) = p.marks.iter().find(|(l, _)| *l == end) {
-                out.entry(phase.to_string()).or_insert((t1 - t0) as f64 / 1e9);
-            }
-        }
-    }
-    out
-}
-
-/// From the first start to the last end of the VM's finite workloads, seconds; none if one has not
-/// ended, or was killed (its work was never done, so its end is no runtime).
-fn runtime(g: &Guest) -> Option<f64> {
-    let finite: Vec<_> = g.procs.iter().filter(|p| g.cfg.workloads[p.workload_index].spec.is_finite()).collect();
-    if finite.is_empty() || finite.iter().any(|p| !p.ended() || p.state == ProcState::Killed) {
-        return None;
-    }
-    let start = finite.iter().map(|p| p.stats.start_ns).min()?;
-    let end = finite.iter().map(|p| p.stats.end_ns).max()?;
-    Some((end - start) as f64 / 1e9)
 }
 
 #[cfg(test)]

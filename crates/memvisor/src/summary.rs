@@ -1,10 +1,12 @@
-//! The summary of a finished run, as typed structures: what `summary.json` holds. Numbers are in
-//! the units their names say (`_s` seconds, `_MiB` mebibytes); counters keep their column names.
+//! The summary of a finished run, as typed structures: what `summary.json` holds, and how a VM's,
+//! a datastore's and the tmem pool's are read off the mechanisms. Numbers are in the units their
+//! names say (`_s` seconds, `_MiB` mebibytes); counters keep their column names.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::guest::{Guest, ProcState, Process};
 use crate::host::{ClientStats, GlobalStats, PoolStats, Tmem};
 
 /// A whole run.
@@ -128,6 +130,46 @@ pub struct VmSummary {
     pub log: Vec<LogLine>,
 }
 
+impl VmSummary {
+    /// VM `g`'s summary from its final `counters` and its `rates` over the report window; its
+    /// report row gives each of `columns`.
+    pub(crate) fn of(g: &Guest, columns: &[String], counters: BTreeMap<String, f64>, rates: BTreeMap<String, f64>) -> Self {
+        let phases = phases(g);
+        let runtime = runtime(g);
+        let report = columns
+            .iter()
+            .map(|c| {
+                let phase_rate = c.strip_suffix("_KiB/s").and_then(|p| {
+                    let bytes = g.cfg.workloads.iter().find_map(|w| w.spec.phase_bytes(p))?;
+                    phases.get(p).filter(|&&t| t > 0.0).map(|t| bytes as f64 / 1024.0 / t)
+                });
+                let v = if phase_rate.is_some() {
+                    phase_rate
+                } else if let Some(base) = c.strip_suffix("/s") {
+                    rates.get(base).copied()
+                } else if c == "runtime_s" {
+                    runtime
+                } else if let Some(ph) = c.strip_suffix("_s").and_then(|p| phases.get(p)) {
+                    Some(*ph)
+                } else {
+                    counters.get(c).copied()
+                };
+                (c.clone(), v)
+            })
+            .collect();
+        Self {
+            name: g.cfg.name.clone(),
+            report,
+            runtime_s: runtime,
+            phases_s: phases,
+            counters,
+            rates_per_s: rates,
+            processes: g.procs.iter().map(|p| ProcessSummary::of(g, p)).collect(),
+            log: g.log.iter().map(|(t, m)| LogLine { time_s: *t as f64 / 1e9, message: m.clone() }).collect(),
+        }
+    }
+}
+
 /// One process of a VM.
 #[derive(Clone, Debug, Serialize)]
 pub struct ProcessSummary {
@@ -215,4 +257,56 @@ impl RunSummary {
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a summary serializes")
     }
+}
+
+impl ProcessSummary {
+    /// Process `p` of guest `g` as the run leaves it.
+    fn of(g: &Guest, p: &Process) -> Self {
+        let st = &p.stats;
+        Self {
+            name: p.name.clone(),
+            workload: g.cfg.workloads[p.workload_index].name.clone(),
+            state: match p.state {
+                ProcState::New => "not started",
+                ProcState::Exited => "exited",
+                ProcState::Killed => "killed",
+                _ => "running",
+            },
+            start_s: st.start_ns as f64 / 1e9,
+            end_s: p.ended().then(|| st.end_ns as f64 / 1e9),
+            touches: st.touches,
+            minflt: st.minflt,
+            majflt: st.majflt,
+            stall_s: st.stall_ns as f64 / 1e9,
+            io_wait_s: st.io_wait_ns as f64 / 1e9,
+            marks_s: p.marks.iter().map(|(l, t)| (l.clone(), *t as f64 / 1e9)).collect(),
+        }
+    }
+}
+
+/// Phase durations from "<phase>-start" / "<phase>-end" marks (first process that has both).
+fn phases(g: &Guest) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for p in &g.procs {
+        for (label, t0) in &p.marks {
+            let Some(phase) = label.strip_suffix("-start") else { continue };
+            let end = format!("{phase}-end");
+            if let Some((_, t1)) = p.marks.iter().find(|(l, _)| *l == end) {
+                out.entry(phase.to_string()).or_insert((t1 - t0) as f64 / 1e9);
+            }
+        }
+    }
+    out
+}
+
+/// From the first start to the last end of the VM's finite workloads, seconds; none if one has not
+/// ended, or was killed (its work was never done, so its end is no runtime).
+fn runtime(g: &Guest) -> Option<f64> {
+    let finite: Vec<_> = g.procs.iter().filter(|p| g.cfg.workloads[p.workload_index].spec.is_finite()).collect();
+    if finite.is_empty() || finite.iter().any(|p| !p.ended() || p.state == ProcState::Killed) {
+        return None;
+    }
+    let start = finite.iter().map(|p| p.stats.start_ns).min()?;
+    let end = finite.iter().map(|p| p.stats.end_ns).max()?;
+    Some((end - start) as f64 / 1e9)
 }
