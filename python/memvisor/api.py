@@ -32,10 +32,6 @@ class RunResult:
     wall_s: float = field(default=0.0)
     run_s: float = field(default=0.0)  # of wall_s, the time spent simulating
 
-    @property
-    def full_name(self) -> str:
-        return self.name if self.variant is None else f"{self.name}/{self.variant}"
-
     def report_rows(self) -> list[dict]:
         """The report rows, one per VM: `vm` and the scenario's report columns. The one place they
         are built, for the DataFrame, the run folder's summary and the printed table alike."""

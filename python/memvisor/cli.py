@@ -14,9 +14,9 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from memvisor import _core, api
-from memvisor.console import USAGE, MemvisorError, Terminated, err, fmt, out, sigterm_as_interrupt, warn
+from memvisor.console import SKIPPED, USAGE, MemvisorError, Terminated, err, fmt, out, sigterm_as_interrupt, warn
 from memvisor.params import ByteSize, IntList, KeyValues, listed_twice
-from memvisor.runfolder import NotARunFolder, RunFolder, check_replaceable, run_folder_around, write_parquet
+from memvisor.runfolder import NotARunFolder, RunFolder, check_replaceable, parquet_bytes, run_folder_around
 from memvisor.livecmd import manage_cmd, status_cmd
 from memvisor.plancmd import plan_cmd
 from memvisor.tracecmd import trace
@@ -35,13 +35,15 @@ class _Main(click.Group):
         except KeyboardInterrupt:
             raise MemvisorError("interrupted", 130) from None
         except OSError as e:
-            # A full disk or a closed pipe is the machine's state, not a bug: one line, no traceback.
-            if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EPIPE):
+            # A full disk, a closed pipe or a file that cannot be made or read (a folder not there
+            # or not writable) is the machine's state, not a bug: one line, no traceback.
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EPIPE):
+                # What is still buffered for stdout could not be written either; drop it.
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                if e.errno == errno.EPIPE:  # the reader left (`| head`): nothing more to say
+                    raise SystemExit(141) from None
+            elif e.filename is None:
                 raise
-            # What is still buffered for stdout could not be written either; drop it.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            if e.errno == errno.EPIPE:  # the reader left (`| head`): nothing more to say
-                raise SystemExit(141) from None
             raise MemvisorError(f"{e.filename or 'output'}: {e.strerror}", 1) from None
 
 
@@ -99,7 +101,7 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None
             results = api.simulate_all(scenarios, progress_for, jobs=jobs)
             for task, s, r in zip(tasks, scenarios, results):
                 bar.update(task, completed=s.duration_s or 1, total=s.duration_s or 1)
-                folder.add(r, variant_dir=len(scenarios) > 1 or r.variant is not None)
+                folder.add(r)
             final = folder.commit(results)
     except (_core.RunError, _core.ScenarioError, _core.TraceError) as e:
         raise MemvisorError(str(e), 1) from None
@@ -245,7 +247,7 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from memvisor.sweep import JUMP, StoreError, failed_cells, input_files, plan_points, points_from_csv, product, refuse_foreign_out, run_points, warnings_of
-    from memvisor.traces import write_bytes_atomically
+    from memvisor.atomic import write_atomically
 
     if scheduler is not None:
         try:
@@ -297,16 +299,13 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     except OSError as e:
         raise MemvisorError(f"{'--scheduler ' + scheduler if scheduler else '--out ' + str(out_dir)}: {e}", 1) from None
     if out_dir is not None:
-        tmp = out_dir / ".sweep.parquet.tmp"
         try:
-            # Written by Python: pyarrow cannot open every path Python can (a name that is not UTF-8).
-            write_parquet(runs, tmp)
-            tmp.replace(out_dir / "sweep.parquet")
+            write_atomically(out_dir / "sweep.parquet", parquet_bytes(runs))
         except OSError as e:
             raise MemvisorError(f"--out {out_dir}: {e.strerror or e}", 1) from None
     if csv_path is not None:
         try:
-            write_bytes_atomically(csv_path, df.to_csv().encode("utf-8"))
+            write_atomically(csv_path, df.to_csv())
         except OSError as e:
             raise MemvisorError(f"--csv {csv_path}: {e.strerror or e}", 1) from None
     cols = [c for c in df.columns if c != JUMP]
@@ -351,7 +350,7 @@ def bench(quick: bool, live: int | None) -> None:
                                 f"need more than this machine has available ({room:,} MiB: room for {room // each:,})", USAGE)
         why = launch.available()
         if why:
-            raise MemvisorError(f"bench --live cannot run on this machine: {why}", 77)
+            raise MemvisorError(f"bench --live cannot run on this machine: {why}", SKIPPED)
         try:
             r = run_live_rounds(live, rounds=10 if quick else 50)
         except launch.GuestError as e:
@@ -404,7 +403,7 @@ def _meminfo_mib(field: str = "MemTotal") -> int:
         with open("/proc/meminfo") as f:
             return next(int(line.split()[1]) for line in f if line.startswith(f"{field}:")) >> 10
     except (OSError, StopIteration, ValueError, IndexError):
-        raise MemvisorError(f"cannot read {field} from /proc/meminfo: this command needs Linux's memory figures", 77) from None
+        raise MemvisorError(f"cannot read {field} from /proc/meminfo: this command needs Linux's memory figures", SKIPPED) from None
 
 
 @validate.command("linux-paging")
@@ -442,7 +441,7 @@ def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...] | 
         limit_list = tuple(max(1, round((working_set >> 20) * pct / 100)) for pct in (25, 42, 58, 75, 95))
     missing = v.missing_prerequisites(cgroup_root)
     if missing:
-        raise MemvisorError("validate linux-paging cannot run on this machine; it needs:", v.SKIPPED, details=missing)
+        raise MemvisorError("validate linux-paging cannot run on this machine; it needs:", SKIPPED, details=missing)
 
     def log(r):
         k = "all OOM-killed" if r.kernel_majflt_median is None else f"{r.kernel_majflt_min}..{r.kernel_majflt_max}"
@@ -493,7 +492,7 @@ def ksm_cmd(out_dir: Path, mix_list: str | None, scans: int) -> None:
     _refuse_twice("--mixes", mixes)
     missing = vk.missing_prerequisites()
     if missing:
-        raise MemvisorError("validate ksm cannot run on this machine; it needs:", vk.SKIPPED, details=missing)
+        raise MemvisorError("validate ksm cannot run on this machine; it needs:", SKIPPED, details=missing)
     try:
         folder = vk.run_validation(out_dir, mixes, min_scans=scans, log=lambda line: err.print(line, highlight=False))
     except vk.ValidationError as e:
@@ -543,7 +542,7 @@ def balloon_cmd(out_dir: Path, memory: int, size: int, swap: int, hog: int, pass
         raise MemvisorError(f"--memory {memory}: a guest of {memory} MiB, and up to {headroom} MiB of QEMU's own beside it, needs more than this machine has available ({room:,} MiB)", USAGE)
     why = launch.available()
     if why:
-        raise MemvisorError(f"validate balloon cannot run on this machine: {why}", 77)
+        raise MemvisorError(f"validate balloon cannot run on this machine: {why}", SKIPPED)
     try:
         r = vb.run(out_dir, memory, size, swap, hog, passes, log=lambda line: err.print(line, highlight=False))
     except launch.GuestError as e:

@@ -23,6 +23,8 @@ out = Console(width=None if sys.stdout.isatty() else 1000, markup=False, emoji=F
 
 #: Exit status of usage and scenario errors (as click's own usage errors).
 USAGE = 2
+#: Exit status when the machine lacks what a command needs (automake's "skipped").
+SKIPPED = 77
 
 
 class MemvisorError(click.ClickException):

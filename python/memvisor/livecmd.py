@@ -75,8 +75,10 @@ def load_config(path: Path) -> tuple[dict, list]:
     for key, least in (("period", 0.1), ("timeout", 0.01)):
         if key in raw:
             raw[key] = _seconds(raw[key], f"{path}: {key}", least)
-    if "host_memory" in raw and _size(raw["host_memory"], f"{path}: host_memory") == 0:
-        raise MemvisorError(f"{path}: host_memory: must be larger than zero", USAGE)
+    if "host_memory" in raw:
+        raw["host_memory"] = _size(raw["host_memory"], f"{path}: host_memory")
+        if raw["host_memory"] == 0:
+            raise MemvisorError(f"{path}: host_memory: must be larger than zero", USAGE)
     if not isinstance(raw.get("vm", []), list) or not all(isinstance(t, dict) for t in raw.get("vm", [])):
         raise MemvisorError(f"{path}: vm: a [[vm]] table per VM, each with name and qmp", USAGE)
     vms = []
@@ -159,7 +161,7 @@ def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, 
         manage_ksm=bool(manage_ksm if manage_ksm is not None else raw.get("ksm", False)),
         timeout_s=timeout or raw.get("timeout", 1.0),
         rounds=rounds,
-        host_memory=host_memory if host_memory is not None else (_size(raw["host_memory"], f"{config}: host_memory") if "host_memory" in raw else None),
+        host_memory=host_memory if host_memory is not None else raw.get("host_memory"),
     )
     if host_memory == 0:
         raise MemvisorError("--host-memory: must be larger than zero", USAGE)

@@ -81,7 +81,7 @@ class KeyValues(click.ParamType):
         values = [v.strip() for v in rest.split(",")]
         if any(not v for v in values):
             self.fail(f"{value!r}: an empty value; give values separated by commas", param, ctx)
-        twice = sorted({v for v in values if values.count(v) > 1})
+        twice = listed_twice(values)
         if twice:
             self.fail(f"{value!r}: {', '.join(twice)} given more than once", param, ctx)
         return key, tuple(values)

@@ -17,12 +17,13 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 MIB = 1 << 20
+PAGE = 4096
 # The most guests --count tries: a [[vm]] table's count is at most 100,000 (scenario/resolve.rs).
 MAX_COUNT = 100_000
 
 
 def _mib(v: int) -> str:
-    return f"{v // MIB}MiB" if v % MIB == 0 else f"{v // 4096} pages"
+    return f"{v // MIB}MiB" if v % MIB == 0 else f"{v // PAGE} pages"
 
 
 @click.command("plan")
@@ -55,7 +56,7 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
     question = "reservation" if ask_reservation else "host-memory" if ask_host_memory else None
     if group is not None and ctx.get_parameter_source("step") is not click.core.ParameterSource.DEFAULT:
         raise MemvisorError("--step is a size step; --count steps by one guest", USAGE)
-    if step < 4096 or step % 4096:
+    if step < PAGE or step % PAGE:
         raise MemvisorError(f"--step {step}B: the grid step is a whole number of pages (4KiB): sizes are whole pages", USAGE)
     if variant is not None and not variant.strip():
         raise MemvisorError("--variant: empty; name one of the variants", USAGE)
@@ -89,7 +90,7 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
             v = _core.parse_bytes(text)
         except ValueError as e:
             raise MemvisorError(f"{what}: {e}", USAGE) from None
-        if v % 4096:
+        if v % PAGE:
             # Every probe is a whole number of pages: the range's ends must be too.
             raise MemvisorError(f"{what} {text}: a whole number of pages (4KiB), as the probed sizes are", USAGE)
         return v

@@ -19,9 +19,6 @@ from typing import Callable
 
 from memvisor import _core, api
 
-PAGE = 4096
-
-
 @dataclass
 class Probe:
     """One probed value: each seed's runtime of the VM (None: the run failed or the VM did not

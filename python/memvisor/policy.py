@@ -43,6 +43,9 @@ class Policy:
             cls.name = cls.__name__
 
     def decide(self, view: dict) -> list[dict]:
+        """The decisions for the host as `view` shows it (a dict of `HostView`'s fields, its VMs
+        under "vms"): a list of the dicts the helpers below build, each with its reason; an empty
+        list changes nothing."""
         raise NotImplementedError("a Policy must override decide(view)")
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from memvisor.atomic import write_atomically
+
 #: Samples kept per VM and chart.
 MAX_POINTS = 2000
 #: Rows of the report table and the decision log, and characters of a scenario, a page shows; the
@@ -25,13 +27,13 @@ MAX_SCENARIO_CHARS = 100_000
 #: VMs drawn one by one per run; beyond this, the VMs the host reclaimed most from are drawn and
 #: all VMs are summed in one chart (each chart says so).
 MAX_VMS = 12
-MIB = 1024  # KiB per MiB
+KIB_PER_MIB = 1024
 
 #: Where a VM's memory lives, as stacked areas: (label, columns summed, unit divisor to MiB).
 WHERE = [
-    ("anonymous", ["Active_anon_KiB", "Inactive_anon_KiB"], MIB),
-    ("page cache", ["Active_file_KiB", "Inactive_file_KiB"], MIB),
-    ("free in the guest", ["MemFree_KiB"], MIB),
+    ("anonymous", ["Active_anon_KiB", "Inactive_anon_KiB"], KIB_PER_MIB),
+    ("page cache", ["Active_file_KiB", "Inactive_file_KiB"], KIB_PER_MIB),
+    ("free in the guest", ["MemFree_KiB"], KIB_PER_MIB),
     ("ballooned", ["MCTLSZ_MiB"], 1),
     ("compressed (host)", ["CACHEUSD_MiB"], 1),
     ("host-swapped", ["SWCUR_MiB"], 1),
@@ -334,13 +336,10 @@ def write(folder: Path, runs: list[Run] | None = None, title: str | None = None,
     runs = runs if runs is not None else runs_in(folder)
     own = out is None
     out = out or folder / "report.html"
-    tmp = out.with_name(out.name + ".tmp")
     # A directory in the place of the run folder's own page is the folder's fault (`out` elsewhere
     # is the caller's to check).
-    for p in (out, tmp) if own else ():
-        if p.is_dir():
-            raise BadRun(f"{p}: a directory, not a report: the run folder's report is written there; move it away")
+    if own and out.is_dir():
+        raise BadRun(f"{out}: a directory, not a report: the run folder's report is written there; move it away")
     # A folder name that is not UTF-8 (its bytes held as surrogates) is shown escaped.
-    tmp.write_text(render(runs, title or folder.name), encoding="utf-8", errors="backslashreplace")
-    tmp.replace(out)
+    write_atomically(out, render(runs, title or folder.name).encode("utf-8", errors="backslashreplace"))
     return out

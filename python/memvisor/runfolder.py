@@ -12,20 +12,20 @@ from typing import Sequence
 from memvisor.api import RunResult
 
 
-def write_parquet(df, path: Path) -> None:
-    """Writes a data frame as Parquet, the bytes written by Python: pyarrow cannot open every path
-    Python can (a folder name that is not UTF-8)."""
+def parquet_bytes(df) -> bytes:
+    """A data frame as Parquet, for Python to write: pyarrow cannot open every path Python can (a
+    folder name that is not UTF-8)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     buf = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), buf)
-    Path(path).write_bytes(buf.getvalue())
+    return buf.getvalue().to_pybytes()
 
 
 def _write_one(r: RunResult, d: Path) -> None:
     d.mkdir(parents=True, exist_ok=True)
-    write_parquet(r.timeseries, d / "timeseries.parquet")
+    (d / "timeseries.parquet").write_bytes(parquet_bytes(r.timeseries))
     (d / "summary.json").write_text(json.dumps(r.summary, indent=2) + "\n", encoding="utf-8")
     (d / "scenario.toml").write_text(r.scenario_toml, encoding="utf-8")
     with open(d / "decisions.jsonl", "w", encoding="utf-8") as f:
@@ -88,7 +88,7 @@ class RunFolder:
     without committing) removes what was written, so nothing that looks complete is left.
 
         with RunFolder(path) as folder:
-            folder.add(result, variant_dir=False)
+            folder.add(result)
             folder.commit([result])
     """
 
@@ -112,8 +112,9 @@ class RunFolder:
         if not self.committed:
             self.abandon()
 
-    def add(self, r: RunResult, variant_dir: bool) -> None:
-        _write_one(r, self.tmp / r.variant if variant_dir and r.variant else self.tmp)
+    def add(self, r: RunResult) -> None:
+        """Writes a finished run into the folder: a variant's into a folder of its name."""
+        _write_one(r, self.tmp / r.variant if r.variant else self.tmp)
 
     def commit(self, results: Sequence[RunResult]) -> Path:
         """Writes the report of what was added (`report.html`) and renames the folder into place,
@@ -155,5 +156,5 @@ def write_run_folder(results: Sequence[RunResult], path: Path) -> Path:
                          "a run folder holds one run's variants: write other runs to folders of their own")
     with RunFolder(path) as folder:
         for r in results:
-            folder.add(r, variant_dir=len(results) > 1 or r.variant is not None)
+            folder.add(r)
         return folder.commit(results)

@@ -18,7 +18,6 @@ import itertools
 import json
 import math
 import multiprocessing
-import os
 import re
 import signal
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -31,7 +30,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from memvisor import _core, api
+from memvisor.atomic import write_atomically
 from memvisor.console import fmt
+from memvisor.params import listed_twice
 
 #: The table's last column, with variants: the neighbouring variants whose values differ by the
 #: largest factor.
@@ -64,8 +65,8 @@ class Grid:
 def product(varies: Sequence[tuple[str, Sequence[str]]]) -> list[dict]:
     """The cartesian product of keys' values, as points (dicts of overrides), the last key fastest."""
     keys = [k for k, _ in varies]
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"a key is varied twice: {', '.join(sorted({k for k in keys if keys.count(k) > 1}))}")
+    if twice := listed_twice(keys):
+        raise ValueError(f"a key is varied twice: {', '.join(twice)}")
     return [dict(zip(keys, combo)) for combo in itertools.product(*(list(v) for _, v in varies))]
 
 
@@ -83,9 +84,10 @@ def points_from_csv(path: Path) -> list[dict]:
         raise ValueError(f"{path}: no points (a header of keys, then a row of values per point)")
     (at, header), rows = lines[0], lines[1:]
     keys = [k.strip() for k in header]
-    twice = sorted({k for k in keys if keys.count(k) > 1 or not k})
-    if twice:
-        raise ValueError(f"{path}:{at}: {'an empty key' if '' in twice else 'a key given twice: ' + ', '.join(twice)}; each column names one key")
+    if "" in keys:
+        raise ValueError(f"{path}:{at}: an empty key; each column names one key")
+    if twice := listed_twice(keys):
+        raise ValueError(f"{path}:{at}: a key given twice: {', '.join(twice)}; each column names one key")
     for i, line in rows:
         if len(line) != len(keys):
             raise ValueError(f"{path}:{i}: {len(line)} values for {len(keys)} keys; every point gives one value for every key")
@@ -185,14 +187,9 @@ def sweep(
     vm: str | None = None,
 ) -> pd.DataFrame:
     """Runs every variant of `spec` (a case or scenario file) with `key` set to each value; see
-    `run_grid` for the table. `vm` names the VM whose report value fills the cells (default: the
-    first)."""
-    return run_grid(plan(spec, key, values, column, sets, vm), jobs, progress)
-
-
-def run_grid(grid: Grid, jobs: int | None = None, progress: Callable[[int, int], None] | None = None, **kw) -> pd.DataFrame:
-    """The table of `run_points` (which see)."""
-    return run_points(grid, jobs, progress, **kw)[0]
+    `run_points` for the table. `vm` names the VM whose report value fills the cells (default: the
+    first; without variants, every VM has a column unless `vm` names one)."""
+    return run_points(plan(spec, key, values, column, sets, vm), jobs, progress)[0]
 
 
 @functools.cache
@@ -319,12 +316,11 @@ def run_points(
 
     Returns (table, runs). `runs`: a row per run and VM: the point's overrides as columns, then
     `variant`, `vm`, the report columns, and `error` (the message of a run that failed; its row has
-    no VM). The table:
-
-    The table: a row per value (the index, named after the key), a column per variant (per VM, or
-    only `grid.vm`, when the scenario has no variants; the columns' name is the report column), each cell the report
-    value of the first VM or of `grid.vm` (of that VM) or, for a run that failed, its error message as a string;
-    then `JUMP`. A failed run does not stop the others: `failed_cells` lists them."""
+    no VM). The table: a row per value (the index, named after the key), a column per variant (per
+    VM, or only `grid.vm`, when the scenario has no variants; the columns' name is the report
+    column), each cell the report value of the first VM or of `grid.vm` (of that VM) or, for a run
+    that failed, its error message as a string; then `JUMP`. A failed run does not stop the others:
+    `failed_cells` lists them."""
     import pandas as pd
 
     tasks = [(s.to_toml(), grid.origin) for per_value in grid.scenarios for s in per_value]
@@ -346,9 +342,7 @@ def run_points(
         results[todo[i]] = result
         if store is not None:
             f = store / f"{ids[todo[i]]}.json"
-            tmp = f.with_name(f.name + f".tmp{os.getpid()}")
-            tmp.write_text(json.dumps(result))
-            os.replace(tmp, f)
+            write_atomically(f, json.dumps(result))
 
     already = len(tasks) - len(todo)
     shown = None if progress is None else (lambda done, _total: progress(already + done, len(tasks)))

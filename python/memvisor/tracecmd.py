@@ -18,7 +18,8 @@ from memvisor import _core
 from memvisor.api import simulate
 from memvisor.console import USAGE, MemvisorError, out, warn
 from memvisor.params import IntList
-from memvisor.traces import FORMATS, read_trace, write_bytes_atomically
+from memvisor.atomic import write_atomically
+from memvisor.traces import FORMATS, read_trace
 
 
 @click.group("trace")
@@ -76,7 +77,7 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
     t = rec.finish()
     if code != 0 and not dict(t.info())["references"]:
         raise MemvisorError(f"{' '.join(program)} exited with status {code} before making a reference; nothing written", 1)
-    write_bytes_atomically(output, bytes(t.to_native()))
+    write_atomically(output, bytes(t.to_native()))
     out.print(_info_table(f"{output} ({time.perf_counter() - t0:.1f} s)", dict(t.info())))
     if code != 0:
         warn(f"{' '.join(program)} exited with status {code}; the trace covers what it did until then")
@@ -102,7 +103,7 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
     except (_core.TraceError, ValueError) as e:
         raise MemvisorError(str(e), 1) from None
     data = t.to_native() if dst_fmt == "native" else t.to_oracle_general()
-    write_bytes_atomically(dest, bytes(data))
+    write_atomically(dest, bytes(data))
     # What was written: oracleGeneral keeps every reference as a read (no need to read it back).
     info = dict(t.info())
     if dst_fmt == "oracleGeneral":

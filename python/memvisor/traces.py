@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from memvisor import _core
@@ -55,17 +54,6 @@ def read_trace(path: str | Path, fmt: str | None = None, *, instructions: bool =
     if t.n_pages == 0:  # every reference touches a page
         raise _core.TraceError(f"{path}: holds no references (read as {fmt})")
     return t
-
-
-def write_bytes_atomically(path: str | Path, data: bytes) -> None:
-    """Writes a file under a temporary name and renames it into place."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def resolve_trace_path(name: str, base_dir: Path | None) -> Path:

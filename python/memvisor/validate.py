@@ -34,8 +34,6 @@ from memvisor import _core
 from memvisor.api import simulate
 from memvisor.runfolder import RunFolder
 
-#: Exit status when the machine lacks what the validation needs (automake's "skipped").
-SKIPPED = 77
 PAGE = 4096
 
 

@@ -431,6 +431,12 @@ def test_output_to_a_full_device_is_one_error_line(tmp_path):
     assert r.returncode == 1 and r.stderr.strip() == "error: output: No space left on device", r.stderr
 
 
+def test_a_file_that_cannot_be_made_is_one_error_line(tmp_path, small_scenario):
+    # /proc takes no new folders, even from root.
+    r = memvisor("run", str(small_scenario), "--out", "/proc/memvisor-none/x", "--quiet", cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.strip() == "error: /proc/memvisor-none: No such file or directory", r.stderr
+
+
 def test_validations_check_their_arguments_before_touching_the_machine(tmp_path):
     """Each validation refuses an --out that is not a run folder, and out-of-range sizes, before
     it changes a kernel setting or starts a guest (exit 2 at once, not after the real side ran)."""

@@ -201,13 +201,12 @@ def test_compare_takes_no_ratio_against_another_variant(variants, tmp_path):
     assert {line.split("│")[1].strip() for line in p.stdout.splitlines() if "(1.00x)" in line} == {"v2"}, p.stdout
 
 
-@pytest.mark.parametrize("name", ["report.html", "report.html.tmp"])
-def test_a_directory_where_the_report_goes_is_named(variants, tmp_path, name):
+def test_a_directory_where_the_report_goes_is_named(variants, tmp_path):
     folder = tmp_path / "A"
     shutil.copytree(variants, folder)
     (folder / "report.html").unlink()
-    (folder / name).mkdir()
-    _bad_input(memvisor("report", str(folder), cwd=tmp_path), f"A/{name}: a directory", "move it away")
+    (folder / "report.html").mkdir()
+    _bad_input(memvisor("report", str(folder), cwd=tmp_path), "A/report.html: a directory", "move it away")
 
 
 def test_a_folder_name_that_is_not_utf8_is_written_and_read(variants, tmp_path):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from memvisor import _core, api
+from memvisor.atomic import write_atomically
 from memvisor.live.livehost import LiveHost, VmSpec
 
 #: A policy that decides once (static) is still re-observed this often, s, for the time series.
@@ -58,9 +59,7 @@ def _row(t: float, state: str, v: dict, columns: list[str]) -> dict:
 
 
 def _write_json(path: Path, obj) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(obj, indent=2) + "\n")
 
 
 class FolderInUse(Exception):
@@ -158,9 +157,9 @@ def _manage(cfg: ManageConfig, out: Path, say: Callable[[str], None], ctl, perio
         }
         import pandas as pd
 
-        from memvisor.runfolder import write_parquet
+        from memvisor.runfolder import parquet_bytes
 
-        write_parquet(pd.DataFrame(rows, columns=["time_s", "vm", "state", *columns]), out / "timeseries.parquet")
+        write_atomically(out / "timeseries.parquet", parquet_bytes(pd.DataFrame(rows, columns=["time_s", "vm", "state", *columns])))
         _write_json(out / "summary.json", summary)
         from memvisor import report
 
