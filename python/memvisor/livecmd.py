@@ -145,14 +145,16 @@ def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, 
     """Run POLICY against the live KVM host: every period, observe the listed VMs (QMP, cgroups,
     /proc), decide, apply, and log each decision with its reason. SIGTERM stops it cleanly and
     leaves the balloons where they are."""
+    from memvisor.live.livehost import NOT_RESTORED
     from memvisor.live.manage import FolderInUse, ManageConfig, manage
 
     raw, specs = _vm_options(vm, floor, config)
+    where = f"{config}: policy: " if not policy and raw.get("policy") else ""
     policy = policy or raw.get("policy")
     if not policy:
         raise MemvisorError(f"no policy given (policies: {', '.join(_core.policy_names())})", USAGE)
     if policy not in _core.policy_names():
-        raise MemvisorError(f"unknown policy '{policy}' (policies: {', '.join(_core.policy_names())})", USAGE)
+        raise MemvisorError(f"{where}unknown policy '{policy}' (policies: {', '.join(_core.policy_names())})", USAGE)
     cfg = ManageConfig(
         policy=policy,
         vms=specs,
@@ -173,6 +175,12 @@ def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, 
         check_location(path)
     except NotARunFolder as e:
         raise MemvisorError(f"--out {e}", USAGE) from None
+    # A mistyped path is never going to answer: refused, where a VM that is there but silent is
+    # waited for round after round.
+    for s in specs:
+        if not os.path.exists(s.qmp):
+            raise MemvisorError(f"VM {s.name}: no QMP socket at {s.qmp} (the path of its QEMU's -qmp unix:PATH,server)", USAGE)
+
     def started() -> None:
         err.print(f"managing {', '.join(s.name for s in specs)} with '{policy}'{' (dry run)' if dry_run else ''}; run folder {path}", highlight=False)
 
@@ -180,10 +188,12 @@ def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, 
         summary = manage(cfg, path, say=lambda line: out.print(line, highlight=False), started=started)
     except FolderInUse as e:
         raise MemvisorError(f"--out {e}", USAGE) from None
-    left = ", ".join(f"{k} {fmt((v or 0) >> 20)} MiB" for k, v in summary["balloons_left_bytes"].items())
+    targets = summary["balloon_targets_bytes"]
+    left = "; ".join(f"{k} {fmt(v >> 20)} MiB" + (f", target {fmt(targets[k] >> 20)} MiB" if targets.get(k) not in (None, v) else "")
+                     for k, v in summary["balloons_left_bytes"].items())
     err.print(f"{summary['stop']} after {summary['rounds']} rounds; balloons left where they are ({left or 'none reachable'})", highlight=False)
     for r in summary["restored"]:
-        err.print(f"restored {r}", highlight=False)
+        err.print(r if r.startswith(NOT_RESTORED) else f"restored {r}", highlight=False)
 
 
 def _status_table(status: dict) -> Table:

@@ -3,6 +3,7 @@
 import io
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -513,8 +514,56 @@ class _FakeHost:
     def apply(self, d) -> str:
         return "applied"
 
+    def balloon_sizes(self) -> dict:
+        return {}
+
     def close(self) -> list:
         return []
+
+
+def test_the_live_host_leaves_a_page_to_a_whole_balloon_and_a_refused_command_is_no_dead_vm():
+    """QMP's `balloon` takes no guest size of 0; an error QEMU answers is the command's, and the VM
+    stays managed (only no answer leaves it out)."""
+    from memvisor.live.livehost import LiveHost, VmSpec
+    from memvisor.live.monitor import Refused, Unreachable
+
+    sent = []
+
+    class Mon:
+        fail: Exception | None = None
+
+        async def cmd(self, name, args=None):
+            if self.fail:
+                raise self.fail
+            sent.append((name, args))
+
+        async def close(self):
+            pass
+
+    host = LiveHost([VmSpec("v", "/x.sock")])
+    try:
+        vm = host.vms[0]
+        vm.mon, vm.reachable, vm.memory = Mon(), True, 256 << 20
+        decide = {"vm_id": 0, "kind": "balloon_target", "bytes": 256 << 20, "reason": "r"}
+        assert host.apply(decide) == "applied leaving the guest one page: QEMU's balloon takes no size of 0"
+        assert sent == [("balloon", {"value": 4096})] and vm.balloon_target == (256 << 20) - 4096
+        vm.mon.fail = Refused("'balloon' refused: Parameter 'target' expects a size")
+        assert host.apply(decide) == "failed: 'balloon' refused: Parameter 'target' expects a size" and vm.reachable
+        vm.mon.fail = Unreachable("'balloon' got no answer within 1 s")
+        assert host.apply(decide).startswith("not applied: ") and not vm.reachable
+
+        class NoBalloon(Mon):
+            async def cmd(self, name, args=None):
+                if name == "query-memory-size-summary":
+                    return {"base-memory": 256 << 20}
+                raise Refused(f"'{name}' refused: Device '/machine/peripheral/balloon0' not found")
+
+        vm.mon = NoBalloon()
+        assert host.observe()["vms"] == []
+        assert host.events[-1] == ("v", "left out of the view: it has no virtio balloon named balloon0 (give its QEMU "
+                                        "-device virtio-balloon-pci,id=balloon0)"), host.events
+    finally:
+        host.close()
 
 
 def _no_machine(monkeypatch):
@@ -561,6 +610,10 @@ def test_manage_refuses_a_zero_host_memory_and_a_folder_another_manager_runs_in(
     r = memvisor("manage", "pressure", "--vm", "a=/nonexistent.sock", "--dry-run", "--rounds", "1", "--host-memory", "0B", "--out", "o", cwd=tmp_path)
     assert r.returncode == 2 and "--host-memory: must be larger than zero" in r.stderr, r.stderr
     assert not (tmp_path / "o").exists()
+    # A socket path that is not there is a typo, not a VM that may answer later.
+    r = memvisor("manage", "pressure", "--vm", "a=/nonexistent.sock", "--dry-run", "--rounds", "1", "--out", "o", cwd=tmp_path)
+    assert r.returncode == 2 and "VM a: no QMP socket at /nonexistent.sock" in r.stderr, r.stderr
+    assert not (tmp_path / "o").exists()
     # A dry run with the default folder of a running manager (runs/manage-POLICY) truncated its
     # decisions.jsonl under it and removed its status.json.
     run = tmp_path / "runs" / "manage-pressure"
@@ -569,11 +622,14 @@ def test_manage_refuses_a_zero_host_memory_and_a_folder_another_manager_runs_in(
     (run / "decisions.jsonl").write_text('{"kept": true}\n')
     (run / "status.json").write_text("{}")
     fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(tmp_path / "a.sock"))  # a socket that is there (nothing answers on it)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # as a running manager holds it
-        r = memvisor("manage", "pressure", "--vm", "a=/nonexistent.sock", "--dry-run", "--rounds", "1", cwd=tmp_path)
+        r = memvisor("manage", "pressure", "--vm", f"a={tmp_path / 'a.sock'}", "--dry-run", "--rounds", "1", cwd=tmp_path)
     finally:
         os.close(fd)
+        listening.close()
     assert r.returncode == 2 and "another manager is running with this run folder" in r.stderr and "managing" not in r.stderr, r.stderr
     assert (run / "decisions.jsonl").read_text() == '{"kept": true}\n' and (run / "status.json").exists()
 

@@ -155,6 +155,44 @@ def test_a_hung_or_killed_guest_does_not_stop_the_loop(guests, tmp_path):
     assert status.returncode == 0 and "pressure" in status.stdout and "a" in status.stdout
 
 
+def run_state(g: launch.Guest) -> str:
+    """QEMU's run state (`query-status`: running, paused, ...), through the second monitor."""
+
+    async def q():
+        c = QMPClient("test")
+        await c.connect(g.qmp2)
+        try:
+            return (await c.execute("query-status"))["status"]
+        finally:
+            await c.disconnect()
+
+    return asyncio.run(q())
+
+
+def test_what_the_manager_stopped_it_resumes(tmp_path):
+    """esx on a host of one byte: the low state stops the guest's vCPUs; the guest runs again when
+    the manager ends, and what is said at the end is the target the last round set."""
+    f = launch.Guest("f", tmp_path / "vms", 256)
+    try:
+        f.wait_ready()
+        out = tmp_path / "run"
+        p = manage(out, "esx", "--vm", f"f={f.qmp}", "--host-memory", "1B", "--period", "0.25", "--rounds", "3")
+        _, stderr = p.communicate(timeout=120)
+        assert p.returncode == 0, stderr
+        recs = decisions(out)
+        assert any(r["action"].startswith("block") and r["outcome"] == "applied" for r in recs), recs
+        assert "restored f: running again (the manager had stopped it)" in stderr, stderr
+        assert run_state(f) == "running"
+        last = [r for r in recs if r["action"].startswith("set balloon target")][-1]
+        summary = json.loads((out / "summary.json").read_text())
+        status = json.loads((out / "status.json").read_text())
+        assert f"target {summary['balloon_targets_bytes']['f'] >> 20} MiB" in stderr or summary["balloons_left_bytes"]["f"] == summary["balloon_targets_bytes"]["f"]
+        assert status["vms"][0]["balloon_target"] == summary["balloon_targets_bytes"]["f"], (status, summary)
+        assert abs(summary["balloon_targets_bytes"]["f"] / MIB - float(last["action"].split()[3])) < 0.1, (last, summary)
+    finally:
+        f.stop()
+
+
 def test_a_real_guest_and_its_simulated_twin_agree(tmp_path):
     """validate balloon, small: a 256 MiB guest ballooned to 128 MiB runs memhog over 160 MiB twice.
     Tolerances: major faults and swap-ins within 10 %, the band where validate linux-paging found

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from memvisor.live import hostfs
 from memvisor.live.cgroup import MemoryCgroup
-from memvisor.live.monitor import Monitor, Unreachable
+from memvisor.live.monitor import Monitor, Refused, Unreachable
 from memvisor.params import listed_twice
 
 PAGE = 4096
@@ -24,6 +25,8 @@ BALLOON = "/machine/peripheral/balloon0"
 #: ESX's default shares per MB of guest memory ("normal": 10 per MB, vSphere Resource Management).
 SHARES_PER_MIB = 10
 DRY_RUN = "dry run: not applied"
+#: How `close` begins what it could not put back.
+NOT_RESTORED = "not restored: "
 
 
 @dataclass
@@ -49,8 +52,10 @@ class _Vm:
     balloon_target: int | None = None
     periods: int = 0
     reachable: bool = False
-    #: The soft-limit file's value before the manager first wrote it (restored on close).
-    soft_limit_before: str | None = None
+    #: Whether the manager stopped its vCPUs (QMP `stop`; resumed on close).
+    stopped: bool = False
+    #: The guest-statistics interval before the manager set it (restored on close).
+    poll_before: int | None = None
     last: dict = field(default_factory=dict)
 
 
@@ -86,6 +91,9 @@ class LiveHost:
         self.loop.set_exception_handler(_quiet_on_interrupt)
         self.state = ""
         self.ksm_before: dict[str, int] = {}
+        #: Each cgroup whose soft limit the manager wrote, with its value before (restored on
+        #: close, also when its VM has gone or moved to another cgroup since).
+        self.soft_limits_before: dict[Path, tuple[str, MemoryCgroup, str]] = {}
         self.events: list[tuple[str, str]] = []
 
     # -- observe -------------------------------------------------------------------------------
@@ -101,8 +109,15 @@ class LiveHost:
             self.events.append((vm.spec.name, f"no process found listening on {vm.spec.qmp} (/proc/net/unix): its granted memory, "
                                               "host swap and active memory read as 0, and no grant limit can be set"))
         poll = {"path": BALLOON, "property": "guest-stats-polling-interval"}
-        if not self.observe_only or not await vm.mon.cmd("qom-get", poll):
+        try:
+            was = await vm.mon.cmd("qom-get", poll)
+        except Refused:
+            raise Refused("it has no virtio balloon named balloon0 (give its QEMU -device virtio-balloon-pci,id=balloon0)") from None
+        # `status` leaves a running manager's interval as it is, and only switches statistics on.
+        if (not self.observe_only or not was) and was != self.stats_poll_s:
             await vm.mon.cmd("qom-set", {**poll, "value": self.stats_poll_s})
+            if vm.poll_before is None:
+                vm.poll_before = was
 
     async def _observe_vm(self, vm: _Vm) -> dict | None:
         try:
@@ -110,9 +125,10 @@ class LiveHost:
                 await self._attach(vm)
             actual = (await vm.mon.cmd("query-balloon"))["actual"]
             stats = (await vm.mon.cmd("qom-get", {"path": BALLOON, "property": "guest-stats"}))["stats"]
-        except Unreachable as e:
+        except (Unreachable, Refused) as e:
             if vm.reachable or not vm.last:
-                self.events.append((vm.spec.name, f"not answering, left out of the view: {e}"))
+                silent = "not answering, " if isinstance(e, Unreachable) else ""
+                self.events.append((vm.spec.name, f"{silent}left out of the view: {e}"))
             vm.reachable = False
             vm.last = {"error": str(e)}
             return None
@@ -233,7 +249,7 @@ class LiveHost:
             if kind == "balloon_target":
                 return self._run(vm, self._balloon(vm, d["bytes"]))
             if kind == "blocked":
-                return self._run(vm, vm.mon.cmd("stop" if d["blocked"] else "cont"))
+                return self._run(vm, self._block(vm, d["blocked"]))
             if kind == "grant_limit":
                 return self._grant_limit(vm, d["bytes"])
         except OSError as e:
@@ -246,15 +262,23 @@ class LiveHost:
             return "not applied: a live host has no per-VM swap target (the host kernel swaps a VM's cgroup by its own reclaim)"
         return f"refused: unknown action '{kind}'"
 
-    async def _balloon(self, vm: _Vm, bytes_: int) -> None:
-        # QMP `balloon` takes the size the guest should have, not the balloon's.
-        await vm.mon.cmd("balloon", {"value": vm.memory - bytes_})
-        vm.balloon_target = bytes_
+    async def _balloon(self, vm: _Vm, bytes_: int) -> str:
+        # QMP `balloon` takes the size the guest should have, not the balloon's, and refuses 0.
+        size = max(PAGE, vm.memory - bytes_)
+        await vm.mon.cmd("balloon", {"value": size})
+        vm.balloon_target = vm.memory - size
+        return "applied" if size == vm.memory - bytes_ else "applied leaving the guest one page: QEMU's balloon takes no size of 0"
+
+    async def _block(self, vm: _Vm, blocked: bool) -> str:
+        await vm.mon.cmd("stop" if blocked else "cont")
+        vm.stopped = blocked
+        return "applied"
 
     def _run(self, vm: _Vm, coro) -> str:
         try:
-            self.loop.run_until_complete(coro)
-            return "applied"
+            return self.loop.run_until_complete(coro)
+        except Refused as e:
+            return f"failed: {e}"
         except Unreachable as e:
             vm.reachable = False
             return f"not applied: {e}"
@@ -267,8 +291,8 @@ class LiveHost:
         # the usage without host swap would have the cgroup's OOM killer end QEMU.
         usage = cg.usage()
         value = max(bytes_, usage)
-        if vm.soft_limit_before is None:
-            vm.soft_limit_before = cg.read_soft_limit()
+        if cg.path not in self.soft_limits_before:
+            self.soft_limits_before[cg.path] = (vm.spec.name, cg, cg.read_soft_limit())
         cg.write_soft_limit(str(value))
         return "applied" if value == bytes_ else f"applied as {value >> 20} MiB, the current usage"
 
@@ -285,22 +309,49 @@ class LiveHost:
             hostfs.write_ksm(knob, value)
         return "applied"
 
+    def balloon_sizes(self) -> dict[str, int]:
+        """Each answering VM's balloon as QEMU reports it now, bytes (it moves toward its target
+        as the guest gives or takes pages back)."""
+
+        async def size(vm: _Vm) -> int | None:
+            try:
+                return vm.memory - (await vm.mon.cmd("query-balloon"))["actual"]
+            except (Refused, Unreachable):
+                return None
+
+        sizes = self.loop.run_until_complete(_gather(size(v) for v in self.vms if v.reachable))
+        return {v.spec.name: s for v, s in zip([v for v in self.vms if v.reachable], sizes) if s is not None}
+
     # -- close ---------------------------------------------------------------------------------
 
     def close(self) -> list[str]:
-        """Disconnects; restores the KSM settings and cgroup limits the manager changed (balloons
-        stay where they are: the guests keep the sizes last set). Returns what was restored."""
+        """Disconnects; restores what the manager changed: KSM's settings, cgroup limits, the
+        guests' statistics interval, and the vCPUs of a VM it stopped (balloons stay where they
+        are: the guests keep the sizes last set). Returns what was restored, and what could not
+        be (those begin with `NOT_RESTORED`)."""
         done = []
         for knob, value in self.ksm_before.items():
             hostfs.write_ksm(knob, value)
             done.append(f"KSM {knob} = {value}")
+        for name, cg, before in self.soft_limits_before.values():
+            try:
+                cg.write_soft_limit(before)
+                done.append(f"{name}: {cg.soft_limit_file()} = {before}")
+            except OSError as e:
+                done.append(f"{NOT_RESTORED}{name}: {cg.soft_limit_file()} = {before}: {e.strerror or e}")
         for vm in self.vms:
-            if vm.soft_limit_before is not None and vm.cgroup is not None:
+            undo = []
+            if vm.stopped:
+                undo.append(("running again (the manager had stopped it)", "running again", vm.mon.cmd("cont")))
+            if vm.poll_before is not None:
+                every = f"every {vm.poll_before} s" if vm.poll_before else "off"
+                undo.append((f"guest statistics {every} again", f"guest statistics {every}", _poll_set(vm, vm.poll_before)))
+            for restored, failed, coro in undo:
                 try:
-                    vm.cgroup.write_soft_limit(vm.soft_limit_before)
-                    done.append(f"{vm.spec.name}: {vm.cgroup.soft_limit_file()} = {vm.soft_limit_before}")
-                except OSError:
-                    pass
+                    self.loop.run_until_complete(coro)
+                    done.append(f"{vm.spec.name}: {restored}")
+                except (Refused, Unreachable) as e:
+                    done.append(f"{NOT_RESTORED}{vm.spec.name}: {failed}: {e}")
         # What Ctrl-C left half done (a connect, a command) is cancelled and allowed to clean up on
         # this loop, rather than complain from the garbage collector after it is closed.
         pending = asyncio.all_tasks(self.loop)
@@ -311,6 +362,10 @@ class LiveHost:
         self.loop.run_until_complete(self.loop.shutdown_asyncgens())
         self.loop.close()
         return done
+
+
+async def _poll_set(vm: _Vm, seconds: int) -> None:
+    await vm.mon.cmd("qom-set", {"path": BALLOON, "property": "guest-stats-polling-interval", "value": seconds})
 
 
 def _quiet_on_interrupt(loop: asyncio.AbstractEventLoop, context: dict) -> None:

@@ -58,6 +58,11 @@ def _row(t: float, state: str, v: dict, columns: list[str]) -> dict:
     return row
 
 
+def _target(vm) -> dict:
+    """The balloon target the round's decisions left (its view was taken before them)."""
+    return {"balloon_target": vm.balloon_target} if vm.last.get("balloon_target") is not None else {}
+
+
 def _write_json(path: Path, obj) -> None:
     write_atomically(path, json.dumps(obj, indent=2) + "\n")
 
@@ -132,7 +137,7 @@ def _manage(cfg: ManageConfig, out: Path, say: Callable[[str], None], ctl, perio
                 seen = [v.last for v in host.vms if v.reachable]
                 rows.extend(_row(t, host.state, v, columns) for v in seen)
                 _write_json(out / "status.json", {"time_s": t, "policy": ctl.policy(), "state": host.state, "dry_run": cfg.dry_run,
-                                                  "vms": [{"name": v.spec.name, "reachable": v.reachable, **v.last} for v in host.vms]})
+                                                  "vms": [{"name": v.spec.name, "reachable": v.reachable, **v.last, **_target(v)} for v in host.vms]})
                 next_t += period
                 while not got and time.monotonic() < next_t and (cfg.rounds is None or rounds < cfg.rounds):
                     time.sleep(min(api.SIGNAL_POLL_S, max(0.0, next_t - time.monotonic())))
@@ -140,11 +145,13 @@ def _manage(cfg: ManageConfig, out: Path, say: Callable[[str], None], ctl, perio
                     stop = f"stopped on {signal.Signals(got[0]).name}"
                     break
         finally:
+            # Read before the monitors close: the view of the last round is from before its decisions.
+            left = host.balloon_sizes()
+            targets = {v.spec.name: v.balloon_target for v in host.vms if v.reachable}
             restored = host.close()
             decisions.close()
             events.close()
         # Still with signals held: a second Ctrl-C must not leave a summary without its report.
-        left = {v.spec.name: v.last.get("balloon_size") for v in host.vms if v.reachable}
         summary = {
             "policy": ctl.policy(),
             "dry_run": cfg.dry_run,
@@ -152,6 +159,7 @@ def _manage(cfg: ManageConfig, out: Path, say: Callable[[str], None], ctl, perio
             "period_s": period,
             "stop": stop,
             "balloons_left_bytes": left,
+            "balloon_targets_bytes": targets,
             "restored": restored,
             "round_ms_median": sorted(round_s)[len(round_s) // 2] * 1e3 if round_s else None,
         }

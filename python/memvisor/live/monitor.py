@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from qemu.qmp import QMPClient
+from qemu.qmp import ExecuteError, QMPClient
 
 # The library logs every failed connection at WARNING; the manager reports them itself.
 logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)
@@ -14,6 +14,11 @@ logging.getLogger("qemu.qmp").setLevel(logging.CRITICAL)
 
 class Unreachable(Exception):
     """The VM's monitor did not answer (gone, hung, or busy with another client)."""
+
+
+class Refused(Exception):
+    """QEMU answered a command with an error (a value it does not take, a device the VM lacks):
+    the VM is there, the command was wrong for it."""
 
 
 class Monitor:
@@ -38,10 +43,13 @@ class Monitor:
         return self.client
 
     async def cmd(self, name: str, args: dict | None = None):
-        """Runs a QMP command and returns its result; Unreachable if it fails or times out."""
+        """Runs a QMP command and returns its result; Refused if QEMU answers with an error,
+        Unreachable if no answer comes (a failure or the deadline)."""
         c = await self._connect()
         try:
             return await asyncio.wait_for(c.execute(name, args), self.timeout_s)
+        except ExecuteError as e:
+            raise Refused(f"'{name}' refused: {e}") from None
         except asyncio.TimeoutError:
             await self.close()
             raise Unreachable(f"'{name}' got no answer within {self.timeout_s:g} s") from None
