@@ -22,30 +22,32 @@ why_not = launch.available()
 pytestmark = pytest.mark.skipif(why_not is not None, reason=f"real guests cannot run here: {why_not}")
 
 
-def actual(g: launch.Guest) -> int:
-    """The guest's size as QEMU reports it (`query-balloon`), through the second monitor."""
+def qmp2(g: launch.Guest, name: str, args: dict | None = None):
+    """A QMP command's result, through the guest's second monitor (the manager holds the first)."""
 
     async def q():
         c = QMPClient("test")
         await c.connect(g.qmp2)
         try:
-            return (await c.execute("query-balloon"))["actual"]
+            return await c.execute(name, args)
         finally:
             await c.disconnect()
 
     return asyncio.run(q())
 
 
-def set_size(g: launch.Guest, size: int) -> None:
-    async def q():
-        c = QMPClient("test")
-        await c.connect(g.qmp2)
-        try:
-            await c.execute("balloon", {"value": size})
-        finally:
-            await c.disconnect()
+def actual(g: launch.Guest) -> int:
+    """The guest's size as QEMU reports it (`query-balloon`)."""
+    return qmp2(g, "query-balloon")["actual"]
 
-    asyncio.run(q())
+
+def set_size(g: launch.Guest, size: int) -> None:
+    qmp2(g, "balloon", {"value": size})
+
+
+def run_state(g: launch.Guest) -> str:
+    """QEMU's run state (`query-status`: running, paused, ...)."""
+    return qmp2(g, "query-status")["status"]
 
 
 def manage(out: Path, *args: str, **kw) -> subprocess.Popen:
@@ -153,20 +155,6 @@ def test_a_hung_or_killed_guest_does_not_stop_the_loop(guests, tmp_path):
     assert actual(a) == a_at_stop, "stopping leaves the balloons where they are"
     status = subprocess.run([sys.executable, "-m", "memvisor.cli", "status", str(out)], capture_output=True, text=True)
     assert status.returncode == 0 and "pressure" in status.stdout and "a" in status.stdout
-
-
-def run_state(g: launch.Guest) -> str:
-    """QEMU's run state (`query-status`: running, paused, ...), through the second monitor."""
-
-    async def q():
-        c = QMPClient("test")
-        await c.connect(g.qmp2)
-        try:
-            return (await c.execute("query-status"))["status"]
-        finally:
-            await c.disconnect()
-
-    return asyncio.run(q())
 
 
 def test_what_the_manager_stopped_it_resumes(tmp_path):
