@@ -399,10 +399,11 @@ def _refuse_twice(option: str, items) -> None:
 
 def _meminfo_mib(field: str = "MemTotal") -> int:
     """A /proc/meminfo figure of this machine, MiB (MemTotal: its memory)."""
+    from memvisor.live import hostfs
+
     try:
-        with open("/proc/meminfo") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith(f"{field}:")) >> 10
-    except (OSError, StopIteration, ValueError, IndexError):
+        return hostfs.meminfo()[field] >> 20
+    except (OSError, KeyError, ValueError, IndexError):
         raise MemvisorError(f"cannot read {field} from /proc/meminfo: this command needs Linux's memory figures", SKIPPED) from None
 
 

@@ -29,7 +29,7 @@ def _pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
     for item in items:
         k, eq, v = item.partition("=")
         if not eq or not k or not v:
-            raise MemvisorError(f"{option} {item!r}: give NAME=VALUE", USAGE)
+            raise MemvisorError(f"{option} {item!r}: give NAME={'QMP_SOCKET' if option == '--vm' else 'SIZE'}", USAGE)
         if k in out:
             raise MemvisorError(f"{option} {k}=...: given twice; give each VM once", USAGE)
         out[k] = v

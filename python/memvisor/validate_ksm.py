@@ -73,6 +73,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from memvisor import _core
+from memvisor.live import hostfs
 from memvisor.validate import Cgroup, ValidationError, _check, _read, describe_status, find_memory_cgroup_root
 
 __all__ = [
@@ -82,7 +83,7 @@ __all__ = [
 ]
 
 PAGE = 4096
-KSM_DIR = Path("/sys/kernel/mm/ksm")
+KSM_DIR = hostfs.KSM
 
 # ---------------------------------------------------------------------------------------------
 # Content ids (the encoding of `memvisor::content`) and page bytes (its generator)
