@@ -133,7 +133,7 @@ class LiveHost:
             vm.last = {"error": str(e)}
             return None
         if not vm.reachable:
-            self.events.append((vm.spec.name, "answering; managed"))
+            self.events.append((vm.spec.name, "answering" if self.observe_only else "answering; managed"))
         vm.reachable = True
         balloon = vm.memory - actual
         if vm.balloon_target is None:
