@@ -32,6 +32,7 @@ from pathlib import Path
 
 from memvisor import _core
 from memvisor.api import simulate
+from memvisor.live.cgroup import MemoryCgroup
 from memvisor.runfolder import RunFolder
 
 PAGE = 4096
@@ -46,40 +47,6 @@ def _read(path: Path) -> str | None:
         return path.read_text().strip()
     except OSError:
         return None
-
-
-@dataclass
-class Cgroup:
-    """A memory cgroup (v1 or v2) the program runs in."""
-
-    path: Path
-    version: int
-
-    def set_limit(self, limit: int) -> None:
-        name = "memory.limit_in_bytes" if self.version == 1 else "memory.max"
-        (self.path / name).write_text(str(limit))
-        if self.version == 2:
-            # No limit on swap: the cgroup pages to the swap file like the simulated guest.
-            (self.path / "memory.swap.max").write_text("max")
-
-    def stat(self, key: str) -> int:
-        for line in (self.path / "memory.stat").read_text().splitlines():
-            k, v = line.split()
-            if k == key:
-                return int(v)
-        return 0
-
-    def oom_kills(self) -> int:
-        """The cgroup's OOM-kill counter (v1 `memory.oom_control`, v2 `memory.events`: `oom_kill`)."""
-        if self.version == 1:
-            text = _read(self.path / "memory.oom_control") or ""
-        else:
-            text = _read(self.path / "memory.events") or ""
-        for line in text.splitlines():
-            k, _, v = line.partition(" ")
-            if k == "oom_kill":
-                return int(v)
-        return 0
 
 
 def find_memory_cgroup_root(root: Path) -> tuple[Path, int] | None:
@@ -292,10 +259,9 @@ workload = {{ {wl}, memory_limit = "{limit // PAGE} pages" }}
 
 def run_kernel(exe: Path, args: list[str], cg_root: Path, version: int, limit: int, swappiness: int, name: str) -> dict:
     """One run of the program in a fresh memory cgroup; its counters, or {"oom_killed": True}."""
-    path = cg_root / name
-    path.mkdir()
+    cg = MemoryCgroup.create(cg_root, name, version == 2)
+    path = cg.path
     try:
-        cg = Cgroup(path, version)
         if version == 1:
             (path / "memory.swappiness").write_text(str(swappiness))
         cg.set_limit(limit)
@@ -326,8 +292,8 @@ def run_kernel(exe: Path, args: list[str], cg_root: Path, version: int, limit: i
         return {
             "oom_killed": False,
             "wall_s": wall,
-            "majflt": cg.stat("pgmajfault"),
-            "workingset_refault_anon": cg.stat("workingset_refault_anon"),
+            "majflt": cg.stat().get("pgmajfault", 0),
+            "workingset_refault_anon": cg.stat().get("workingset_refault_anon", 0),
             "pswpin": after["pswpin"] - before["pswpin"],
             "pswpout": after["pswpout"] - before["pswpout"],
             "workingset_activate_anon": delta("workingset_activate_anon"),
@@ -336,10 +302,7 @@ def run_kernel(exe: Path, args: list[str], cg_root: Path, version: int, limit: i
             "pgsteal": delta("pgsteal_anon") + delta("pgsteal_file"),
         }
     finally:
-        try:
-            path.rmdir()
-        except OSError:
-            pass
+        cg.remove()
 
 
 def run_validation(

@@ -74,7 +74,8 @@ from typing import Callable, Iterator, Sequence
 
 from memvisor import _core
 from memvisor.live import hostfs
-from memvisor.validate import Cgroup, ValidationError, _check, _read, describe_status, find_memory_cgroup_root
+from memvisor.live.cgroup import MemoryCgroup
+from memvisor.validate import ValidationError, _check, _read, describe_status, find_memory_cgroup_root
 
 __all__ = [
     "MIXES", "Mix", "ZERO", "common", "unique", "duplicate", "kind_of", "page_bytes",
@@ -704,24 +705,25 @@ def run_kernel(
     deadline = time.monotonic() + timeout_s
     ksm = KsmSettings(ksm_dir)
     work = Path(tempfile.mkdtemp(prefix="memvisor-ksm-"))
-    cg_path = cg_root / f"memvisor-validate-ksm-{os.getpid()}"
+    # Made by `_measure`, removed by `_clean_up` whether or not it was made.
+    cg = MemoryCgroup(cg_root / f"memvisor-validate-ksm-{os.getpid()}", cg_version == 2)
     children: list[subprocess.Popen] = []
     state = {"baseline": None, "merged": False}
     try:
-        result = _measure(mix_name, procs_ids, s, total, exe, work, ksm, cg_path, cg_version, children, state, deadline, min_scans, say)
+        result = _measure(mix_name, procs_ids, s, total, exe, work, ksm, cg, children, state, deadline, min_scans, say)
     except BaseException:
-        errors = _clean_up(ksm, children, cg_path, work, state)
+        errors = _clean_up(ksm, children, cg, work, state)
         for e in errors:
             print(f"warning: {e}", file=sys.stderr)
         raise
-    errors = _clean_up(ksm, children, cg_path, work, state)
+    errors = _clean_up(ksm, children, cg, work, state)
     if errors:
         raise ValidationError("the run finished but cleaning up failed: " + "; ".join(errors))
     result["wall_s"] = time.perf_counter() - t_start
     return result
 
 
-def _measure(mix_name, procs_ids, s, total, exe, work, ksm, cg_path, cg_version, children, state, deadline, min_scans, say) -> dict:
+def _measure(mix_name, procs_ids, s, total, exe, work, ksm, cg: MemoryCgroup, children, state, deadline, min_scans, say) -> dict:
     before = read_ksm(ksm.dir)
     if before.get("run") != "0":
         raise ValidationError(f"KSM is running (run = {before.get('run')}): someone else is using it, and its counters are global; stop it or wait")
@@ -750,14 +752,13 @@ def _measure(mix_name, procs_ids, s, total, exe, work, ksm, cg_path, cg_version,
     used = {name: int(ksm.get(name)) for name in ("pages_to_scan", "sleep_millisecs", "max_page_sharing", "use_zero_pages", "smart_scan")}
     used["merge_across_nodes"] = int(ksm.get("merge_across_nodes")) if (ksm.dir / "merge_across_nodes").exists() else None
 
-    cg_path.mkdir()
-    cg = Cgroup(cg_path, cg_version)
+    cg.path.mkdir()
     # Room for every page unmerged plus the programs themselves: the limit only guards the host.
     cg.set_limit(total * PAGE + (64 << 20))
     for i, ids in enumerate(procs_ids):
         f = work / f"ids-{i}.bin"
         write_ids(f, ids)
-        children.append(_start(exe, f, cg_path))
+        children.append(_start(exe, f, cg.path))
     _wait_ready(children, deadline)
     pids = [p.pid for p in children]
     others = ksm_users(exclude=pids)
@@ -800,14 +801,14 @@ def _measure(mix_name, procs_ids, s, total, exe, work, ksm, cg_path, cg_version,
         "settings": {key: s[key] for key in ("use_zero_pages", "max_page_sharing", "smart_scan")},
         "ksm_settings_used": used,
         "kernel": os.uname().release,
-        "cgroup_version": cg_version,
+        "cgroup_version": 2 if cg.v2 else 1,
         "rmap_items": rmap_items,
         "per_process": per_process,
         "scans": [snaps[i] for i in sorted(snaps)],
     }
 
 
-def _clean_up(ksm: KsmSettings, children: list[subprocess.Popen], cg_path: Path, work: Path, state: dict) -> list[str]:
+def _clean_up(ksm: KsmSettings, children: list[subprocess.Popen], cg: MemoryCgroup, work: Path, state: dict) -> list[str]:
     """Kills the processes, lets ksmd free what they left, puts KSM's settings back (`run` last),
     removes the cgroup and the work directory. Returns what failed, in words; never raises."""
     errors: list[str] = []
@@ -827,16 +828,8 @@ def _clean_up(ksm: KsmSettings, children: list[subprocess.Popen], cg_path: Path,
             except (ValidationError, OSError) as e:
                 errors.append(str(e))
         errors += ksm.restore()
-        for _ in range(200):
-            try:
-                cg_path.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.01)
-        else:
-            errors.append(f"cannot remove the cgroup {cg_path}")
+        if not cg.remove(tries=200, wait_s=0.01):
+            errors.append(f"cannot remove the cgroup {cg.path}")
         shutil.rmtree(work, ignore_errors=True)
     return errors
 

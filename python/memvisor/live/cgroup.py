@@ -1,7 +1,9 @@
-"""A process's memory cgroup, v1 or v2: usage, limits, swap and pressure, read and set."""
+"""A memory cgroup, v1 or v2: one a process is in (usage, limits, swap and pressure, read and set),
+or one made for a program or a guest (limited, its OOM kills counted, removed)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +31,49 @@ class MemoryCgroup:
                 continue
             return None if rel == "/" else MemoryCgroup(path, v2)
         return None
+
+    @staticmethod
+    def create(parent: Path, name: str, v2: bool) -> MemoryCgroup:
+        """A new cgroup `name` under `parent` (a memory hierarchy: v1's `memory/` or v2's root)."""
+        (parent / name).mkdir()
+        return MemoryCgroup(parent / name, v2)
+
+    @staticmethod
+    def root_v2(root: Path = ROOT) -> bool:
+        """Whether the machine's cgroups at `root` are v2 (unified)."""
+        return (root / "cgroup.controllers").exists()
+
+    def set_limit(self, limit: int) -> None:
+        """The hard limit, bytes (memory.max; memory.limit_in_bytes), and no limit on swap: the
+        group pages to swap as a guest would."""
+        (self.path / ("memory.max" if self.v2 else "memory.limit_in_bytes")).write_text(str(limit))
+        if self.v2 and (self.path / "memory.swap.max").exists():
+            (self.path / "memory.swap.max").write_text("max")
+
+    def oom_kills(self) -> int:
+        """The group's OOM-kill counter (v1 `memory.oom_control`, v2 `memory.events`: `oom_kill`)."""
+        try:
+            text = self._read("memory.events" if self.v2 else "memory.oom_control")
+        except FileNotFoundError:
+            return 0
+        for line in text.splitlines():
+            k, _, v = line.partition(" ")
+            if k == "oom_kill":
+                return int(v)
+        return 0
+
+    def remove(self, tries: int = 50, wait_s: float = 0.1) -> bool:
+        """Removes the group, waiting while the kernel still holds it (a process just killed);
+        whether it is gone."""
+        for _ in range(tries):
+            try:
+                self.path.rmdir()
+                return True
+            except FileNotFoundError:
+                return True
+            except OSError:
+                time.sleep(wait_s)
+        return False
 
     def _read(self, name: str) -> str:
         return (self.path / name).read_text()

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from memvisor.live.cgroup import ROOT
+from memvisor.live.cgroup import ROOT, MemoryCgroup
 
 #: Where `make setup` builds the guest image (override with MEMVISOR_VMIMAGE).
 IMAGE = Path(os.environ.get("MEMVISOR_VMIMAGE", Path(__file__).resolve().parents[3] / "target" / "vmimage"))
@@ -45,26 +45,6 @@ class GuestError(RuntimeError):
     """A guest did not start, did not answer on its console, or a command in it failed."""
 
 
-class _Cgroup:
-    """A memory cgroup made for one guest, removed when it stops."""
-
-    def __init__(self, name: str, limit: int):
-        v2 = (ROOT / "cgroup.controllers").exists()
-        self.path = (ROOT if v2 else ROOT / "memory") / name
-        self.path.mkdir()
-        (self.path / ("memory.max" if v2 else "memory.limit_in_bytes")).write_text(str(limit))
-
-    def remove(self) -> None:
-        for _ in range(50):
-            try:
-                self.path.rmdir()
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.1)
-
-
 class Guest:
     """A running guest. `qmp` is the manager's monitor socket, `qmp2` a second one."""
 
@@ -93,7 +73,13 @@ class Guest:
             with open(disk, "wb") as f:
                 f.truncate(swap_mib << 20)
             args += ["-drive", f"file={disk},if=virtio,format=raw,cache=none"]
-        self.cgroup = _Cgroup(f"memvisor-{os.getpid()}-{name}", (memory_mib << 20) + QEMU_HEADROOM)
+        v2 = MemoryCgroup.root_v2()
+        self.cgroup = MemoryCgroup.create(ROOT if v2 else ROOT / "memory", f"memvisor-{os.getpid()}-{name}", v2)
+        try:
+            self.cgroup.set_limit((memory_mib << 20) + QEMU_HEADROOM)
+        except BaseException:
+            self.cgroup.remove()
+            raise
         procs = self.cgroup.path / "cgroup.procs"
         try:
             # Into the cgroup before exec, so that all of QEMU's memory is charged to it.
