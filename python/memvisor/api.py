@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 import operator
 import os
-import signal
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:  # pandas costs a third of a second to import: only where a DataFrame is made
     import pandas as pd
 
 from memvisor import _core
+from memvisor.signals import SIGNAL_POLL_S, deferred_signals, reraise
 
 
 @dataclass
@@ -293,38 +292,6 @@ def simulate_all(
     if failed is not None:
         raise failed
     return [f.result() for f in futures]
-
-
-#: How often a wait for runs looks for a signal received meanwhile, s.
-SIGNAL_POLL_S = 0.05
-
-
-@contextmanager
-def deferred_signals() -> Iterator[list[int]]:
-    """Within the block (in the main thread), SIGINT and SIGTERM are only recorded in the yielded
-    list: an exception raised by a signal handler in the middle of a thread or process pool's own
-    locking can leave a lock held and hang the process on shutdown, so the caller polls the list
-    and, once its pool is shut down, re-raises the first with `reraise` after the block."""
-    got: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield got
-        return
-    sigs = [signal.SIGINT, signal.SIGTERM]
-    old = {s: signal.getsignal(s) for s in sigs}
-    for s in sigs:
-        signal.signal(s, lambda n, _frame: got.append(n))
-    try:
-        yield got
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def reraise(sig: int) -> None:
-    """Delivers `sig` again, now that its handler is back (KeyboardInterrupt for SIGINT)."""
-    signal.raise_signal(sig)
-    # The handler runs at the next instruction; a default or ignored disposition does not raise.
-    raise KeyboardInterrupt
 
 
 def run(

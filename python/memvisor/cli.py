@@ -14,8 +14,9 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from memvisor import _core, api
-from memvisor.console import SKIPPED, USAGE, MemvisorError, Terminated, err, fmt, out, sigterm_as_interrupt, warn
+from memvisor.console import SKIPPED, USAGE, MemvisorError, err, fmt, out, warn
 from memvisor.params import ByteSize, IntList, KeyValues, listed_twice
+from memvisor.signals import Terminated, sigterm_as_interrupt
 from memvisor.runfolder import NotARunFolder, RunFolder, check_replaceable, parquet_bytes, run_folder_around
 from memvisor.livecmd import manage_cmd, status_cmd
 from memvisor.plancmd import plan_cmd

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-import threading
-from contextlib import contextmanager
-from typing import IO, Iterator, Sequence
+from typing import IO, Sequence
 
 import click
 from rich.console import Console
@@ -47,27 +44,6 @@ class MemvisorError(click.ClickException):
 def warn(message: str) -> None:
     """One warning line; the message is printed as it is, brackets included."""
     err.print(Text.assemble(("warning:", "bold yellow"), " ", message), highlight=False)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so that the same cleanup runs (run folders, swap files)."""
-
-
-def _raise_terminated(signum: int, frame) -> None:
-    raise Terminated()
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM raises `Terminated` (a KeyboardInterrupt)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.signal(signal.SIGTERM, _raise_terminated)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
 
 
 def fmt(v) -> str:

@@ -90,7 +90,7 @@ class Planner:
 
     def probe(self, values: list[int]) -> None:
         """Runs every seed at each value not yet probed, all in parallel."""
-        from memvisor.sweep import _run_all
+        from memvisor.sweep import run_in_workers
 
         new = [v for v in dict.fromkeys(values) if v not in self.probes]
         tasks, owners = [], []
@@ -101,7 +101,7 @@ class Planner:
                     raise _core.ScenarioError(one_scenario(self.spec, scenarios))
                 tasks.append((scenarios[0].to_toml(), self.origin, self.vm))
                 owners.append(v)
-        results = _run_all(tasks, self.jobs, None, fn=_runtime) if tasks else []
+        results = run_in_workers(tasks, self.jobs, None, fn=_runtime) if tasks else []
         for v in new:
             got = [r for o, r in zip(owners, results) if o == v]
             self.probes[v] = Probe(v, [r for r, _ in got], [e for _, e in got if e])

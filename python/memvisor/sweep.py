@@ -21,10 +21,9 @@ import multiprocessing
 import re
 import signal
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,6 +32,7 @@ from memvisor import _core, api
 from memvisor.atomic import write_atomically
 from memvisor.console import fmt
 from memvisor.params import listed_twice
+from memvisor.signals import SIGNAL_POLL_S, deferred_signals, held, reraise
 
 #: The table's last column, with variants: the neighbouring variants whose values differ by the
 #: largest factor.
@@ -347,7 +347,7 @@ def run_points(
     already = len(tasks) - len(todo)
     shown = None if progress is None else (lambda done, _total: progress(already + done, len(tasks)))
     if todo:
-        run = _run_dask if scheduler is not None else _run_all
+        run = _run_dask if scheduler is not None else run_in_workers
         run([tasks[i] for i in todo], scheduler if scheduler is not None else (jobs or api.cpus()), shown, keep)
     elif progress is not None:
         progress(len(tasks), len(tasks))
@@ -466,20 +466,6 @@ def _ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-@contextmanager
-def _sigint_blocked() -> Iterator[None]:
-    """Workers started within the block inherit a blocked SIGINT, so none is ever delivered to them,
-    even before `_ignore_sigint` runs; a Ctrl-C meanwhile reaches this process when the block ends."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
 def _run_dask(tasks: list[tuple], address: str, progress: Callable[[int, int], None] | None, on_result: Callable[[int, object], None]) -> None:
     """`_run_one` on every task on the Dask cluster at `address`; `on_result(i, result)` as each
     finishes. Interrupted, it cancels what is left on the cluster."""
@@ -500,7 +486,7 @@ def _run_dask(tasks: list[tuple], address: str, progress: Callable[[int, int], N
             raise
 
 
-def _run_all(
+def run_in_workers(
     tasks: list[tuple],
     jobs: int,
     progress: Callable[[int, int], None] | None,
@@ -510,19 +496,19 @@ def _run_all(
     """`fn` (default `_run_one`) on every task, in worker processes; the results in the tasks'
     order, each also given to `on_result(i, result)` as it finishes."""
     results: list = [None] * len(tasks)
-    with api.deferred_signals() as got:
+    with deferred_signals() as got:
         # spawn, not fork: the parent has threads (the progress bar's, the pool's own).
         pool = ProcessPoolExecutor(
             max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint
         )
         try:
-            with _sigint_blocked():  # the pool starts its workers as tasks are submitted
+            with held(signal.SIGINT):  # the pool starts its workers as tasks are submitted
                 futures = {pool.submit(fn, *t): i for i, t in enumerate(tasks)}
             if progress is not None:
                 progress(0, len(tasks))
             pending, finished = set(futures), 0
             while pending and not got:
-                done, pending = wait(pending, timeout=api.SIGNAL_POLL_S, return_when=FIRST_COMPLETED)
+                done, pending = wait(pending, timeout=SIGNAL_POLL_S, return_when=FIRST_COMPLETED)
                 for f in done:
                     results[futures[f]] = f.result()
                     if on_result is not None:
@@ -540,7 +526,7 @@ def _run_all(
             if not got:
                 raise
     if got:
-        api.reraise(got[0])
+        reraise(got[0])
     pool.shutdown()
     return results
 

@@ -10,7 +10,7 @@ The kernel settings that change the answer are read and stated (vm.page-cluster,
 transparent huge pages, VMA swap readahead, multi-generational LRU); the simulator is given the same
 page-cluster and swappiness. What the command changes (a swap file, cgroups, MGLRU if it is on) is
 restored when it ends, also on error or interrupt (the command line turns SIGTERM into an interrupt
-too: `memvisor.console.sigterm_as_interrupt`).
+too: `memvisor.signals.sigterm_as_interrupt`).
 
 The program is counted as OOM-killed only when it died of SIGKILL and its cgroup's own OOM-kill counter
 rose; any other failure is an error of the run, never a data point (`classify_exit`).

@@ -63,18 +63,17 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 from memvisor import _core
 from memvisor.live import hostfs
 from memvisor.live.cgroup import MemoryCgroup
+from memvisor.signals import held
 from memvisor.validate import ValidationError, _check, _read, describe_status, find_memory_cgroup_root
 
 __all__ = [
@@ -563,20 +562,6 @@ class KsmSettings:
         return errors
 
 
-@contextmanager
-def _interrupts_held() -> Iterator[None]:
-    """SIGINT and SIGTERM wait (pending) until the block ends, so that a second Ctrl-C cannot cut
-    the restoring of KSM's settings short; they are delivered right after it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
 def _wait(cond: Callable[[], bool], deadline: float, what: str, poll: float = 0.002) -> None:
     while not cond():
         if time.monotonic() > deadline:
@@ -812,7 +797,7 @@ def _clean_up(ksm: KsmSettings, children: list[subprocess.Popen], cg: MemoryCgro
     """Kills the processes, lets ksmd free what they left, puts KSM's settings back (`run` last),
     removes the cgroup and the work directory. Returns what failed, in words; never raises."""
     errors: list[str] = []
-    with _interrupts_held():
+    with held(signal.SIGINT, signal.SIGTERM):
         errors += _kill(children)
         base = state.get("baseline")
         if state.get("merged") and base is not None:

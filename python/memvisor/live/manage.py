@@ -14,8 +14,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from memvisor import _core, api
+from memvisor import _core
 from memvisor.atomic import write_atomically
+from memvisor.signals import SIGNAL_POLL_S, deferred_signals
 from memvisor.live.livehost import LiveHost, VmSpec
 
 #: A policy that decides once (static) is still re-observed this often, s, for the time series.
@@ -112,7 +113,7 @@ def _manage(cfg: ManageConfig, out: Path, say: Callable[[str], None], ctl, perio
     decisions = open(out / "decisions.jsonl", "w", encoding="utf-8")
     events = open(out / "events.jsonl", "w", encoding="utf-8")
     round_s: list[float] = []
-    with api.deferred_signals() as got:
+    with deferred_signals() as got:
         try:
             next_t = time.monotonic()
             while cfg.rounds is None or rounds < cfg.rounds:
@@ -140,7 +141,7 @@ def _manage(cfg: ManageConfig, out: Path, say: Callable[[str], None], ctl, perio
                                                   "vms": [{"name": v.spec.name, "reachable": v.reachable, **v.last, **_target(v)} for v in host.vms]})
                 next_t += period
                 while not got and time.monotonic() < next_t and (cfg.rounds is None or rounds < cfg.rounds):
-                    time.sleep(min(api.SIGNAL_POLL_S, max(0.0, next_t - time.monotonic())))
+                    time.sleep(min(SIGNAL_POLL_S, max(0.0, next_t - time.monotonic())))
                 if got:
                     stop = f"stopped on {signal.Signals(got[0]).name}"
                     break
