@@ -3,24 +3,22 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import sys
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import click
 from rich.table import Column, Table
-from rich.text import Text
 
 from memvisor import _core, api
 from memvisor.console import SKIPPED, USAGE, MemvisorError, err, fmt, out, warn
-from memvisor.params import ByteSize, IntList, KeyValues, listed_twice
 from memvisor.signals import Terminated, sigterm_as_interrupt
-from memvisor.runfolder import NotARunFolder, RunFolder, check_replaceable, parquet_bytes, run_folder_around
+from memvisor.runfolder import NotARunFolder, RunFolder, run_folder_around
 from memvisor.livecmd import manage_cmd, status_cmd
 from memvisor.plancmd import plan_cmd
+from memvisor.sweepcmd import sweep_cmd
 from memvisor.tracecmd import trace
+from memvisor.validatecmd import meminfo_mib, validate
 
 
 class _Main(click.Group):
@@ -227,107 +225,6 @@ def _turned(title: str, shown: list, cols: list[str], caption: str | None, fold:
     return t
 
 
-@main.command("sweep")
-@click.argument("spec")
-@click.option("--vary", "varies", multiple=True, type=KeyValues(), help="A key to vary and its values, e.g. vm.g.memory=256MiB,512MiB; repeated, the grid is every combination.")
-@click.option("--points", "points_file", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="Explicit points instead: a CSV file, a header of keys and a row of values per point.")
-@click.option("--column", help="Report column to show (default: the scenario's first).")
-@click.option("--vm", help="VM whose report value fills the cells (default: the first; without variants, every VM has a column unless this names one).")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a scenario value at every point.")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes (default: the number of CPUs).")
-@click.option("--scheduler", metavar="ADDRESS", help="Run on this Dask cluster (e.g. tcp://10.0.0.5:8786) instead of local processes.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Keep every run here as it finishes (a sweep run again resumes) and write sweep.parquet: a row per run and VM.")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, path_type=Path), help="Also write the table as CSV.")
-@click.option("--quiet", is_flag=True, help="No progress bar (there is none when stderr is not a terminal).")
-def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_dir, csv_path, quiet) -> None:
-    """Run every variant of a case or scenario file at each point of a grid of overrides; show one
-    report value of the first VM or --vm (without variants: of each VM, or of --vm) as a table, a row per point, with
-    the biggest jump between neighbouring variants. A run that fails shows its error in its cell;
-    the others go on, and the exit status is then 1."""
-    import pandas as pd
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from memvisor.sweep import JUMP, StoreError, failed_cells, input_files, plan_points, points_from_csv, product, refuse_foreign_out, run_points, warnings_of
-    from memvisor.atomic import write_atomically
-
-    if scheduler is not None:
-        try:
-            from distributed.comm.addressing import get_address_host_port
-        except ImportError:
-            raise MemvisorError("--scheduler needs Dask: pip install 'memvisor[dask]'", USAGE) from None
-        try:
-            get_address_host_port(scheduler)
-        except ValueError as e:
-            raise MemvisorError(f"--scheduler {scheduler}: {e}; give a scheduler's address, e.g. tcp://10.0.0.5:8786", USAGE) from None
-    if bool(varies) == bool(points_file):
-        raise MemvisorError("give the grid as --vary KEY=V1,V2 (repeatable) or as --points FILE, one of the two", USAGE)
-    if csv_path is not None and not csv_path.parent.is_dir():
-        raise MemvisorError(f"--csv {csv_path}: no directory {csv_path.parent}", USAGE)
-    try:
-        if out_dir is not None:
-            refuse_foreign_out(out_dir)
-        points = product(varies) if varies else points_from_csv(points_file)
-        grid = plan_points(spec, points, column, sets, vm, source="--vary" if varies else f"--points {points_file}:")
-    except (_core.ScenarioError, ValueError) as e:
-        raise MemvisorError(str(e), USAGE) from None
-    if csv_path is not None:
-        # The table must not replace what the sweep reads (a rerun would read the table).
-        read = {p.resolve() for p in (Path(spec), points_file) if p is not None and p.is_file()}
-        imports: dict = {}
-        read |= {f for per in grid.scenarios for s in per for f in input_files(s, imports)}
-        if csv_path.resolve() in read:
-            raise MemvisorError(f"--csv {csv_path}: is a file the sweep reads; name another", USAGE)
-    key = grid.key
-    for w in warnings_of(grid):
-        warn(w)
-    try:
-        with Progress(
-            TextColumn("{task.description}", markup=False),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-            # A bar drawn into a file or pipe is noise among the results: a terminal's only.
-            disable=quiet or not err.is_terminal,
-        ) as bar:
-            task = bar.add_task(f"sweep {key}", total=grid.runs)
-            df, runs = run_points(grid, jobs, progress=lambda done, total: bar.update(task, completed=done), scheduler=scheduler,
-                                  store=None if out_dir is None else out_dir / "runs")
-    except BrokenProcessPool as e:
-        raise MemvisorError(f"a worker process died: {e}", 1) from None
-    except StoreError as e:
-        raise MemvisorError(str(e), USAGE) from None
-    except OSError as e:
-        raise MemvisorError(f"{'--scheduler ' + scheduler if scheduler else '--out ' + str(out_dir)}: {e}", 1) from None
-    if out_dir is not None:
-        try:
-            write_atomically(out_dir / "sweep.parquet", parquet_bytes(runs))
-        except OSError as e:
-            raise MemvisorError(f"--out {out_dir}: {e.strerror or e}", 1) from None
-    if csv_path is not None:
-        try:
-            write_atomically(csv_path, df.to_csv())
-        except OSError as e:
-            raise MemvisorError(f"--csv {csv_path}: {e.strerror or e}", 1) from None
-    cols = [c for c in df.columns if c != JUMP]
-    jump = [JUMP] if JUMP in df.columns else []
-    unfinished = grid.column == "runtime_s" and any(not isinstance(x, str) and pd.isna(x) for c in cols for x in df[c])
-    # The key can be long (vm.kali.workload.desktop.active): folded, never cut short.
-    t = Table(Column(key, overflow="fold"), *cols, *jump, title=f"{spec}: {grid.column}" + ("" if grid.scenarios[0][0].variant is None else f" of {vm or 'the first VM'}"),
-              caption="-: the VM's work had not finished when the run ended, a process of it was killed by the OOM killer, or the VM is not in that run" if unfinished else None)
-    for value, row in df.iterrows():
-        cells = [Text(x, style="red") if isinstance(x, str) else fmt(None if pd.isna(x) else x) for x in (row[c] for c in cols)]
-        t.add_row(str(value), *cells, *(row[c] for c in jump))
-    out.print(t)
-    if csv_path is not None:
-        out.print(f"csv: {csv_path}")
-    if out_dir is not None:
-        out.print(f"runs: {out_dir / 'sweep.parquet'} ({len(runs)} rows)")
-    failed = failed_cells(df)
-    if failed:
-        raise MemvisorError(f"{len(failed)} of {len(df) * len(cols)} cells show a failed run", 1)
-
-
 @main.command()
 @click.option("--quick", is_flag=True, help="One simulated second per benchmark (a smoke run).")
 @click.option("--live", type=click.IntRange(min=1), metavar="N", help="Time policy rounds over N real guests (QEMU) instead.")
@@ -341,7 +238,7 @@ def bench(quick: bool, live: int | None) -> None:
 
         from memvisor.bench import LIVE_GUEST_MIB
 
-        room = _meminfo_mib("MemAvailable")
+        room = meminfo_mib("MemAvailable")
         # Each guest's cgroup lets QEMU hold its RAM and QEMU_HEADROOM beside it (under TCG an idle
         # 128 MiB guest already holds over 200 MiB): counting the RAM alone would let the guests
         # outgrow the machine.
@@ -377,190 +274,6 @@ def bench(quick: bool, live: int | None) -> None:
     t = Table("VMs", "wall s", "events", "events/s", "peak RSS MiB", "of it, the run MiB", "accounted B per paged-out VM", "modelled metadata MiB", title="denali-scale, 10,000-VM point (list pool; a fresh process, against one that only loads it)")
     t.add_row(f"{d.vms:,}", f"{d.wall_s:.2f}", f"{d.events:,}", f"{d.events_per_s:.3e}", f"{d.rss_mib:.0f}", f"{d.sim_mib:.0f}", f"{d.accounted_bytes_per_vm:.0f}", f"{d.metadata_mib:.1f}")
     out.print(t)
-
-
-@main.group()
-def validate() -> None:
-    """Check the simulator against real systems."""
-
-
-def _check_out(out_dir: Path) -> None:
-    """A validation's --out, checked before it touches the machine, not after."""
-    try:
-        check_replaceable(out_dir)
-    except NotARunFolder as e:
-        raise MemvisorError(f"--out {e}", USAGE) from None
-
-
-def _refuse_twice(option: str, items) -> None:
-    """A list option's items each once: a validation point given twice would run, and count, twice."""
-    if twice := listed_twice(items):
-        raise MemvisorError(f"{option}: {', '.join(map(str, twice))} given more than once; give each once", USAGE)
-
-
-def _meminfo_mib(field: str = "MemTotal") -> int:
-    """A /proc/meminfo figure of this machine, MiB (MemTotal: its memory)."""
-    from memvisor.live import hostfs
-
-    try:
-        return hostfs.meminfo()[field] >> 20
-    except (OSError, KeyError, ValueError, IndexError):
-        raise MemvisorError(f"cannot read {field} from /proc/meminfo: this command needs Linux's memory figures", SKIPPED) from None
-
-
-@validate.command("linux-paging")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-linux-paging"), show_default=True)
-@click.option("--working-set", type=ByteSize(), default="96MiB", show_default=True, help="Memory each pattern touches.")
-@click.option("--limits", "limit_list", type=IntList(min=1), default=None, help="Memory limits in MiB, comma-separated [default: 25, 42, 58, 75 and 95 % of the working set].")
-@click.option("--passes", type=click.IntRange(min=1), default=5, show_default=True, help="stress: passes over the pages.")
-@click.option("--touches", type=click.IntRange(min=0), default=200_000, show_default=True, help="random, zipf: references after the first pass.")
-@click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True, help="Kernel runs per point (their min..max is the band).")
-@click.option("--patterns", "pattern_list", default=",".join(("stress", "random", "zipf")), show_default=True, help="Patterns to run, comma-separated: stress, random, zipf.")
-@click.option("--cgroup-root", type=click.Path(path_type=Path), default=Path("/sys/fs/cgroup"), hidden=True)
-def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...] | None, passes: int, touches: int, repeats: int, pattern_list: str, cgroup_root: Path) -> None:
-    """Run page-touching patterns in real memory cgroups with swap, several times each, and as a
-    process in a memory cgroup of the simulated guest; compare major faults (against the kernel's
-    band), swap traffic and refault counters. Needs root, a memory cgroup controller and swap-file
-    support; without them it says what is missing and exits with status 77."""
-    from memvisor import validate as v
-
-    _check_out(out_dir)
-    machine = _meminfo_mib()
-    if not 1 <= working_set >> 20 <= machine:
-        given = f"{working_set >> 20}MiB" if working_set % (1 << 20) == 0 else f"{working_set}B"
-        raise MemvisorError(f"--working-set {given}: from 1MiB to this machine's memory ({machine:,}MiB)", USAGE)
-    big = [x for x in limit_list or () if x > machine]
-    if big:
-        raise MemvisorError(f"--limits {big[0]}: above this machine's memory ({machine:,}MiB); the kernel side runs here", USAGE)
-    patterns = tuple(p.strip() for p in pattern_list.split(",") if p.strip())
-    unknown = [p for p in patterns if p not in v.PATTERNS]
-    if unknown or not patterns:
-        raise click.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(v.PATTERNS)}", param_hint="--patterns")
-    # A point given twice would run twice and its miss count twice against "at most one miss per pattern".
-    _refuse_twice("--limits", limit_list or ())
-    _refuse_twice("--patterns", patterns)
-    if limit_list is None:
-        limit_list = tuple(max(1, round((working_set >> 20) * pct / 100)) for pct in (25, 42, 58, 75, 95))
-    missing = v.missing_prerequisites(cgroup_root)
-    if missing:
-        raise MemvisorError("validate linux-paging cannot run on this machine; it needs:", SKIPPED, details=missing)
-
-    def log(r):
-        k = "all OOM-killed" if r.kernel_majflt_median is None else f"{r.kernel_majflt_min}..{r.kernel_majflt_max}"
-        err.print(f"  {r.pattern} {r.limit_MiB} MiB: kernel {k}, simulated {r.sim_majflt} major faults")
-
-    try:
-        rows, settings = v.run_validation(out_dir, cgroup_root, working_set, limit_list, passes, touches, repeats=repeats, patterns=patterns, log=log)
-    except v.ValidationError as e:
-        raise MemvisorError(str(e), 1) from None
-    shown = ", ".join(f"{k}={settings[k]}" for k in ("kernel", "vm.page-cluster", "vm.swappiness", "transparent_hugepage", "swap_vma_readahead", "lru_gen", "cgroup_version"))
-    out.print(f"kernel settings: {shown}")
-    dev = settings["swap_device"]
-    out.print(f"swap device (measured; the simulated swap device is given the same): {dev['latency_ns'] / 1000:.0f} us, {dev['bandwidth_B_s'] / 1e9:.2f} GB/s")
-    t = Table("pattern", "limit MiB", "kernel majflt min..max", "median", "sim majflt", "in band", "kernel pswpin", "sim pswpin", "kernel refault act.", "sim refault act.", "kernel pgactivate", "sim pgactivate",
-              title=f"linux-paging: {working_set >> 20} MiB working set, {repeats} kernel runs per point")
-    for r in rows:
-        kb = "OOM-killed" if r.kernel_majflt_min is None else f"{fmt(r.kernel_majflt_min)}..{fmt(r.kernel_majflt_max)}"
-        if r.kernel_oom_kills and r.kernel_majflt_min is not None:
-            kb += f" ({r.kernel_oom_kills} OOM)"
-        inb = "-" if r.within_band is None else ("yes" if r.within_band else f"no ({r.majflt_error:+.0%})")
-        k, sm = r.kernel, r.sim
-        t.add_row(r.pattern, str(r.limit_MiB), kb, fmt(r.kernel_majflt_median), fmt(r.sim_majflt), inb,
-                  fmt(k.get("pswpin")), fmt(sm["pswpin"]), fmt(k.get("workingset_activate_anon")), fmt(sm["workingset_activate_anon"]), fmt(k.get("pgactivate")), fmt(sm["pgactivate"]))
-    out.print(t)
-    out.print(f"run folder: {out_dir}")
-    misses = {p: sum(1 for r in rows if r.pattern == p and r.within_band is False) for p in patterns}
-    if any(m > 1 for m in misses.values()):
-        worst = ", ".join(f"{p}: {m}" for p, m in misses.items() if m > 1)
-        raise MemvisorError(f"simulated major faults outside the kernel's band at more than one limit per pattern ({worst})", 1)
-
-
-@validate.command("ksm")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-ksm"), show_default=True)
-@click.option("--mixes", "mix_list", default=None, help="Content mixes to run, comma-separated [default: all].")
-@click.option("--scans", type=click.IntRange(min=3), default=3, show_default=True, help="Full scans at least after the processes are ready (above 4, smart scan's skips show).")
-def ksm_cmd(out_dir: Path, mix_list: str | None, scans: int) -> None:
-    """Run processes whose pages follow declared content mixes under this machine's KSM, and the
-    simulated KSM scanner on the same mixes; compare KSM's counters (within 1 %, exact below 100).
-    Restores every KSM setting it changes. Needs root and KSM; without them it says what is
-    missing and exits with status 77."""
-    from memvisor import validate_ksm as vk
-
-    _check_out(out_dir)
-    mixes = [m.strip() for m in mix_list.split(",") if m.strip()] if mix_list is not None else list(vk.MIXES)
-    unknown = [m for m in mixes if m not in vk.MIXES]
-    if unknown or not mixes:
-        raise click.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(vk.MIXES)}", param_hint="--mixes")
-    _refuse_twice("--mixes", mixes)
-    missing = vk.missing_prerequisites()
-    if missing:
-        raise MemvisorError("validate ksm cannot run on this machine; it needs:", SKIPPED, details=missing)
-    try:
-        folder = vk.run_validation(out_dir, mixes, min_scans=scans, log=lambda line: err.print(line, highlight=False))
-    except vk.ValidationError as e:
-        raise MemvisorError(str(e), 1) from None
-    summary = json.loads((folder / "summary.json").read_text())
-    t = Table("mix", "use_zero_pages", "full scans", "counter", "kernel", "simulated", "within 1 %", title=f"validate ksm: kernel {summary['kernel']}")
-    for run in summary["runs"]:
-        first = True
-        for r in run["rows"]:
-            if r["counter"] in ("full_scans", "pages_skipped", "general_profit") and r["simulated"] is None:
-                continue
-            t.add_row(run["mix"] if first else "", str(run["settings"]["use_zero_pages"]) if first else "", fmt(run["kernel"]["full_scans"]) if first else "",
-                      r["counter"], fmt(r["kernel"]), fmt(r["simulated"]), "yes" if r["within_1pct"] else "NO")
-            first = False
-        t.add_section()
-    out.print(t)
-    out.print(f"run folder: {folder}")
-    if not summary["target_met"]:
-        raise MemvisorError("simulated KSM counters differ from the kernel's by more than the tolerance", 1)
-
-
-@validate.command("balloon")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-balloon"), show_default=True)
-@click.option("--memory", type=click.IntRange(min=128), default=512, show_default=True, help="Guest memory, MiB.")
-@click.option("--size", type=click.IntRange(min=64), default=256, show_default=True, help="Guest size the balloon leaves, MiB.")
-@click.option("--swap", type=click.IntRange(min=16), default=256, show_default=True, help="Swap on a virtio disk, MiB.")
-@click.option("--hog", type=click.IntRange(min=1), default=320, show_default=True, help="Memory memhog touches, MiB.")
-@click.option("--passes", type=click.IntRange(min=1), default=3, show_default=True, help="memhog's passes over it.")
-def balloon_cmd(out_dir: Path, memory: int, size: int, swap: int, hog: int, passes: int) -> None:
-    """Inflate the balloon of a real guest (QEMU) and of its simulated twin, run the same
-    page-touching program in both, and compare major faults, swap traffic and free memory read from
-    the guest itself; the live backend's view of the real guest is shown beside the guest's own
-    figures."""
-    from memvisor import validate_balloon as vb
-    from memvisor.live import launch
-
-    if size >= memory:
-        raise MemvisorError(f"--size {size} must be below --memory {memory}", USAGE)
-    if hog >= size + swap:
-        # The guest's kernel refuses memhog's mapping (or OOM-kills it) after the guest has booted.
-        raise MemvisorError(f"--hog {hog}: memhog must fit in what the ballooned guest has, --size {size} MiB of memory and --swap {swap} MiB of swap; "
-                            f"give less than {size + swap}", USAGE)
-    _check_out(out_dir)
-    headroom = launch.QEMU_HEADROOM >> 20
-    room = _meminfo_mib("MemAvailable")
-    if memory + headroom > room:
-        raise MemvisorError(f"--memory {memory}: a guest of {memory} MiB, and up to {headroom} MiB of QEMU's own beside it, needs more than this machine has available ({room:,} MiB)", USAGE)
-    why = launch.available()
-    if why:
-        raise MemvisorError(f"validate balloon cannot run on this machine: {why}", SKIPPED)
-    try:
-        r = vb.run(out_dir, memory, size, swap, hog, passes, log=lambda line: err.print(line, highlight=False))
-    except launch.GuestError as e:
-        raise MemvisorError(f"validate balloon: {e}", 1) from None
-    except (_core.ScenarioError, _core.RunError) as e:
-        raise MemvisorError(f"validate balloon: the simulated twin: {e}", 1) from None
-    t = Table("measure", "real guest", "simulated", "error", title=f"balloon: {memory} MiB guest ballooned to {size} MiB, memhog {hog} MiB x {passes}")
-    for row in r["rows"]:
-        t.add_row(row["measure"], fmt(row["real"]), fmt(row["simulated"]), "-" if row["error"] is None else f"{row['error']:+.1%}")
-    out.print(t)
-    hv = r["host_view"]
-    t2 = Table("measure", "guest /proc", "live host view", title="what manage gives a policy (virtio-balloon statistics)")
-    for k in hv["guest"]:
-        t2.add_row(k, fmt(hv["guest"][k]), fmt(hv["host view"][k]))
-    out.print(t2)
-    out.print(f"real guest {r['real_wall_s']:.1f} s under {'KVM' if launch.kvm_usable() else 'TCG'}; run folder: {out_dir}")
 
 
 @main.command("report")
@@ -641,6 +354,8 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
         raise MemvisorError(f"--out {out_path}: {e.strerror}", 1) from None
 
 
+main.add_command(sweep_cmd)
+main.add_command(validate)
 main.add_command(trace)
 main.add_command(plan_cmd)
 main.add_command(manage_cmd)

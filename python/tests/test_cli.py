@@ -720,7 +720,7 @@ def test_bench_live_counts_qemus_own_memory_and_a_guest_failure_is_one_line(monk
 
     _no_machine(monkeypatch)
     monkeypatch.setattr(launch, "available", lambda: None)
-    monkeypatch.setattr(cli, "_meminfo_mib", lambda field="MemTotal": 1000)
+    monkeypatch.setattr(cli, "meminfo_mib", lambda field="MemTotal": 1000)
     # 3 x 128 MiB fit in 1000 MiB, but each guest's QEMU may hold 384 MiB more (216 MiB idle under TCG).
     r = CliRunner().invoke(cli.main, ["bench", "--live", "3"])
     assert r.exit_code == 2 and "--live 3: 3 guests of 128 MiB, each with up to 384 MiB of QEMU's own" in r.output and "(1,000 MiB: room for 1)" in r.output, r.output
@@ -757,7 +757,9 @@ def test_validate_balloon_checks_its_sizes_and_a_guest_failure_is_one_line(tmp_p
 
     _no_machine(monkeypatch)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli, "_meminfo_mib", lambda field="MemTotal": 4000)
+    from memvisor import validatecmd
+
+    monkeypatch.setattr(validatecmd, "meminfo_mib", lambda field="MemTotal": 4000)
     for args, expect in [
         # The guest booted, then memhog's mmap failed: a traceback after the boot.
         (["--memory", "128", "--size", "64", "--swap", "16", "--hog", "200"], "--hog 200: memhog must fit in what the ballooned guest has, --size 64 MiB of memory and --swap 16 MiB"),
