@@ -107,7 +107,7 @@ class Planner:
             self.probes[v] = Probe(v, [r for r, _ in got], [e for _, e in got if e])
 
 
-class Grid(Sequence[int]):
+class ProbeValues(Sequence[int]):
     """lo, lo + step, ... and hi, in that order or reversed, without the list: bisection probes
     a few dozen points of a grid that may have billions."""
 
@@ -148,7 +148,7 @@ def search(planner: Planner, lo: int, hi: int, step: int, bound: float, generous
     within `bound` x the baseline, the baseline being the runtime at the generous end (`hi` if
     `generous_high`, else `lo`)."""
     # Index 0 is always the constrained end, the last the generous end.
-    grid = Grid(lo, hi, step, reverse=not generous_high)
+    grid = ProbeValues(lo, hi, step, reverse=not generous_high)
     planner.probe([grid[-1], grid[0]])
     gen = planner.probes[grid[-1]]
     runtimes = [r for r in gen.runtimes if r is not None]

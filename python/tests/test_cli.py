@@ -559,7 +559,9 @@ def test_the_live_host_leaves_a_page_to_a_whole_balloon_and_a_refused_command_is
                 raise Refused(f"'{name}' refused: Device '/machine/peripheral/balloon0' not found")
 
         vm.mon = NoBalloon()
+        vm.reachable, vm.spec.floor = False, 1 << 30
         assert host.observe()["vms"] == []
+        assert ("v", "its floor (1024 MiB) is above its memory (256 MiB): no decision takes anything from it") in host.events
         assert host.events[-1] == ("v", "left out of the view: it has no virtio balloon named balloon0 (give its QEMU "
                                         "-device virtio-balloon-pci,id=balloon0)"), host.events
     finally:

@@ -129,12 +129,12 @@ def test_plan_refuses_bad_questions_by_the_option_given(tmp_path: Path):
 
 
 def test_a_grid_of_billions_is_bisected_without_being_built():
-    from memvisor.planning import Grid
+    from memvisor.planning import ProbeValues
 
-    g = Grid(4096, 1 << 50, 4096, reverse=True)
+    g = ProbeValues(4096, 1 << 50, 4096, reverse=True)
     assert len(g) == (1 << 50) // 4096 and g[0] == 1 << 50 and g[-1] == 4096
     assert g.index(4096) == len(g) - 1 and (1 << 49) in g and 4097 not in g
-    odd = Grid(0, 10, 3, reverse=False)
+    odd = ProbeValues(0, 10, 3, reverse=False)
     assert list(odd) == [0, 3, 6, 9, 10] and odd.index(10) == 4
 
 

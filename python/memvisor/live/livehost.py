@@ -104,6 +104,9 @@ class LiveHost:
         vm.pid = hostfs.socket_pid(vm.spec.qmp)
         vm.cgroup = MemoryCgroup.of_pid(vm.pid) if vm.pid else None
         vm.memory = (await vm.mon.cmd("query-memory-size-summary"))["base-memory"]
+        if vm.spec.floor > vm.memory:
+            self.events.append((vm.spec.name, f"its floor ({vm.spec.floor >> 20} MiB) is above its memory ({vm.memory >> 20} MiB): "
+                                              "no decision takes anything from it"))
         if vm.pid is None:
             # Without its process the host side of the view is unknown, not zero: say so.
             self.events.append((vm.spec.name, f"no process found listening on {vm.spec.qmp} (/proc/net/unix): its granted memory, "
