@@ -564,6 +564,27 @@ def test_the_live_host_leaves_a_page_to_a_whole_balloon_and_a_refused_command_is
         assert ("v", "its floor (1024 MiB) is above its memory (256 MiB): no decision takes anything from it") in host.events
         assert host.events[-1] == ("v", "left out of the view: it has no virtio balloon named balloon0 (give its QEMU "
                                         "-device virtio-balloon-pci,id=balloon0)"), host.events
+
+        # Until the guest first reports balloon statistics, its zeros are no view of it.
+        class Reporting(Mon):
+            updated = 0
+
+            async def cmd(self, name, args=None):
+                if name == "query-memory-size-summary":
+                    return {"base-memory": 256 << 20}
+                if name == "query-balloon":
+                    return {"actual": 256 << 20}
+                if name == "qom-get" and args["property"] == "guest-stats":
+                    return {"stats": {"stat-total-memory": 250 << 20}, "last-update": self.updated}
+                return 1 if name == "qom-get" else {}
+
+        vm.mon, vm.reachable, vm.spec.floor = Reporting(), False, 0
+        host.events.clear()
+        assert host.observe()["vms"] == []
+        assert host.events[-1] == ("v", "answering, but left out of the view until its guest reports balloon statistics (asked for every 1 s)")
+        vm.mon.updated = 1795739004
+        (seen,) = host.observe()["vms"]
+        assert seen["guest_total"] == 250 << 20 and seen["stats_time"] == 1795739004 and host.events[-1] == ("v", "answering; managed")
     finally:
         host.close()
 

@@ -52,6 +52,8 @@ class _Vm:
     balloon_target: int | None = None
     periods: int = 0
     reachable: bool = False
+    #: In the policy's view: answering, and its guest has reported balloon statistics.
+    in_view: bool = False
     #: Whether the manager stopped its vCPUs (QMP `stop`; resumed on close).
     stopped: bool = False
     #: The guest-statistics interval before the manager set it (restored on close).
@@ -127,17 +129,25 @@ class LiveHost:
             if not vm.reachable:
                 await self._attach(vm)
             actual = (await vm.mon.cmd("query-balloon"))["actual"]
-            stats = (await vm.mon.cmd("qom-get", {"path": BALLOON, "property": "guest-stats"}))["stats"]
+            guest_stats = await vm.mon.cmd("qom-get", {"path": BALLOON, "property": "guest-stats"})
         except (Unreachable, Refused) as e:
             if vm.reachable or not vm.last:
                 silent = "not answering, " if isinstance(e, Unreachable) else ""
                 self.events.append((vm.spec.name, f"{silent}left out of the view: {e}"))
-            vm.reachable = False
+            vm.reachable = vm.in_view = False
             vm.last = {"error": str(e)}
             return None
-        if not vm.reachable:
+        # Until the guest's driver first reports, its statistics read as zeros, which a policy
+        # would take for an empty guest: the VM waits outside the view (as MOM skips a guest whose
+        # collectors have no data yet).
+        stats, updated = guest_stats["stats"], int(guest_stats.get("last-update") or 0)
+        reported = updated > 0
+        if not vm.in_view and reported:
             self.events.append((vm.spec.name, "answering" if self.observe_only else "answering; managed"))
-        vm.reachable = True
+        elif (vm.in_view or not vm.reachable) and not reported:
+            self.events.append((vm.spec.name, f"answering, but left out of the view until its guest reports balloon statistics "
+                                              f"(asked for every {self.stats_poll_s} s)"))
+        vm.reachable, vm.in_view = True, reported
         balloon = vm.memory - actual
         if vm.balloon_target is None:
             vm.balloon_target = balloon
@@ -194,10 +204,11 @@ class LiveHost:
             "active_sample_now": (0, 0),
             "active_periods": vm.periods,
             "large_pages": huge,
-            "stats_time": int(stats and stats.get("last-update", 0) or 0),
+            # When the guest last reported (QEMU's clock, s; 0: never).
+            "stats_time": updated,
         }
         vm.last = v
-        return v
+        return v if reported else None
 
     def observe(self) -> dict:
         """The host view: host memory from /proc/meminfo, KSM from sysfs, each answering VM from

@@ -135,7 +135,7 @@ def _manage(cfg: ManageConfig, out: Path, say: Callable[[str], None], ctl, perio
                 events.flush()
                 host.events.clear()
                 t = time.monotonic() - host.start
-                seen = [v.last for v in host.vms if v.reachable]
+                seen = [v.last for v in host.vms if v.in_view]
                 rows.extend(_row(t, host.state, v, columns) for v in seen)
                 _write_json(out / "status.json", {"time_s": t, "policy": ctl.policy(), "state": host.state, "dry_run": cfg.dry_run,
                                                   "vms": [{"name": v.spec.name, "reachable": v.reachable, **v.last, **_target(v)} for v in host.vms]})
