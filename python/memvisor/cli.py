@@ -11,7 +11,7 @@ import click
 from rich.table import Column, Table
 
 from memvisor import _core, api
-from memvisor.console import SKIPPED, USAGE, MemvisorError, err, fmt, out, warn
+from memvisor.console import SKIPPED, USAGE, MemvisorError, err, fmt, out, some_of, warn
 from memvisor.signals import Terminated, sigterm_as_interrupt
 from memvisor.runfolder import NotARunFolder, RunFolder, run_folder_around
 from memvisor.livecmd import manage_cmd, status_cmd
@@ -194,8 +194,7 @@ def _unfinished(cols: list[str], vms: list[tuple[str, dict]]) -> list[str]:
         return []
 
     def note(what: str, names: list[str]) -> list[str]:
-        more = f" and {len(names) - 3:,} more" if len(names) > 3 else ""
-        return [f"runtime_s -: {what}: {', '.join(names[:3])}{more}"] if names else []
+        return [f"runtime_s -: {what}: {some_of(names, 3)}"] if names else []
 
     return note("a process was killed by the OOM killer", [n for n, v in vms if _killed(v)]) + note(
         "work not finished when the run ended", [n for n, v in vms if not _killed(v)]
@@ -341,7 +340,7 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
         ref_names = {vm["name"] for vm in base.summary.get("vms", [])}
         missing = [vm["name"] for vm in r.summary.get("vms", []) if vm["name"] not in ref_names]
         if missing and base.summary.get("vms"):
-            shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3:,} more" if len(missing) > 3 else "")
+            shown = some_of(missing, 3)
             out.print(f"{r.label}: no ratios for {shown} ({base.label} has no VM of that name)", highlight=False)
     # A manage run measures no runtime or report values: it is only in the overlaid charts.
     for r in loaded:

@@ -46,6 +46,13 @@ def warn(message: str) -> None:
     err.print(Text.assemble(("warning:", "bold yellow"), " ", message), highlight=False)
 
 
+def some_of(names: list[str], at_most: int) -> str:
+    """The first `at_most` names, comma-separated, and how many more there are: a message names a
+    few of thousands of VMs, not all."""
+    more = f" and {len(names) - at_most:,} more" if len(names) > at_most else ""
+    return ", ".join(names[:at_most]) + more
+
+
 def fmt(v) -> str:
     """A table cell."""
     if v is None:

@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from memvisor import _core, api
-from memvisor.console import USAGE, MemvisorError, out
+from memvisor.console import USAGE, MemvisorError, out, some_of
 from memvisor.params import ByteSize, IntList, Number
 
 try:
@@ -82,8 +82,7 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
     in_counted = group in groups and (vm == group or nth.isdigit() and int(nth) >= 1)
     if vm not in names and not in_counted:
         what = f"a group of {groups[vm]} VMs, name one of them" if groups.get(vm, 1) > 1 else "no such VM"
-        more = f" and {len(names) - 12:,} more" if len(names) > 12 else ""
-        raise MemvisorError(f"--vm {vm}: {what} (VMs: {', '.join(names[:12])}{more})", USAGE)
+        raise MemvisorError(f"--vm {vm}: {what} (VMs: {some_of(names, 12)})", USAGE)
 
     def size(text, what):
         try:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 from memvisor import _core, api
 from memvisor.atomic import write_atomically
-from memvisor.console import fmt
+from memvisor.console import fmt, some_of
 from memvisor.params import listed_twice
 from memvisor.signals import SIGNAL_POLL_S, deferred_signals, held, reraise
 
@@ -151,8 +151,7 @@ def plan_points(spec: str, points: Sequence[dict], column: str | None = None, se
     if vm is not None and vm not in names:
         group = [n for n in names if n.startswith(f"{vm}-") and n[len(vm) + 1:].isdigit()]
         what = f"a group of {len(group)} VMs, name one of them" if group else "no such VM in any run"
-        more = f" and {len(names) - 12:,} more" if len(names) > 12 else ""
-        raise _core.ScenarioError(f"--vm {vm}: {what} (VMs: {', '.join(names[:12])}{more})")
+        raise _core.ScenarioError(f"--vm {vm}: {what} (VMs: {some_of(names, 12)})")
     if column is None:
         if not first.report_columns:
             raise _core.ScenarioError(f"{first.name} has no report columns; name one with --column")
