@@ -22,6 +22,8 @@ from memvisor.params import listed_twice
 PAGE = 4096
 #: QOM path of the balloon device: QEMU names a `-device virtio-balloon-pci,id=balloon0` so.
 BALLOON = "/machine/peripheral/balloon0"
+#: Its property for how often the guest is asked for statistics, s (0: never).
+STATS_INTERVAL = {"path": BALLOON, "property": "guest-stats-polling-interval"}
 #: ESX's default shares per MB of guest memory ("normal": 10 per MB, vSphere Resource Management).
 SHARES_PER_MIB = 10
 DRY_RUN = "dry run: not applied"
@@ -113,14 +115,13 @@ class LiveHost:
             # Without its process the host side of the view is unknown, not zero: say so.
             self.events.append((vm.spec.name, f"no process found listening on {vm.spec.qmp} (/proc/net/unix): its granted memory, "
                                               "host swap and active memory read as 0, and no grant limit can be set"))
-        poll = {"path": BALLOON, "property": "guest-stats-polling-interval"}
         try:
-            was = await vm.mon.cmd("qom-get", poll)
+            was = await vm.mon.cmd("qom-get", STATS_INTERVAL)
         except Refused:
             raise Refused("it has no virtio balloon named balloon0 (give its QEMU -device virtio-balloon-pci,id=balloon0)") from None
         # `status` leaves a running manager's interval as it is, and only switches statistics on.
         if (not self.observe_only or not was) and was != self.stats_poll_s:
-            await vm.mon.cmd("qom-set", {**poll, "value": self.stats_poll_s})
+            await _poll_set(vm, self.stats_poll_s)
             if vm.poll_before is None:
                 vm.poll_before = was
 
@@ -333,8 +334,9 @@ class LiveHost:
             except (Refused, Unreachable):
                 return None
 
-        sizes = self.loop.run_until_complete(_gather(size(v) for v in self.vms if v.reachable))
-        return {v.spec.name: s for v, s in zip([v for v in self.vms if v.reachable], sizes) if s is not None}
+        answering = [v for v in self.vms if v.reachable]
+        sizes = self.loop.run_until_complete(_gather(size(v) for v in answering))
+        return {v.spec.name: s for v, s in zip(answering, sizes) if s is not None}
 
     # -- close ---------------------------------------------------------------------------------
 
@@ -379,7 +381,7 @@ class LiveHost:
 
 
 async def _poll_set(vm: _Vm, seconds: int) -> None:
-    await vm.mon.cmd("qom-set", {"path": BALLOON, "property": "guest-stats-polling-interval", "value": seconds})
+    await vm.mon.cmd("qom-set", {**STATS_INTERVAL, "value": seconds})
 
 
 def _quiet_on_interrupt(loop: asyncio.AbstractEventLoop, context: dict) -> None:
