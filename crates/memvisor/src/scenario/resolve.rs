@@ -331,11 +331,8 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
             );
             return Err(src.error(Some(f.span()), "files_from", why));
         }
-        // A file that is not there (a scenario given as text under a name) has no folder.
-        None => src
-            .file_dir()
-            .filter(|_| std::path::Path::new(src.origin).is_file())
-            .and_then(|d| std::fs::canonicalize(if d.as_os_str().is_empty() { ".".as_ref() } else { d }).ok()),
+        // The folder of the name it was given under, as for a captured file (a case has none).
+        None => src.file_dir().and_then(|d| std::fs::canonicalize(if d.as_os_str().is_empty() { ".".as_ref() } else { d }).ok()),
     };
     let c = Ctx { src, files };
     let name = raw.name.get_ref().trim().to_string();
