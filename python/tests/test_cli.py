@@ -337,6 +337,27 @@ def test_a_signal_after_the_folder_is_in_place_says_the_run_is_complete(tmp_path
     assert (tmp_path / "done" / "summary.json").is_file() and (tmp_path / "done" / "report.html").is_file()
 
 
+
+def test_ctrl_c_while_the_command_loads_is_one_line():
+    """A Ctrl-C in the fraction of a second the command's modules take to load (pandas, polars,
+    the engine) ends it as one during a command does: one line, status 130, no traceback. The
+    interrupt is raised where Python would raise it, inside the import."""
+    code = (
+        "import sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'memvisor.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupt())\n"
+        "from memvisor.entry import main\n"
+        "main()\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (p.returncode, p.stderr) == (130, "error: interrupted\n")
+    assert "pandas" not in subprocess.run(
+        [sys.executable, "-c", "import sys, memvisor.entry; print(sorted(sys.modules))"], capture_output=True, text=True, timeout=60
+    ).stdout, "the entry loads the heavy modules before it can catch the interrupt"
+
 def test_run_folder_appears_only_on_commit(tmp_path):
     with RunFolder(tmp_path / "out") as folder:
         (folder.tmp / "summary.json").write_text("{}")
