@@ -11,6 +11,7 @@ import click
 from rich.table import Column, Table
 
 from memvisor import _core, api
+from memvisor.atomic import output_problem
 from memvisor.console import SKIPPED, USAGE, MemvisorError, err, fmt, out, some_of, warn
 from memvisor.signals import Terminated, sigterm_as_interrupt
 from memvisor.runfolder import NotARunFolder, RunFolder, run_folder_around
@@ -289,9 +290,12 @@ def report_cmd(run: Path) -> None:
         raise MemvisorError(f"{run}: cannot write its report.html: {e.strerror or e}", 1) from None
 
 
+_COMPARE_OUT = Path("runs/compare.html")
+
+
 @main.command("compare")
 @click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True, path_type=Path))
-@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=Path("runs/compare.html"), show_default=True, help="The overlaid report.")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=_COMPARE_OUT, show_default=True, help="The overlaid report.")
 def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
     """Compare run folders: each VM's runtime and report values side by side, with the ratio to
     the first run, and a report that overlays them."""
@@ -303,6 +307,13 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
     around = run_folder_around(out_path)
     if around is not None:
         raise MemvisorError(f"--out {out_path}: inside a run folder ({around}); write the overlaid report elsewhere", USAGE)
+    # The default's folder is made, as a run's `runs/` is; a folder given is not (a typo would
+    # make one anywhere).
+    if out_path == _COMPARE_OUT:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+    problem = output_problem(out_path)
+    if problem:
+        raise MemvisorError(f"--out {out_path}: {problem}", USAGE)
     try:
         # Folders are labelled by name, or by the path given where two share a name.
         names = [p.name for p in runs]
@@ -347,7 +358,6 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
         if not r.summary.get("vms"):
             out.print(f"{r.label}: no runtime or report values (a manage run's folder has none); its series are in the overlaid report", highlight=False)
     try:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
         out.print(f"wrote {report.write(out_path.parent, loaded, title='compare: ' + ', '.join(p.name for p in runs), out=out_path)}")
     except OSError as e:
         raise MemvisorError(f"--out {out_path}: {e.strerror}", 1) from None

@@ -37,7 +37,7 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from memvisor.sweep import JUMP, StoreError, failed_cells, input_files, plan_points, points_from_csv, product, refuse_foreign_out, run_points, warnings_of
-    from memvisor.atomic import write_atomically
+    from memvisor.atomic import output_problem, write_atomically
 
     if scheduler is not None:
         try:
@@ -50,8 +50,9 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
             raise MemvisorError(f"--scheduler {scheduler}: {e}; give a scheduler's address, e.g. tcp://10.0.0.5:8786", USAGE) from None
     if bool(varies) == bool(points_file):
         raise MemvisorError("give the grid as --vary KEY=V1,V2 (repeatable) or as --points FILE, one of the two", USAGE)
-    if csv_path is not None and not csv_path.parent.is_dir():
-        raise MemvisorError(f"--csv {csv_path}: no directory {csv_path.parent}", USAGE)
+    problem = output_problem(csv_path) if csv_path is not None else None
+    if problem:
+        raise MemvisorError(f"--csv {csv_path}: {problem}", USAGE)
     try:
         if out_dir is not None:
             refuse_foreign_out(out_dir)

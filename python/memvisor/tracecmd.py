@@ -18,7 +18,7 @@ from memvisor import _core
 from memvisor.api import simulate
 from memvisor.console import USAGE, MemvisorError, out, warn
 from memvisor.params import IntList
-from memvisor.atomic import write_atomically
+from memvisor.atomic import output_problem, write_atomically
 from memvisor.traces import FORMATS, read_trace
 
 
@@ -112,14 +112,11 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
 
 
 def _check_output(path: Path, what: str) -> None:
-    """Refuses an output file whose folder does not exist, or that would replace something other
-    than a file (a device, a folder), before the work, not after it."""
-    if not path.name:
-        raise MemvisorError(f"{what} '{path}': a file name is needed", USAGE)
-    if not path.parent.is_dir():
-        raise MemvisorError(f"{what} {path}: the folder {path.parent} does not exist", USAGE)
-    if (path.exists() or path.is_symlink()) and not (path.is_file() and not path.is_symlink()):
-        raise MemvisorError(f"{what} {path} exists and is not a regular file: it is not replaced", USAGE)
+    """Refuses an output file that cannot be written (see `output_problem`) before the work, not
+    after it."""
+    problem = output_problem(path)
+    if problem:
+        raise MemvisorError(f"{what} '{path}': {problem}", USAGE)
 
 
 @trace.command()

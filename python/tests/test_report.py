@@ -90,7 +90,7 @@ def test_compare_sets_runs_side_by_side(run_folder, tmp_path):
     p = memvisor("compare", str(run_folder), "--out", "", cwd=tmp_path)
     assert p.returncode == 2 and "--out: give the file" in p.stderr, p.stderr
     p = memvisor("compare", str(run_folder), "--out", "/proc/nope/c.html", cwd=tmp_path)
-    assert p.returncode == 1 and "--out /proc/nope/c.html:" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert p.returncode == 2 and "--out /proc/nope/c.html: the folder /proc/nope does not exist" in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("file, content, expect", [
@@ -234,3 +234,23 @@ def test_compare_writes_nowhere_inside_a_run_folder(variants, tmp_path):
     out = variants / "sub" / "deeper" / "c.html"
     _bad_input(memvisor("compare", str(variants), "--out", str(out), cwd=tmp_path), "inside a run folder", str(variants))
     assert not (variants / "sub").exists()
+
+
+def test_compare_writes_only_a_file_in_a_folder_that_exists(run_folder, tmp_path):
+    """The overlaid report replaces a file or writes through a link to one, never a device, a pipe
+    or a folder (a rename over /dev/null would leave a regular file in its place, running as root),
+    and makes no folder but the default's."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for out in [fifo, Path("/dev/null")]:
+        _bad_input(memvisor("compare", str(run_folder), "--out", str(out), cwd=tmp_path), f"--out {out}", "not a regular file")
+    _bad_input(memvisor("compare", str(run_folder), "--out", str(tmp_path), cwd=tmp_path), "is a directory")
+    assert Path("/dev/null").is_char_device() and fifo.is_fifo()
+    _bad_input(memvisor("compare", str(run_folder), "--out", "no/such/c.html", cwd=tmp_path), "the folder no/such does not exist")
+    assert not (tmp_path / "no").exists()
+    target = tmp_path / "target.html"
+    target.write_text("old")
+    (tmp_path / "link.html").symlink_to(target)
+    r = memvisor("compare", str(run_folder), "--out", "link.html", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "link.html").is_symlink() and target.read_text().startswith("<!DOCTYPE html>")

@@ -72,6 +72,16 @@ def test_the_table_does_not_depend_on_the_number_of_workers(tmp_path):
     assert list(csv.index) == ["96MiB", "128MiB", "256MiB"] and list(csv.columns) == ["32MiB-file", "96MiB-file", JUMP]
 
 
+def test_the_csv_goes_only_over_a_file(tmp_path):
+    """--csv replaces a file, never a pipe or a device, and is refused before anything runs."""
+    write(tmp_path)
+    os.mkfifo(tmp_path / "fifo")
+    for target in ["fifo", "/dev/null"]:
+        r = run_cli("sweep", "s.toml", "--vary", "vm.g.memory=96MiB", "--csv", target, "--quiet", cwd=tmp_path)
+        assert r.returncode == 2 and f"--csv {target}: exists and is not a regular file" in r.stderr and r.stdout == "", r.stderr
+    assert (tmp_path / "fifo").is_fifo() and Path("/dev/null").is_char_device()
+
+
 def test_a_bad_key_or_value_gets_one_located_error_before_anything_runs(tmp_path):
     write(tmp_path)
     for vary, where, expect in [
