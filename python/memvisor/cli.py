@@ -23,15 +23,15 @@ from memvisor.validatecmd import meminfo_mib, validate
 
 
 class _Main(click.Group):
-    """The top-level group: Ctrl-C and SIGTERM end any command with one error line and the
-    shell's status for the signal (130, 143), after the cleanup on the way out has run."""
+    """The top-level group: Ctrl-C, SIGTERM and SIGHUP end any command with one error line and
+    the shell's status for the signal (130, 143, 129), after the cleanup on the way out has run."""
 
     def invoke(self, ctx: click.Context):
         try:
             with sigterm_as_interrupt():
                 return super().invoke(ctx)
-        except Terminated:
-            raise MemvisorError("terminated", 143) from None
+        except Terminated as e:
+            raise MemvisorError(e.word, e.exit_code) from None
         except KeyboardInterrupt:
             raise MemvisorError("interrupted", 130) from None
         except OSError as e:
@@ -111,7 +111,7 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None
         _report_finished(results)
     except (KeyboardInterrupt, Terminated) as e:
         # The folder is in place and complete: the signal cut only what is printed about it.
-        code, what = (143, "terminated") if isinstance(e, Terminated) else (130, "interrupted")
+        code, what = (e.exit_code, e.word) if isinstance(e, Terminated) else (130, "interrupted")
         raise MemvisorError(f"{what} while printing the report; the run finished and its folder is complete: {final}", code) from None
     out.print(f"run folder: {final}")
 

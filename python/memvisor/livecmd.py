@@ -138,7 +138,7 @@ _config_opt = click.option("--config", type=click.Path(dir_okay=False, path_type
 @click.option("--dry-run", is_flag=True, help="Print what would be done and why; change nothing.")
 @click.option("--ksm", "manage_ksm", is_flag=True, default=None, help="Let the policy set KSM (restored when the manager stops).")
 @click.option("--timeout", type=Number(min=0.01), help="Seconds a VM's monitor may take to answer (default 1).")
-@click.option("--rounds", type=click.IntRange(min=1), help="Stop after this many rounds (default: until SIGINT/SIGTERM).")
+@click.option("--rounds", type=click.IntRange(min=1), help="Stop after this many rounds (default: until SIGINT, SIGTERM or SIGHUP).")
 @click.option("--host-memory", type=ByteSize(), help="Manage the VMs as if the host had this much memory for them (default: the machine's).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Run folder (default runs/manage-POLICY).")
 def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, rounds, host_memory, out_dir) -> None:

@@ -1,7 +1,8 @@
-"""Signals: how Ctrl-C and SIGTERM reach the commands. SIGTERM is raised like Ctrl-C so that the
-same cleanup runs; while a pool of threads or processes runs, both are only recorded and delivered
-once it has shut down; where nothing may cut a block short (restoring a machine setting, starting
-workers), they are held pending until it ends."""
+"""Signals: how Ctrl-C, SIGTERM and SIGHUP (the terminal closed) reach the commands. SIGTERM and
+SIGHUP are raised like Ctrl-C so that the same cleanup runs; while a pool of threads or processes
+runs, all three are only recorded and delivered once it has shut down; where nothing may cut a
+block short (restoring a machine setting, starting workers), they are held pending until it
+ends."""
 
 from __future__ import annotations
 
@@ -11,25 +12,45 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 
+#: The signals that end a command: Ctrl-C, `kill`, and the terminal closing.
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so that the same cleanup runs (run folders, swap files)."""
+    """SIGTERM or SIGHUP, raised like Ctrl-C so that the same cleanup runs (run folders, swap
+    files)."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def word(self) -> str:
+        """What happened, for the error line."""
+        return "hung up" if self.signum == signal.SIGHUP else "terminated"
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's status for the signal: 143 for SIGTERM, 129 for SIGHUP."""
+        return 128 + self.signum
 
 
 def _raise_terminated(signum: int, frame) -> None:
-    raise Terminated()
+    raise Terminated(signum)
 
 
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM raises `Terminated` (a KeyboardInterrupt)."""
+    """Within the block, SIGTERM and SIGHUP raise `Terminated` (a KeyboardInterrupt)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.signal(signal.SIGTERM, _raise_terminated)
+    old = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 #: How often a wait for runs looks for a signal received meanwhile, s.
@@ -38,17 +59,16 @@ SIGNAL_POLL_S = 0.05
 
 @contextmanager
 def deferred_signals() -> Iterator[list[int]]:
-    """Within the block (in the main thread), SIGINT and SIGTERM are only recorded in the yielded
-    list: an exception raised by a signal handler in the middle of a thread or process pool's own
+    """Within the block (in the main thread), the stopping signals are only recorded in the
+    yielded list: an exception raised by a signal handler in the middle of a thread or process pool's own
     locking can leave a lock held and hang the process on shutdown, so the caller polls the list
     and, once its pool is shut down, re-raises the first with `reraise` after the block."""
     got: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield got
         return
-    sigs = [signal.SIGINT, signal.SIGTERM]
-    old = {s: signal.getsignal(s) for s in sigs}
-    for s in sigs:
+    old = {s: signal.getsignal(s) for s in STOPPING}
+    for s in STOPPING:
         signal.signal(s, lambda n, _frame: got.append(n))
     try:
         yield got

@@ -459,10 +459,11 @@ def _run_one(text: str, origin: str) -> tuple[bool, list[dict] | str]:
     return True, r.report_rows()
 
 
-def _ignore_sigint() -> None:
-    """Worker initializer: Ctrl-C at the terminal signals the whole process group; only the parent
-    acts on it (by ending the workers), so that workers print no tracebacks."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def _ignore_terminal_signals() -> None:
+    """Worker initializer: Ctrl-C, and the terminal closing, signal the whole process group; only
+    the parent acts on them (by ending the workers), so that workers print no tracebacks."""
+    for s in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, signal.SIG_IGN)
 
 
 def _run_dask(tasks: list[tuple], address: str, progress: Callable[[int, int], None] | None, on_result: Callable[[int, object], None]) -> None:
@@ -498,10 +499,10 @@ def run_in_workers(
     with deferred_signals() as got:
         # spawn, not fork: the parent has threads (the progress bar's, the pool's own).
         pool = ProcessPoolExecutor(
-            max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint
+            max_workers=min(jobs, len(tasks)), mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_terminal_signals
         )
         try:
-            with held(signal.SIGINT):  # the pool starts its workers as tasks are submitted
+            with held(signal.SIGINT, signal.SIGHUP):  # the pool starts its workers as tasks are submitted
                 futures = {pool.submit(fn, *t): i for i, t in enumerate(tasks)}
             if progress is not None:
                 progress(0, len(tasks))

@@ -14,7 +14,7 @@ KSM is global and the machine may be shared, so the kernel side is careful:
   process has mergeable memory (the counters would mix its pages with ours);
 - every setting it writes (`pages_to_scan`, `sleep_millisecs`, `max_page_sharing`,
   `use_zero_pages`, `smart_scan`, `run`) is put back to the exact text it had, on success, error
-  or Ctrl-C, with `run` last; SIGINT/SIGTERM are held back while it restores;
+  or Ctrl-C, with `run` last; SIGINT, SIGTERM and SIGHUP are held back while it restores;
 - `max_page_sharing` can only change while no KSM page exists (`max_page_sharing_store` returns
   EBUSY otherwise): it is set while `run` is 0, before the processes merge, and restored only after
   the processes are killed and ksmd has freed their rmap_items and stable nodes (exited mms are
@@ -58,7 +58,6 @@ import json
 import os
 import selectors
 import shutil
-import signal
 import struct
 import subprocess
 import sys
@@ -73,7 +72,7 @@ from typing import Callable, Sequence
 from memvisor import _core
 from memvisor.live import hostfs
 from memvisor.live.cgroup import MemoryCgroup
-from memvisor.signals import held
+from memvisor.signals import STOPPING, held
 from memvisor.validate import ValidationError, _check, _read, describe_status, find_memory_cgroup_root
 
 __all__ = [
@@ -797,7 +796,7 @@ def _clean_up(ksm: KsmSettings, children: list[subprocess.Popen], cg: MemoryCgro
     """Kills the processes, lets ksmd free what they left, puts KSM's settings back (`run` last),
     removes the cgroup and the work directory. Returns what failed, in words; never raises."""
     errors: list[str] = []
-    with held(signal.SIGINT, signal.SIGTERM):
+    with held(*STOPPING):
         errors += _kill(children)
         base = state.get("baseline")
         if state.get("merged") and base is not None:

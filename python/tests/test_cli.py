@@ -292,7 +292,7 @@ LONG = SMALL.replace('name = "small"', 'name = "long"\nduration = "100000000s"')
 ).replace('{ kind = "file-io", size = "64MiB", read = true }', '{ kind = "stress", pages = 1000 }')
 
 
-@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated"), (signal.SIGHUP, 129, "hung up")])
 def test_interrupted_run_leaves_no_folder(tmp_path, sig, code, word):
     """The run cannot finish (three simulated years), and the signal is sent only once its
     temporary run folder exists, so the test always interrupts a run that is writing a folder."""

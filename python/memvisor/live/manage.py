@@ -85,7 +85,7 @@ def _lock(out: Path) -> int:
 
 
 def manage(cfg: ManageConfig, out: Path, say: Callable[[str], None] = print, started: Callable[[], None] | None = None) -> dict:
-    """Runs `cfg.policy` over the listed VMs until SIGINT/SIGTERM or `cfg.rounds` rounds, writing
+    """Runs `cfg.policy` over the listed VMs until SIGINT, SIGTERM or SIGHUP, or `cfg.rounds` rounds, writing
     the run folder `out` (`started` is called once it is this manager's). Returns the summary."""
     ctl = _core.Controller(cfg.policy)
     period = cfg.period_s or ctl.period_s() or DEFAULT_PERIOD_S
