@@ -211,6 +211,28 @@ fn overrides_are_located() {
 }
 
 #[test]
+fn an_override_selector_picks_by_name_before_index_and_refuses_what_fits_several() {
+    // VMs named "1" and "0": `vm.1` is the VM named "1", not the second entry.
+    let two = base("").replace("name = \"g\"", "name = \"1\"")
+        + "\n[[vm]]\ndatastore = \"d\"\nname = \"0\"\nmemory = \"1GiB\"\nworkload = { kind = \"stress\", passes = 1 }\n";
+    let s = scenario::load(&two, "ok.toml", &["vm.1.memory=2GiB".into()]).unwrap();
+    let memory = |name: &str| s[0].vms.iter().find(|v| v.guest.name == name).unwrap().guest.memory_pages;
+    assert_eq!((memory("1"), memory("0")), (2 << 18, 1 << 18));
+    // Two unnamed workloads of one kind: the kind fits both, an index picks one.
+    let w = "workload = [{ kind = \"stress\", passes = 1 }, { kind = \"stress\", passes = 2 }]";
+    let twice = one_guest("4GiB", &format!("name = \"g\"\nmemory = \"1GiB\"\n{w}"), "");
+    let e = scenario::load(&twice, "ok.toml", &["vm.g.workload.stress.passes=7".into()]).unwrap_err().to_string();
+    assert!(e.contains("'stress' fits 2 'workload' entries (indices 0, 1): pick one by index"), "{e}");
+    let s = scenario::load(&twice, "ok.toml", &["vm.g.workload.1.passes=7".into()]).unwrap();
+    assert!(s[0].to_toml().contains("passes = 7") && s[0].to_toml().contains("passes = 1"), "{}", s[0].to_toml());
+    // A stress workload named "random" beside an unnamed random one: both go by "random".
+    let w = "workload = [{ kind = \"stress\", name = \"random\", passes = 1 }, { kind = \"random\", pages = 16, touches = 10 }]";
+    let clash = one_guest("4GiB", &format!("name = \"g\"\nmemory = \"1GiB\"\n{w}"), "");
+    let e = scenario::load(&clash, "ok.toml", &["vm.g.workload.random.pages=20".into()]).unwrap_err().to_string();
+    assert!(e.contains("'random' fits 2 'workload' entries"), "{e}");
+}
+
+#[test]
 fn a_scenario_without_datastores_is_told_to_add_one() {
     let text = "name = \"t\"\n[host]\nmemory = \"4GiB\"\n[[vm]]\nname = \"g\"\nmemory = \"1GiB\"\ndatastore = \"d\"\nworkload = { kind = \"stress\", passes = 1 }\n";
     let e = load_err(text);

@@ -240,12 +240,30 @@ impl<'a, 's> Overrides<'a, 's> {
                             _ => None,
                         })
                         .collect();
-                    let pos = sel.parse::<usize>().ok().filter(|&k| k < items.len()).or_else(|| {
-                        items.iter().position(|it| match it.get_ref() {
-                            DeValue::Table(t) => str_field(t, "name") == Some(sel) || str_field(t, "kind") == Some(sel),
+                    // An entry is picked by its name (a workload's kind when it has none), then by
+                    // kind, then by index: a VM named "1" is that VM, not the second. A selector
+                    // that fits several entries is refused rather than landing on the first.
+                    let fits = |by_name: bool| -> Vec<usize> {
+                        let fit = |it: &Spanned<DeValue>| match it.get_ref() {
+                            DeValue::Table(t) if by_name => str_field(t, "name").or(str_field(t, "kind")) == Some(sel),
+                            DeValue::Table(t) => str_field(t, "kind") == Some(sel),
                             _ => false,
-                        })
-                    });
+                        };
+                        items.iter().enumerate().filter(|(_, it)| fit(it)).map(|(k, _)| k).collect()
+                    };
+                    let mut fit = fits(true);
+                    if fit.is_empty() {
+                        fit = fits(false);
+                    }
+                    if fit.len() > 1 {
+                        let at: Vec<String> = fit.iter().map(usize::to_string).collect();
+                        return Err(err(format!(
+                            "'{sel}' fits {} '{seg}' entries (indices {}): pick one by index",
+                            fit.len(),
+                            at.join(", ")
+                        )));
+                    }
+                    let pos = fit.first().copied().or_else(|| sel.parse::<usize>().ok().filter(|&k| k < items.len()));
                     // A VM's only workload may also be addressed without naming it
                     // (`vm.g.workload.size`), as before a single table became an array; a name
                     // followed by more of the path (`workload.stress.instances`) is a selector, and
