@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import IO, Sequence
 
@@ -62,3 +63,13 @@ def fmt(v) -> str:
     if isinstance(v, int):
         return f"{v:,}"
     return str(v)
+
+
+def describe_status(returncode: int) -> str:
+    """A subprocess's return code in words: `status 3`, or `signal SIGKILL` for one a signal ended."""
+    if returncode < 0:
+        try:
+            return f"signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"status {returncode}"

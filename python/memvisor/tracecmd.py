@@ -16,7 +16,7 @@ from rich.table import Table
 
 from memvisor import _core
 from memvisor.api import simulate
-from memvisor.console import USAGE, MemvisorError, out, warn
+from memvisor.console import USAGE, MemvisorError, describe_status, out, warn
 from memvisor.params import IntList
 from memvisor.atomic import output_problem, write_atomically
 from memvisor.traces import FORMATS, read_trace
@@ -76,11 +76,11 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
     code = proc.wait()
     t = rec.finish()
     if code != 0 and not dict(t.info())["references"]:
-        raise MemvisorError(f"{' '.join(program)} exited with status {code} before making a reference; nothing written", 1)
+        raise MemvisorError(f"{' '.join(program)} ended with {describe_status(code)} before making a reference; nothing written", 1)
     write_atomically(output, bytes(t.to_native()))
     out.print(_info_table(f"{output} ({time.perf_counter() - t0:.1f} s)", dict(t.info())))
     if code != 0:
-        warn(f"{' '.join(program)} exited with status {code}; the trace covers what it did until then")
+        warn(f"{' '.join(program)} ended with {describe_status(code)}; the trace covers what it did until then")
 
 
 @trace.command()

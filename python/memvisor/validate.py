@@ -32,6 +32,7 @@ from pathlib import Path
 
 from memvisor import _core
 from memvisor.api import simulate
+from memvisor.console import describe_status
 from memvisor.live.cgroup import MemoryCgroup
 from memvisor.runfolder import RunFolder
 
@@ -149,16 +150,6 @@ def classify_exit(returncode: int, oom_kills_delta: int) -> str:
     if returncode == -signal.SIGKILL and oom_kills_delta > 0:
         return "oom-killed"
     return "error"
-
-
-def describe_status(returncode: int) -> str:
-    """A subprocess return code in words."""
-    if returncode < 0:
-        try:
-            return f"signal {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"signal {-returncode}"
-    return f"status {returncode}"
 
 
 def _check(cmd: list[str]) -> None:

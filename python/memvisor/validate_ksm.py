@@ -73,7 +73,8 @@ from memvisor import _core
 from memvisor.live import hostfs
 from memvisor.live.cgroup import MemoryCgroup
 from memvisor.signals import STOPPING, held
-from memvisor.validate import ValidationError, _check, _read, describe_status, find_memory_cgroup_root
+from memvisor.console import describe_status
+from memvisor.validate import ValidationError, _check, _read, find_memory_cgroup_root
 
 __all__ = [
     "MIXES", "Mix", "ZERO", "common", "unique", "duplicate", "kind_of", "page_bytes",

@@ -770,7 +770,7 @@ def test_bench_live_counts_qemus_own_memory_and_a_guest_failure_is_one_line(monk
     assert r.exit_code == 2 and "--live 3: 3 guests of 128 MiB, each with up to 384 MiB of QEMU's own" in r.output and "(1,000 MiB: room for 1)" in r.output, r.output
 
     def fails(n, rounds):
-        raise launch.GuestError("guest g0: no serial console (QEMU exited with status 1: no KVM)")
+        raise launch.GuestError("guest g0: no serial console (QEMU ended with status 1: no KVM)")
 
     monkeypatch.setattr(bench, "run_live_rounds", fails)
     r = CliRunner().invoke(cli.main, ["bench", "--live", "1"])

@@ -245,7 +245,7 @@ def test_a_guest_qemu_cannot_start_says_what_qemu_said(tmp_path):
     """The error names QEMU's own message (its log sits in a work folder removed with the guest),
     as a GuestError the commands turn into one line."""
     t0 = time.monotonic()
-    with pytest.raises(launch.GuestError, match="QEMU exited with status 1: .*cannot set up guest memory"):
+    with pytest.raises(launch.GuestError, match="QEMU ended with status 1: .*cannot set up guest memory"):
         launch.Guest("huge", tmp_path, 100_000_000)  # 100 TB: QEMU cannot reserve it and exits at once
     assert time.monotonic() - t0 < 30
     name = f"memvisor-{os.getpid()}-huge"

@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from memvisor.console import describe_status
 from memvisor.live.cgroup import ROOT, MemoryCgroup
 
 #: Where `make setup` builds the guest image (override with MEMVISOR_VMIMAGE).
@@ -132,7 +133,7 @@ class Guest:
         except OSError:
             return ""
         status = self.proc.poll()
-        head = "QEMU" if status is None else f"QEMU exited with status {status}"
+        head = "QEMU" if status is None else f"QEMU ended with {describe_status(status)}"
         if not log:
             return "" if status is None else f" ({head})"
         return f" ({head}: {' '.join(log.split())[-300:]})"
