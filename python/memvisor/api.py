@@ -97,6 +97,8 @@ def read_scenario_text(spec: str | dict) -> tuple[str, str]:
             raise _core.ScenarioError(f"{path}: byte {e.start}: a scenario file is UTF-8 text (TOML), and this is not") from None
     if path.is_dir():
         raise _core.ScenarioError(f"{spec}: is a folder; a scenario is a .toml file or a case name")
+    if path.exists():
+        raise _core.ScenarioError(f"{spec}: not a regular file (a device, a pipe or a socket); a scenario is a .toml file or a case name")
     import difflib
 
     names = [n for n, _ in cases()]

@@ -73,8 +73,12 @@ def load_traces(scenario, base_dir: Path | None) -> dict[str, "_core.Trace"]:
     out = {}
     for name in scenario.trace_files:
         path = resolve_trace_path(name, base_dir)
+        where = f"{scenario.name}: {scenario.trace_field(name)}"
         if not path.exists():
-            where = f"{scenario.name}: {scenario.trace_field(name)}"
             raise _core.ScenarioError(f"{where}: trace file '{name}' not found (looked in {base_dir or '.'} and the working directory)")
-        out[name] = read_trace(path)
+        try:
+            out[name] = read_trace(path)
+        except _core.TraceError as e:
+            # Which workload named the file, then what is wrong in it.
+            raise _core.TraceError(f"{where}: {e}") from None
     return out

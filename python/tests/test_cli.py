@@ -221,6 +221,8 @@ def test_a_scenario_that_is_not_utf8_text_or_is_a_folder_gets_one_error(tmp_path
     assert r.returncode == 2 and "s.toml: byte 0: a scenario file is UTF-8 text" in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = memvisor("run", ".", "--quiet", cwd=tmp_path)
     assert r.returncode == 2 and "is a folder" in r.stderr, r.stderr
+    r = memvisor("run", "/dev/zero", "--quiet", cwd=tmp_path)
+    assert r.returncode == 2 and "/dev/zero: not a regular file" in r.stderr, r.stderr
 
 
 def test_unknown_case_names_the_cases(tmp_path):

@@ -286,6 +286,10 @@ def test_a_run_folders_scenario_reproduces_the_run_from_anywhere(tmp_path):
     (tmp_path / "orig" / "t.csv").unlink()
     r = run_cli("run", str(spec), "--quiet", cwd=tmp_path)
     assert "error: small: vm.g.workload.trace.file: trace file 't.csv' not found (looked in" in r.stderr, r.stderr
+    # So is one that is there but cannot be read.
+    (tmp_path / "orig" / "t.csv").write_text("1,-5\n")
+    r = run_cli("run", str(spec), "--quiet", cwd=tmp_path)
+    assert "error: small: vm.g.workload.trace.file: " in r.stderr and "t.csv: line 1: object id '-5'" in r.stderr, r.stderr
 
 
 def test_a_sweep_on_a_dask_cluster_equals_the_local_one(tmp_path):

@@ -100,7 +100,7 @@ fn denali_scenarios_are_checked() {
     let e = bad(&|t| {
         t.replace(
             "{ kind = \"web-server\", pool = \"list\", rate = 1000 }",
-            "[{ kind = \"web-server\", pool = \"list\", rate = 1000 }, { kind = \"web-server\", clients = 3 }]",
+            "[{ kind = \"web-server\", pool = \"list\", rate = 1000 }, { kind = \"web-server\", name = \"other\", clients = 3 }]",
         )
     });
     assert!(e.contains("one web server"), "{e}");

@@ -62,6 +62,24 @@ fn esx_settings_under_another_policy_are_said_to_be_ignored() {
     let text = CASES.iter().find(|c| c.0 == "tps-evaporates").unwrap().2;
     let runs = scenario::load(text, "tps-evaporates", &["host.policy=mom".into()]).unwrap();
     assert!(runs.iter().any(|s| s.warnings.iter().any(|w| w.starts_with("host.esx_states"))), "the variant that sets it is told");
+    // A VM's limit and shares: kept by some policies, said to be ignored by the others, and
+    // written back only where set, so that a reload under those says nothing the user did not write.
+    let vm = |policy: &str, extra: &str| {
+        host(&format!("policy = \"{policy}\"\n")).replace("memory = \"1GiB\"\n", &format!("memory = \"1GiB\"\n{extra}"))
+    };
+    let s = load(&vm("mom", "limit = \"512MiB\"\nshares = 7\n"));
+    assert_eq!(
+        s.warnings,
+        [
+            "vm.g.limit is kept by the static and esx policies, and host.policy is 'mom': it is ignored",
+            "vm.g.shares weigh in the esx and proxmox policies, and host.policy is 'mom': they are ignored"
+        ]
+    );
+    let s = load(&vm("esx", "limit = \"512MiB\"\nshares = 7\n"));
+    assert!(s.warnings.is_empty() && s.to_toml().contains("limit = \"512MiB\"") && s.to_toml().contains("shares = 7"), "{}", s.to_toml());
+    let s = load(&vm("mom", ""));
+    assert!(s.warnings.is_empty() && load(&s.to_toml()).warnings.is_empty(), "{}", s.to_toml());
+    assert_eq!(load(&s.to_toml()).vms[0].shares, 10 * 1024, "the default shares come back on reload");
 }
 
 #[test]
@@ -187,6 +205,16 @@ fn impossible_workload_settings_are_refused_and_late_ones_said() {
         late[0].warnings
     );
     assert!(scenario::load(&idle("footprint = \"64MiB\", active = \"64MiB\", period = \"1s\", start = \"9s\""), "ok.toml", &[]).is_ok());
+    // Work of nothing is a mistake, not a workload that ends at once (or spins doing nothing).
+    let wl = |w: &str| one_guest("4GiB", &format!("name = \"g\"\nmemory = \"1GiB\"\nworkload = {{ {w} }}"), "duration = \"10s\"");
+    for (w, field, why) in [
+        ("kind = \"stress-vm\", bytes = \"0B\"", "vm.g.workload.stress-vm.bytes", "at least one page"),
+        ("kind = \"random\", pages = 16, touches = 0", "vm.g.workload.random.touches", "0 is out of range 1..="),
+        ("kind = \"stress\", passes = 1, name = \" \"", "vm.g.workload.stress.name", "must be a non-empty name"),
+    ] {
+        let e = load_err(&wl(w));
+        assert!(e.contains(field) && e.contains(why), "{w}: {e}");
+    }
 }
 
 #[test]
@@ -568,4 +596,26 @@ fn a_web_server_document_its_buffer_pools_cannot_hold_is_refused() {
         assert!(e.contains("vm.loaded.workload.web-server.document") && e.contains("more than the pools hold"), "{e}");
     }
     loads_with(text, "vm.loaded.workload.web-server.document=64KiB");
+}
+
+#[test]
+fn a_windows_guest_refuses_the_linux_kernels_knobs_and_its_drivers() {
+    let win = |extra: &str| base(&format!("os = \"windows\"\n{extra}"));
+    for (setting, field) in [
+        ("sysctl = { \"vm.swappiness\" = 10 }", "vm.g.sysctl"),
+        ("transparent_hugepage = \"always\"", "vm.g.transparent_hugepage"),
+        ("cgroup = \"v1\"", "vm.g.cgroup"),
+    ] {
+        let e = load_err(&win(setting));
+        assert!(e.contains(field) && e.contains("is a Linux kernel setting; a Windows guest has none"), "{e}");
+    }
+    // Its resolved scenario leaves them out, so it reloads.
+    let s = scenario::load(&win(""), "ok.toml", &[]).unwrap().remove(0);
+    assert!(scenario::load(&s.to_toml(), "again.toml", &[]).is_ok(), "{}", s.to_toml());
+    // A commit past RAM and pagefile is refused in Windows' words.
+    let e = load_err(&win("swap = \"0B\"").replace("passes = 1", "passes = 1, pages = \"2GiB\""));
+    assert!(e.contains("the guest's memory and pagefile") && e.contains("Windows refuses a commit past its limit"), "{e}");
+    // Linux's self-ballooning driver is not a Windows guest's.
+    let e = load_err(&win("balloon = \"virtio\"").replacen("[host]\n", "[host]\npolicy = \"xen-selfballoon\"\n", 1));
+    assert!(e.contains("host.policy") && e.contains("xen-selfballoon is a Linux guest's driver, and VM 'g' runs windows"), "{e}");
 }

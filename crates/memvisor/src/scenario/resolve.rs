@@ -314,7 +314,7 @@ impl Ctx<'_, '_> {
 fn page_count(c: &Ctx, q: &Spanned<Qty>, field: &str, bytes: u64) -> Result<u32, ScenarioError> {
     let p = units::pages(bytes);
     if p > (1 << 30) - 1 {
-        return c.err(q.span(), field, format!("{} is too large (at most 4 TiB)", units::fmt_bytes(bytes)));
+        return c.err(q.span(), field, format!("{} is too large (at most 4 TiB less one page: 1073741823 pages)", units::fmt_bytes(bytes)));
     }
     Ok(p as u32)
 }
@@ -544,11 +544,17 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         return c.err(raw.name.span(), "vm", "the scenario has no [[vm]]");
     }
     if host.policy.name == "xen-selfballoon" {
+        let span = raw.host.get_ref().policy.as_ref().map(|p| p.span());
+        // The policy is a Linux guest's own driver (drivers/xen/xen-selfballoon.c), reading the
+        // guest's Committed_AS: a Windows guest has neither.
+        if let Some(v) = vms.iter().find(|v| v.os != "linux") {
+            let why = format!("xen-selfballoon is a Linux guest's driver, and VM '{}' runs {}", v.guest.name, v.os);
+            return Err(c.src.error(span, "host.policy", why));
+        }
         // The driver's arithmetic counts ballooned pages out of MemTotal, as Xen's balloon does.
         if let Some(v) =
             vms.iter().find(|v| !matches!(v.guest.balloon, BalloonDriver::Virtio { deflate_on_oom: false } | BalloonDriver::Xen))
         {
-            let span = raw.host.get_ref().policy.as_ref().map(|p| p.span());
             return Err(c.src.error(
                 span,
                 "host.policy",
@@ -589,6 +595,24 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         })
         .unwrap_or_default();
     warnings.extend(esx_unused);
+    // A VM's limit is a ceiling only the static and esx policies keep, and its shares weigh only in
+    // esx's and proxmox's division: under another built-in policy they do nothing. Said, as the esx
+    // fields are (a Python policy sees both in its view and may use them).
+    let policy = host.policy.name.as_str();
+    if POLICY_NAMES.contains(&policy) {
+        for v in raw.vm.iter().map(|v| v.get_ref()) {
+            let name = v.name.get_ref();
+            if v.limit.is_some() && !["static", "esx"].contains(&policy) {
+                warnings
+                    .push(format!("vm.{name}.limit is kept by the static and esx policies, and host.policy is '{policy}': it is ignored"));
+            }
+            if v.shares.is_some() && !["esx", "proxmox"].contains(&policy) {
+                warnings.push(format!(
+                    "vm.{name}.shares weigh in the esx and proxmox policies, and host.policy is '{policy}': they are ignored"
+                ));
+            }
+        }
+    }
     // The time series is kept in memory until the run ends: a run that would pass its bound is
     // refused before it starts.
     if let Some(d) = duration_ns {
@@ -703,6 +727,11 @@ pub fn report_column_known(col: &str) -> bool {
     col == "runtime_s" || col.strip_suffix("_s").is_some_and(phase) || counter(col)
 }
 
+/// A VM's shares unless set: ESX's "normal", 10 per MB of configured memory.
+pub(super) fn default_shares(memory: u64) -> u64 {
+    10 * (memory >> 20)
+}
+
 fn resolve_vm(
     c: &Ctx,
     v: &RawVm,
@@ -761,8 +790,7 @@ fn resolve_vm(
             ),
         );
     }
-    // ESX "normal" shares: 10 per MB of configured memory.
-    let shares = c.int(&v.shares, &f("shares"), 10 * (memory >> 20), 1, u32::MAX as u64)?;
+    let shares = c.int(&v.shares, &f("shares"), default_shares(memory), 1, u32::MAX as u64)?;
     // The profile's per-VM overhead (host/profile.rs cites each).
     let overhead = c.opt_bytes(&v.overhead, &f("overhead"), profile.vm_overhead(memory, vcpus))?;
     let balloon = match &v.balloon {
@@ -825,6 +853,19 @@ fn resolve_vm(
             );
         }
         replacement = Replacement::Windows;
+        // The Linux kernel's knobs: Windows' memory manager has none of them.
+        let linux_only = [
+            ("sysctl", v.sysctl.as_ref().and_then(|m| m.keys().next()).map(|k| k.span())),
+            ("transparent_hugepage", v.transparent_hugepage.as_ref().map(|t| t.span())),
+            ("cgroup", v.cgroup.as_ref().map(|t| t.span())),
+        ];
+        if let Some((field, span)) = linux_only.into_iter().find_map(|(k, span)| span.map(|s| (k, s))) {
+            return c.err(
+                span,
+                &f(field),
+                format!("is a Linux kernel setting; a Windows guest has none: remove `{field}` or use os = \"linux\""),
+            );
+        }
     }
     // Ilwaco is a library OS in the VM's own pages (its layout is the web server's).
     let default_reserved = if os == "ilwaco" { 0 } else { GuestConfig::linux_reserved_bytes(memory) };
@@ -932,7 +973,7 @@ fn resolve_vm(
                     "the Ilwaco guest's page contents are not modelled: Denali's host pages whole VMs and neither shares nor compresses them",
                 );
             }
-            let entry = resolve_workload(c, w, &base_name, (memory_pages - reserved_pages) as u64 * PAGE_SIZE, swap_pages as u64)?;
+            let entry = resolve_workload(c, w, &base_name, &os, (memory_pages - reserved_pages) as u64 * PAGE_SIZE, swap_pages as u64)?;
             if let (Some(_), Some(q)) = (entry.memory_limit, &w.get_ref().memory_limit)
                 && replacement != Replacement::Linux
             {
@@ -1006,7 +1047,14 @@ fn resolve_vm(
 }
 
 /// Resolves a workload of a VM whose MemTotal is `mem_total` bytes, with `swap_pages` of swap.
-fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64, swap_pages: u64) -> Result<WorkloadEntry, ScenarioError> {
+fn resolve_workload(
+    c: &Ctx,
+    w: &Spanned<RawWorkload>,
+    vm: &str,
+    os: &str,
+    mem_total: u64,
+    swap_pages: u64,
+) -> Result<WorkloadEntry, ScenarioError> {
     let r = w.get_ref();
     let kind = r.kind.get_ref().as_str();
     let f = |field: &str| format!("vm.{vm}.workload.{kind}.{field}");
@@ -1113,9 +1161,11 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64,
                 q.span(),
                 &f(field),
                 format!(
-                    "{} is more than the guest's memory and swap ({}): Linux's overcommit refuses such an mmap",
+                    "{} is more than the guest's memory and {} ({}): {}",
                     units::human_bytes(pages as u64 * PAGE_SIZE),
-                    units::human_bytes(commit_limit * PAGE_SIZE)
+                    if os == "windows" { "pagefile" } else { "swap" },
+                    units::human_bytes(commit_limit * PAGE_SIZE),
+                    if os == "windows" { "Windows refuses a commit past its limit" } else { "Linux's overcommit refuses such an mmap" }
                 ),
             ),
             _ => Ok(pages),
@@ -1246,6 +1296,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64,
         "stress-vm" => WorkloadSpec::StressVm(StressVm::new(
             c.int(&r.workers, &f("workers"), 1, 1, 10_000)? as u32,
             match &r.bytes {
+                Some(b) if c.bytes(b, &f("bytes"))? == 0 => return c.err(b.span(), &f("bytes"), "a worker allocates at least one page"),
                 Some(b) => mapping(&r.bytes, "bytes", pages_of(b, "bytes")?.max(1))?,
                 None => StressVm::DEFAULT_PAGES,
             },
@@ -1296,7 +1347,7 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64,
             }
             WorkloadSpec::Random(Random::new(
                 mapping(&r.pages, "pages", page_number(&r.pages, "pages", 1)?)?,
-                c.int(&r.touches, &f("touches"), 0, 0, i64::MAX as u64)?,
+                c.int(&r.touches, &f("touches"), 0, 1, i64::MAX as u64)?,
                 r.seed.as_ref().map(|_| c.int(&r.seed, &f("seed"), 1, 1, i64::MAX as u64)).transpose()?,
                 r.write.as_ref().is_some_and(|b| *b.get_ref()),
                 c.opt_ns(&r.compute, &f("compute"), 0)?,
@@ -1390,6 +1441,9 @@ fn resolve_workload(c: &Ctx, w: &Spanned<RawWorkload>, vm: &str, mem_total: u64,
         }
         None => None,
     };
+    if let Some(n) = r.name.as_ref().filter(|n| n.get_ref().trim().is_empty()) {
+        return c.err(n.span(), &f("name"), "must be a non-empty name (leave it out and the workload goes by its kind)");
+    }
     Ok(WorkloadEntry {
         name: r.name.as_ref().map_or_else(|| kind.to_string(), |n| n.get_ref().clone()),
         start_ns: c.opt_ns(&r.start, &f("start"), 0)?,

@@ -3,7 +3,7 @@
 
 use toml::{Table, Value};
 
-use super::resolve::Scenario;
+use super::resolve::{Scenario, default_shares};
 use crate::units::{PAGE_SIZE, fmt_bytes, fmt_duration, fmt_rate};
 use crate::workloads::{Load, WorkloadSpec};
 
@@ -267,8 +267,6 @@ impl Scenario {
                 ("memory", s(fmt_bytes((g.memory_pages - g.boot_balloon_pages) as u64 * PAGE_SIZE))),
                 ("vcpus", i(g.vcpus as u64)),
                 ("reservation", s(fmt_bytes(v.reservation))),
-                ("limit", s(fmt_bytes(v.limit))),
-                ("shares", i(v.shares)),
                 ("overhead", s(fmt_bytes(v.overhead))),
                 ("os", s(&v.os)),
                 ("balloon", s(g.balloon.name())),
@@ -282,6 +280,15 @@ impl Scenario {
                 ("sysctl", Value::Table(sysctl)),
                 ("workload", Value::Array(workloads)),
             ];
+            // A limit or shares only where set: under a policy that ignores them, a reload would
+            // otherwise warn about what the user never wrote.
+            let memory = g.memory_pages as u64 * PAGE_SIZE;
+            if v.limit < memory {
+                fields.push(("limit", s(fmt_bytes(v.limit))));
+            }
+            if v.shares != default_shares(memory) {
+                fields.push(("shares", i(v.shares)));
+            }
             if let Some(img) = &g.image {
                 fields.push(("image", s(&img.name)));
                 fields.push(("image_common", s(fmt_bytes(img.common_pages as u64 * PAGE_SIZE))));
@@ -297,9 +304,9 @@ impl Scenario {
                 fields.push(("frontswap", Value::Boolean(g.frontswap)));
                 fields.push(("frontswap_selfshrink", Value::Boolean(g.frontswap_selfshrink)));
             }
-            // A Windows guest's replacement comes with its `os`.
+            // A Windows guest's replacement comes with its `os`, and it has no Linux kernel knobs.
             if g.replacement == crate::guest::Replacement::Windows {
-                fields.retain(|(k, _)| *k != "replacement");
+                fields.retain(|(k, _)| !["replacement", "sysctl", "transparent_hugepage", "cgroup"].contains(k));
             }
             table(fields)
         });

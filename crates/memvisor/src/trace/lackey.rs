@@ -96,7 +96,11 @@ impl LackeyReader {
             return Ok(());
         }
         let bad = |why: &str| {
-            TraceError::at_line(self.line, format!("{why}: '{}' is not a lackey record (I/L/S/M addr,size)", String::from_utf8_lossy(l)))
+            // A line as the error shows it: 60 characters at most, control bytes escaped (a binary
+            // file fed as lackey output would otherwise fill or disturb the terminal).
+            let text: String = String::from_utf8_lossy(l).chars().take(60).flat_map(char::escape_debug).collect();
+            let more = if l.len() > 60 { "..." } else { "" };
+            TraceError::at_line(self.line, format!("{why}: '{text}{more}' is not a lackey record (I/L/S/M addr,size)"))
         };
         let (kind, body) = match l {
             [b'I', b' ', b' ', body @ ..] => (b'I', body),
@@ -163,5 +167,9 @@ mod tests {
         let mut r = LackeyReader::new(false);
         assert!(r.feed(b" L 0,1000000000000\n").unwrap_err().message.contains("larger than any one access"));
         assert!(LackeyReader::new(false).feed(b" L 0,1048576\n").is_ok(), "1 MiB is accepted");
+        // A long or binary line is shown cut short, its control bytes escaped.
+        let long = [b"X\x1b[2J".as_slice(), &[b'z'; 100_000], b"\n"].concat();
+        let e = LackeyReader::new(false).feed(&long).unwrap_err().message;
+        assert!(e.len() < 200 && e.contains("X\\u{1b}[2J") && e.contains("...'") && !e.contains('\x1b'), "{e}");
     }
 }

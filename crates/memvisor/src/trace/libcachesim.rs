@@ -109,6 +109,11 @@ fn parse_id(s: &str) -> Option<u64> {
     }
 }
 
+/// Whether a field begins as a number would: a digit, a sign or a decimal point.
+fn starts_like_a_number(field: &str) -> bool {
+    field.trim().trim_matches('"').starts_with(|c: char| c.is_ascii_digit() || matches!(c, '-' | '+' | '.'))
+}
+
 /// Reads a csv trace (plain or zstd-compressed).
 pub fn read_csv(bytes: &[u8], opt: &CsvOptions) -> Result<Trace, TraceError> {
     if opt.obj_id_col == 0 {
@@ -141,9 +146,18 @@ pub fn read_csv(bytes: &[u8], opt: &CsvOptions) -> Result<Trace, TraceError> {
         };
         match parse_id(field) {
             Some(id) => b.push(id, false).map_err(|m| TraceError::at_line(n, m))?,
-            None if n == 1 && opt.has_header.is_none() => continue,
+            // A header names its columns; a first field that starts like a number (`-5`, `5.0`)
+            // is a bad id, not a header to skip in silence.
+            None if n == 1 && opt.has_header.is_none() && !starts_like_a_number(field) => continue,
             None => {
-                return Err(TraceError::at_line(n, format!("object id '{field}' in column {} is not an integer", opt.obj_id_col)));
+                return Err(TraceError::at_line(
+                    n,
+                    format!(
+                        "object id '{field}' in column {} is not a whole number from 0 to {} (decimal, or hex with 0x)",
+                        opt.obj_id_col,
+                        u64::MAX
+                    ),
+                ));
             }
         }
     }
@@ -216,5 +230,10 @@ mod tests {
         assert_eq!(read_csv(b"0,1,2\n1,5,4096\n", &CsvOptions::default()).unwrap().refs().len(), 2);
         let first_col = CsvOptions { obj_id_col: 1, ..CsvOptions::default() };
         assert_eq!(read_csv("\u{feff}5\n9\n5\n".as_bytes(), &first_col).unwrap().refs().len(), 3, "a BOM is not a header");
+        // A first line whose id starts like a number is a bad id, not a header dropped in silence.
+        for first in ["1,-5\n2,3\n", "1,5.0\n2,3\n", "1,18446744073709551616\n2,3\n"] {
+            let e = read_csv(first.as_bytes(), &CsvOptions::default()).unwrap_err();
+            assert!(e.at == "line 1" && e.message.contains("is not a whole number from 0 to 18446744073709551615"), "{first}: {e}");
+        }
     }
 }
