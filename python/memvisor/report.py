@@ -92,6 +92,9 @@ def _json_object(path: Path) -> dict:
 
 def _summary(path: Path) -> dict:
     summary = _json_object(path)
+    # A simulated run lists its VMs; a managed one (`memvisor manage`) its rounds instead.
+    if "vms" not in summary and "rounds" not in summary:
+        raise ValueError("neither a simulated run's summary (no 'vms') nor a managed run's (no 'rounds')")
     vms = summary.get("vms", [])
     if not isinstance(vms, list):
         raise ValueError("not an object with a list of 'vms'")

@@ -97,6 +97,7 @@ def test_compare_sets_runs_side_by_side(run_folder, tmp_path):
     ("timeseries.parquet", "garbage", "cannot be read as a time series (Parquet)"),
     ("summary.json", "[1]", "cannot be read as a run summary (JSON): not an object"),
     ("summary.json", "{", "cannot be read as a run summary (JSON)"),
+    ("summary.json", "{}", "cannot be read as a run summary (JSON): neither a simulated run's summary (no 'vms') nor a managed run's"),
     ("decisions.jsonl", "{}\n{", "cannot be read as decisions (JSON lines): line 2"),
 ])
 def test_a_damaged_run_file_is_named_not_a_traceback(run_folder, tmp_path, file, content, expect):

@@ -76,6 +76,15 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace, TraceError> {
     if let Some(i) = refs.iter().position(|&r| (r & ID_MASK) as u64 >= n_pages) {
         return Err(TraceError::at_byte(HEADER as u64, format!("reference {i} names page {} of {n_pages}", refs[i] & ID_MASK)));
     }
+    // Each distinct page is listed once (a page listed twice would count as two and split its
+    // references between them).
+    let mut seen = rustc_hash::FxHashSet::with_capacity_and_hasher(pages.len(), Default::default());
+    if let Some(i) = pages.iter().position(|p| !seen.insert(*p)) {
+        return Err(TraceError::at_byte(
+            HEADER as u64 + i as u64 * 8,
+            format!("page {:#x} is listed twice (entry {i} of the page table)", pages[i]),
+        ));
+    }
     Ok(Trace { refs, pages })
 }
 
@@ -90,6 +99,14 @@ mod tests {
             b.push((i * 7) % 300, i % 3 == 0).unwrap();
         }
         b.finish()
+    }
+
+    #[test]
+    fn a_page_listed_twice_is_refused() {
+        let mut t = sample();
+        t.pages[1] = t.pages[0];
+        let e = read_native(&write_native(&t)).unwrap_err();
+        assert!(e.message.contains("is listed twice (entry 1"), "{e}");
     }
 
     #[test]
