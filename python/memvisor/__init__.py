@@ -14,6 +14,13 @@ ends it as one during a command does.
 
 from importlib import import_module
 from importlib.util import find_spec
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what type checkers and editors see; at run time, `__getattr__` below
+    from memvisor._core import RunError, ScenarioError
+    from memvisor.api import RunResult, cases, load, run, simulate
+    from memvisor.policy import Policy
+    from memvisor.runfolder import write_run_folder
 
 #: The API's names, and the module each comes from.
 _FROM = {
@@ -34,7 +41,7 @@ __all__ = sorted(_FROM)
 def __getattr__(name: str):
     if name in _FROM:
         value = getattr(import_module(_FROM[name]), name)
-    elif not name.startswith("__") and find_spec(f"memvisor.{name}") is not None:
+    elif name.isidentifier() and not name.startswith("__") and find_spec(f"memvisor.{name}") is not None:
         value = import_module(f"memvisor.{name}")  # `memvisor.api` after `import memvisor`
     else:
         raise AttributeError(f"module 'memvisor' has no attribute {name!r}")

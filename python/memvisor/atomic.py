@@ -10,22 +10,30 @@ from pathlib import Path
 
 
 def output_problem(path: Path) -> str | None:
-    """Why `path` cannot take an output file, or None: it needs a name, an existing folder, and
-    nothing there but a regular file (a link to one is written through)."""
+    """Why `path` cannot take an output file a user named, or None: it needs a name, an existing
+    folder, and nothing there but a regular file or a link to one (see `written_through`)."""
     if not path.name:
         return "a file name is needed"
     if not path.parent.is_dir():
         return f"the folder {path.parent} does not exist"
-    if (path.exists() or path.is_symlink()) and not path.is_file():
+    if path.is_symlink() and not path.exists():
+        return "is a link to nothing: it is not followed"
+    if path.exists() and not path.is_file():
         return "exists and is not a regular file: it is not replaced"
     return None
 
 
+def written_through(path: Path) -> Path:
+    """Where an output a user named goes: through a link to the file it names, as `>` would."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
+
+
 def write_atomically(path: str | Path, data: bytes | str) -> None:
-    """Writes `data` (text as UTF-8) to `path` whole, or leaves `path` as it was. A link is written
-    through, as `open` would; anything else but a regular file is refused (OSError)."""
-    path = Path(os.path.realpath(path)) if Path(path).is_symlink() else Path(path)
-    if path.exists() and not path.is_file():
+    """Writes `data` (text as UTF-8) to `path` whole, or leaves `path` as it was. A link at `path`
+    is replaced, not followed (a run folder's files are ours, whatever a link there points to);
+    anything else but a regular file is refused (OSError)."""
+    path = Path(path)
+    if not path.is_symlink() and path.exists() and not path.is_file():
         raise OSError(errno.EEXIST, "exists and is not a regular file: it is not replaced", str(path))
     tmp = path.with_name(f".{path.name}.partial-{os.getpid()}")
     try:

@@ -11,7 +11,7 @@ import click
 from rich.table import Column, Table
 
 from memvisor import _core, api
-from memvisor.atomic import output_problem
+from memvisor.atomic import output_problem, written_through
 from memvisor.console import SKIPPED, USAGE, MemvisorError, err, fmt, out, some_of, warn
 from memvisor.signals import Terminated, sigterm_as_interrupt
 from memvisor.runfolder import NotARunFolder, RunFolder, run_folder_around
@@ -307,11 +307,10 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
     around = run_folder_around(out_path)
     if around is not None:
         raise MemvisorError(f"--out {out_path}: inside a run folder ({around}); write the overlaid report elsewhere", USAGE)
-    # The default's folder is made, as a run's `runs/` is; a folder given is not (a typo would
-    # make one anywhere).
-    if out_path == _COMPARE_OUT:
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-    problem = output_problem(out_path)
+    # The default's folder is made (just before the report is written), as a run's `runs/` is; a
+    # folder given is not (a typo would make one anywhere).
+    default = out_path == _COMPARE_OUT and not out_path.parent.exists()
+    problem = None if default else output_problem(out_path)
     if problem:
         raise MemvisorError(f"--out {out_path}: {problem}", USAGE)
     try:
@@ -358,7 +357,10 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
         if not r.summary.get("vms"):
             out.print(f"{r.label}: no runtime or report values (a manage run's folder has none); its series are in the overlaid report", highlight=False)
     try:
-        out.print(f"wrote {report.write(out_path.parent, loaded, title='compare: ' + ', '.join(p.name for p in runs), out=out_path)}")
+        if default:
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+        target = written_through(out_path)
+        out.print(f"wrote {report.write(out_path.parent, loaded, title='compare: ' + ', '.join(p.name for p in runs), out=target)}")
     except OSError as e:
         raise MemvisorError(f"--out {out_path}: {e.strerror}", 1) from None
 

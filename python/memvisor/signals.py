@@ -39,13 +39,19 @@ def _raise_terminated(signum: int, frame) -> None:
     raise Terminated(signum)
 
 
+def _stopping() -> list[int]:
+    """The stopping signals this process acts on: SIGHUP only if it is not ignored, so that a
+    command started under `nohup` outlives its terminal."""
+    return [s for s in STOPPING if not (s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN)]
+
+
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """Within the block, SIGTERM and SIGHUP raise `Terminated` (a KeyboardInterrupt)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    old = {s: signal.signal(s, _raise_terminated) for s in _stopping() if s != signal.SIGINT}
     try:
         yield
     finally:
@@ -67,8 +73,8 @@ def deferred_signals() -> Iterator[list[int]]:
     if threading.current_thread() is not threading.main_thread():
         yield got
         return
-    old = {s: signal.getsignal(s) for s in STOPPING}
-    for s in STOPPING:
+    old = {s: signal.getsignal(s) for s in _stopping()}
+    for s in old:
         signal.signal(s, lambda n, _frame: got.append(n))
     try:
         yield got

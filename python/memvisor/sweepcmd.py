@@ -37,7 +37,7 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from memvisor.sweep import JUMP, StoreError, failed_cells, input_files, plan_points, points_from_csv, product, refuse_foreign_out, run_points, warnings_of
-    from memvisor.atomic import output_problem, write_atomically
+    from memvisor.atomic import output_problem, write_atomically, written_through
 
     if scheduler is not None:
         try:
@@ -96,7 +96,7 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
             raise MemvisorError(f"--out {out_dir}: {e.strerror or e}", 1) from None
     if csv_path is not None:
         try:
-            write_atomically(csv_path, df.to_csv())
+            write_atomically(written_through(csv_path), df.to_csv())
         except OSError as e:
             raise MemvisorError(f"--csv {csv_path}: {e.strerror or e}", 1) from None
     cols = [c for c in df.columns if c != JUMP]

@@ -18,7 +18,7 @@ from memvisor import _core
 from memvisor.api import simulate
 from memvisor.console import USAGE, MemvisorError, describe_status, out, warn
 from memvisor.params import IntList
-from memvisor.atomic import output_problem, write_atomically
+from memvisor.atomic import output_problem, write_atomically, written_through
 from memvisor.traces import FORMATS, read_trace
 
 
@@ -77,7 +77,7 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
     t = rec.finish()
     if code != 0 and not dict(t.info())["references"]:
         raise MemvisorError(f"{' '.join(program)} ended with {describe_status(code)} before making a reference; nothing written", 1)
-    write_atomically(output, bytes(t.to_native()))
+    write_atomically(written_through(output), bytes(t.to_native()))
     out.print(_info_table(f"{output} ({time.perf_counter() - t0:.1f} s)", dict(t.info())))
     if code != 0:
         warn(f"{' '.join(program)} ended with {describe_status(code)}; the trace covers what it did until then")
@@ -103,7 +103,7 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
     except (_core.TraceError, ValueError) as e:
         raise MemvisorError(str(e), 1) from None
     data = t.to_native() if dst_fmt == "native" else t.to_oracle_general()
-    write_atomically(dest, bytes(data))
+    write_atomically(written_through(dest), bytes(data))
     # What was written: oracleGeneral keeps every reference as a read (no need to read it back).
     info = dict(t.info())
     if dst_fmt == "oracleGeneral":

@@ -279,7 +279,6 @@ def test_int_list_accepts_lists_and_rejects_the_rest():
             t.convert(bad, None, None)
 
 
-
 def test_number_refuses_what_is_not_a_finite_bound(tmp_path):
     t = Number(min=1.0)
     assert t.convert("1.5", None, None) == 1.5
@@ -338,6 +337,29 @@ def test_a_signal_after_the_folder_is_in_place_says_the_run_is_complete(tmp_path
     assert f"interrupted while printing the report; the run finished and its folder is complete: {tmp_path / 'done'}" in r.output
     assert (tmp_path / "done" / "summary.json").is_file() and (tmp_path / "done" / "report.html").is_file()
 
+
+def test_under_nohup_the_terminal_closing_does_not_end_a_run(tmp_path):
+    """SIGHUP ignored (as `nohup` leaves it) stays ignored: the run goes on, and SIGTERM still ends it."""
+    (tmp_path / "long.toml").write_text(LONG)
+    exe = Path(sys.executable).parent / "memvisor"
+    p = subprocess.Popen([str(exe), "run", "long.toml", "--out", "out", "--quiet"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    try:
+        partial = tmp_path / f".out.partial-{p.pid}"
+        deadline = time.monotonic() + 60
+        while not partial.is_dir():
+            assert p.poll() is None and time.monotonic() < deadline, "the run did not start writing its folder"
+            time.sleep(0.02)
+        p.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        assert p.poll() is None, "SIGHUP ended a run started with it ignored"
+        p.send_signal(signal.SIGTERM)
+        _, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 143 and stderr.splitlines() == ["error: terminated"], stderr
 
 
 def test_ctrl_c_while_the_command_loads_is_one_line():

@@ -255,3 +255,18 @@ def test_compare_writes_only_a_file_in_a_folder_that_exists(run_folder, tmp_path
     r = memvisor("compare", str(run_folder), "--out", "link.html", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "link.html").is_symlink() and target.read_text().startswith("<!DOCTYPE html>")
+    (tmp_path / "dangling.html").symlink_to(tmp_path / "nowhere" / "x.html")
+    _bad_input(memvisor("compare", str(run_folder), "--out", "dangling.html", cwd=tmp_path), "is a link to nothing")
+
+
+def test_a_run_folders_own_files_replace_a_link_never_follow_it(tmp_path):
+    """What memvisor writes in its own folders replaces a link found there: a report.html linked to
+    another file leaves that file alone."""
+    from memvisor.atomic import write_atomically
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "report.html").symlink_to(victim)
+    write_atomically(tmp_path / "report.html", "new")
+    assert victim.read_text() == "keep" and not (tmp_path / "report.html").is_symlink()
+    assert (tmp_path / "report.html").read_text() == "new"

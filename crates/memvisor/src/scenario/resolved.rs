@@ -1,5 +1,6 @@
-//! The scenario as resolved, written back as TOML with every default filled in: a run folder's
-//! `scenario.toml`, which reproduces the run when loaded again.
+//! The scenario as resolved, written back as TOML with every default filled in (a VM's limit and
+//! shares only where set): a run folder's `scenario.toml`, which reproduces the run when loaded
+//! again.
 
 use toml::{Table, Value};
 
@@ -317,8 +318,10 @@ impl Scenario {
         }
         doc.insert("report".into(), table(report));
         let header = match &self.variant {
-            Some(v) => format!("# {} as resolved for variant '{v}', every default filled in\n", self.name),
-            None => format!("# {} as resolved, every default filled in\n", self.name),
+            Some(v) => {
+                format!("# {} as resolved for variant '{v}', every default filled in (limit and shares only where set)\n", self.name)
+            }
+            None => format!("# {} as resolved, every default filled in (limit and shares only where set)\n", self.name),
         };
         header + &toml::to_string(&doc).expect("a TOML table serializes")
     }

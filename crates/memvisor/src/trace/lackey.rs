@@ -98,8 +98,9 @@ impl LackeyReader {
         let bad = |why: &str| {
             // A line as the error shows it: 60 characters at most, control bytes escaped (a binary
             // file fed as lackey output would otherwise fill or disturb the terminal).
-            let text: String = String::from_utf8_lossy(l).chars().take(60).flat_map(char::escape_debug).collect();
-            let more = if l.len() > 60 { "..." } else { "" };
+            let line = String::from_utf8_lossy(l);
+            let text: String = line.chars().take(60).flat_map(char::escape_debug).collect();
+            let more = if line.chars().nth(60).is_some() { "..." } else { "" };
             TraceError::at_line(self.line, format!("{why}: '{text}{more}' is not a lackey record (I/L/S/M addr,size)"))
         };
         let (kind, body) = match l {

@@ -80,10 +80,7 @@ pub fn read_native(bytes: &[u8]) -> Result<Trace, TraceError> {
     // references between them).
     let mut seen = rustc_hash::FxHashSet::with_capacity_and_hasher(pages.len(), Default::default());
     if let Some(i) = pages.iter().position(|p| !seen.insert(*p)) {
-        return Err(TraceError::at_byte(
-            HEADER as u64 + i as u64 * 8,
-            format!("page {:#x} is listed twice (entry {i} of the page table)", pages[i]),
-        ));
+        return Err(TraceError::at_byte(HEADER as u64, format!("page {:#x} is listed twice (entry {i} of the page table)", pages[i])));
     }
     Ok(Trace { refs, pages })
 }
