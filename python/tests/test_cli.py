@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
@@ -293,29 +294,36 @@ LONG = SMALL.replace('name = "small"', 'name = "long"\nduration = "100000000s"')
 ).replace('{ kind = "file-io", size = "64MiB", read = true }', '{ kind = "stress", pages = 1000 }')
 
 
-@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated"), (signal.SIGHUP, 129, "hung up")])
-def test_interrupted_run_leaves_no_folder(tmp_path, sig, code, word):
-    """The run cannot finish (three simulated years), and the signal is sent only once its
-    temporary run folder exists, so the test always interrupts a run that is writing a folder."""
+@contextmanager
+def long_run_writing_its_folder(tmp_path: Path, preexec):
+    """A `memvisor run` that cannot finish (three simulated years), yielded once its temporary run
+    folder exists, so a signal sent then always meets a run that is writing a folder; killed on the
+    way out if still running."""
     (tmp_path / "long.toml").write_text(LONG)
     exe = Path(sys.executable).parent / "memvisor"
-    # SIGINT as a terminal delivers it, also when the suite runs in the background: a shell starts
-    # background jobs with SIGINT ignored, which Python keeps until memvisor installs its handler.
     p = subprocess.Popen([str(exe), "run", "long.toml", "--out", "out", "--quiet"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                         preexec_fn=preexec)
     try:
         partial = tmp_path / f".out.partial-{p.pid}"
         deadline = time.monotonic() + 60
         while not partial.is_dir():
-            assert p.poll() is None, f"the run ended before it was interrupted: {p.stderr.read()}"
+            assert p.poll() is None, f"the run ended before its folder was begun: {p.stderr.read()}"
             assert time.monotonic() < deadline, "no temporary run folder after 60 s"
             time.sleep(0.02)
-        p.send_signal(sig)
-        _, stderr = p.communicate(timeout=60)
+        yield p
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+@pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated"), (signal.SIGHUP, 129, "hung up")])
+def test_interrupted_run_leaves_no_folder(tmp_path, sig, code, word):
+    # SIGINT as a terminal delivers it, also when the suite runs in the background: a shell starts
+    # background jobs with SIGINT ignored, which Python keeps until memvisor installs its handler.
+    with long_run_writing_its_folder(tmp_path, lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as p:
+        p.send_signal(sig)
+        _, stderr = p.communicate(timeout=60)
     assert p.returncode == code, stderr
     assert stderr.splitlines() == [f"error: {word}"], stderr
     assert sorted(x.name for x in tmp_path.iterdir()) == ["long.toml"]
@@ -340,25 +348,12 @@ def test_a_signal_after_the_folder_is_in_place_says_the_run_is_complete(tmp_path
 
 def test_under_nohup_the_terminal_closing_does_not_end_a_run(tmp_path):
     """SIGHUP ignored (as `nohup` leaves it) stays ignored: the run goes on, and SIGTERM still ends it."""
-    (tmp_path / "long.toml").write_text(LONG)
-    exe = Path(sys.executable).parent / "memvisor"
-    p = subprocess.Popen([str(exe), "run", "long.toml", "--out", "out", "--quiet"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
-                         preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
-    try:
-        partial = tmp_path / f".out.partial-{p.pid}"
-        deadline = time.monotonic() + 60
-        while not partial.is_dir():
-            assert p.poll() is None and time.monotonic() < deadline, "the run did not start writing its folder"
-            time.sleep(0.02)
+    with long_run_writing_its_folder(tmp_path, lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) as p:
         p.send_signal(signal.SIGHUP)
         time.sleep(1)
         assert p.poll() is None, "SIGHUP ended a run started with it ignored"
         p.send_signal(signal.SIGTERM)
         _, stderr = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
     assert p.returncode == 143 and stderr.splitlines() == ["error: terminated"], stderr
 
 
