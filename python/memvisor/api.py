@@ -315,7 +315,9 @@ def run(
     import warnings
 
     scenarios = load(spec, sets, variants)
-    for w in dict.fromkeys(w for s in scenarios for w in s.warnings):
+    # A policy object replaces the scenario's host.policy: what that policy would ignore is moot.
+    moot = {w for s in scenarios for w in s.policy_warnings} if policy is not None else set()
+    for w in dict.fromkeys(w for s in scenarios for w in s.warnings if w not in moot):
         warnings.warn(w, stacklevel=2)
     return simulate_all(
         scenarios, jobs=jobs, policy=policy, progress=progress, step_s=step_s, check_invariants=check_invariants, traces=traces

@@ -173,3 +173,24 @@ def test_run_takes_the_variants_it_is_asked_for_and_names_the_ones_it_lacks():
         memvisor.run("nfs-balloon", variants="8GiB")
     with pytest.raises(TypeError, match="run\\(\\) got an unexpected keyword argument 'variant'"):
         memvisor.run("nfs-balloon", variant="8GiB")
+
+
+def test_a_policy_object_silences_what_the_scenarios_own_policy_would_ignore(small_scenario):
+    """A VM's limit under mom is said to be ignored; given a Python policy object in mom's place
+    (which sees the limit in its view), the note would be wrong and is not given."""
+    import warnings
+
+    sets = ["host.policy=mom", "vm.g.limit=96MiB", "duration=1s"]
+
+    class Keep(memvisor.Policy):
+        period_s = 1.0
+
+        def decide(self, view):
+            return []
+
+    for policy, said in [(None, True), (Keep, False)]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            memvisor.run(str(small_scenario), sets, policy=policy)
+        notes = [str(w.message) for w in caught if "vm.g.limit is kept by" in str(w.message)]
+        assert bool(notes) == said, (policy, notes)

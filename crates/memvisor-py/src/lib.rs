@@ -196,6 +196,12 @@ impl Scenario {
         self.inner.warnings.clone()
     }
 
+    /// Those warnings that hold only under the scenario's own host.policy (a field it ignores).
+    #[getter]
+    fn policy_warnings(&self) -> Vec<String> {
+        self.inner.policy_warnings.clone()
+    }
+
     /// The VMs' names as the runs give them (a group of two is `web-1`, `web-2`).
     #[getter]
     fn vm_names(&self) -> Vec<String> {

@@ -130,6 +130,9 @@ pub struct Scenario {
     /// Things the reader should know about how the scenario was put together (a `--set` that
     /// replaces what a variant sets).
     pub warnings: Vec<String>,
+    /// Those of `warnings` that hold only under the scenario's own `host.policy` (a field it
+    /// ignores): a run given another policy in its place need not show them.
+    pub policy_warnings: Vec<String>,
 }
 
 impl Scenario {
@@ -594,7 +597,8 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
                 .collect()
         })
         .unwrap_or_default();
-    warnings.extend(esx_unused);
+    // What the scenario's own policy ignores: also kept apart, for a run given another policy.
+    let mut policy_warnings = esx_unused;
     // A VM's limit is a ceiling only the static and esx policies keep, and its shares weigh only in
     // esx's and proxmox's division: under another built-in policy they do nothing. Said, as the esx
     // fields are (a Python policy sees both in its view and may use them).
@@ -614,16 +618,17 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         for v in present {
             let name = v.name.get_ref();
             if v.limit.is_some() && !["static", "esx"].contains(&policy) {
-                warnings
+                policy_warnings
                     .push(format!("vm.{name}.limit is kept by the static and esx policies, and host.policy is '{policy}': it is ignored"));
             }
             if v.shares.is_some() && !["esx", "proxmox"].contains(&policy) {
-                warnings.push(format!(
+                policy_warnings.push(format!(
                     "vm.{name}.shares weigh in the esx and proxmox policies, and host.policy is '{policy}': they are ignored"
                 ));
             }
         }
     }
+    warnings.extend(policy_warnings.iter().cloned());
     // The time series is kept in memory until the run ends: a run that would pass its bound is
     // refused before it starts.
     if let Some(d) = duration_ns {
@@ -671,6 +676,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         vms,
         report,
         warnings,
+        policy_warnings,
     })
 }
 
