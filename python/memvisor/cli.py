@@ -11,8 +11,8 @@ import click
 from rich.table import Column, Table
 
 from memvisor import _core, api
-from memvisor.atomic import output_problem, written_through
-from memvisor.console import SKIPPED, USAGE, MemvisorError, err, fmt, out, some_of, warn
+from memvisor.atomic import written_through
+from memvisor.console import SKIPPED, USAGE, MemvisorError, check_output, err, fmt, out, some_of, warn
 from memvisor.signals import Terminated, sigterm_as_interrupt
 from memvisor.runfolder import NotARunFolder, RunFolder, run_folder_around
 from memvisor.livecmd import manage_cmd, status_cmd
@@ -310,9 +310,8 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
     # The default's folder is made (just before the report is written), as a run's `runs/` is; a
     # folder given is not (a typo would make one anywhere).
     default = out_path == _COMPARE_OUT and not out_path.parent.exists()
-    problem = None if default else output_problem(out_path)
-    if problem:
-        raise MemvisorError(f"--out {out_path}: {problem}", USAGE)
+    if not default:
+        check_output(out_path, "--out")
     try:
         # Folders are labelled by name, or by the path given where two share a name.
         names = [p.name for p in runs]

@@ -10,6 +10,8 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from memvisor.atomic import output_problem
+
 # Markup and emoji codes are off: what is printed includes user text (scenario, VM and file names,
 # error messages quoting the scenario such as "no [[vm]]"), and rich would eat its brackets and
 # colons. Styles are given as `Text` where wanted.
@@ -73,3 +75,11 @@ def describe_status(returncode: int) -> str:
         except ValueError:
             return f"signal {-returncode}"
     return f"status {returncode}"
+
+
+def check_output(path, option: str) -> None:
+    """Refuses an output file a user named that cannot be written (`atomic.output_problem`), before
+    the work rather than after it: `error: OPTION PATH: why`."""
+    problem = output_problem(path)
+    if problem:
+        raise MemvisorError(f"{option} {path}: {problem}", USAGE)

@@ -11,7 +11,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from memvisor import _core
-from memvisor.console import USAGE, MemvisorError, err, fmt, out, warn
+from memvisor.console import USAGE, MemvisorError, check_output, err, fmt, out, warn
 from memvisor.params import KeyValues
 from memvisor.runfolder import parquet_bytes
 
@@ -37,7 +37,7 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from memvisor.sweep import JUMP, StoreError, failed_cells, input_files, plan_points, points_from_csv, product, refuse_foreign_out, run_points, warnings_of
-    from memvisor.atomic import output_problem, write_atomically, written_through
+    from memvisor.atomic import write_atomically, written_through
 
     if scheduler is not None:
         try:
@@ -50,9 +50,8 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
             raise MemvisorError(f"--scheduler {scheduler}: {e}; give a scheduler's address, e.g. tcp://10.0.0.5:8786", USAGE) from None
     if bool(varies) == bool(points_file):
         raise MemvisorError("give the grid as --vary KEY=V1,V2 (repeatable) or as --points FILE, one of the two", USAGE)
-    problem = output_problem(csv_path) if csv_path is not None else None
-    if problem:
-        raise MemvisorError(f"--csv {csv_path}: {problem}", USAGE)
+    if csv_path is not None:
+        check_output(csv_path, "--csv")
     try:
         if out_dir is not None:
             refuse_foreign_out(out_dir)

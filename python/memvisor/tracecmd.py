@@ -16,9 +16,9 @@ from rich.table import Table
 
 from memvisor import _core
 from memvisor.api import simulate
-from memvisor.console import USAGE, MemvisorError, describe_status, out, warn
+from memvisor.console import USAGE, MemvisorError, check_output, describe_status, out, warn
 from memvisor.params import IntList
-from memvisor.atomic import output_problem, write_atomically, written_through
+from memvisor.atomic import write_atomically, written_through
 from memvisor.traces import FORMATS, read_trace
 
 
@@ -53,7 +53,7 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
     if valgrind is None:
         raise MemvisorError("valgrind is not installed (Debian: apt-get install valgrind)", USAGE)
     # Both found before anything runs: a recording can take minutes.
-    _check_output(output, "-o")
+    check_output(output, "-o")
     if shutil.which(program[0]) is None:
         raise MemvisorError(f"{program[0]}: no such program (not a file, nor on PATH)", USAGE)
     rfd, wfd = os.pipe()
@@ -95,7 +95,7 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
 def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool, obj_id_col: int, delimiter: str) -> None:
     """Convert a trace (lackey text, libCacheSim oracleGeneral or csv, native) to native or
     oracleGeneral."""
-    _check_output(dest, "DEST")
+    check_output(dest, "DEST")
     if dest.exists() and source.resolve() == dest.resolve():
         raise MemvisorError(f"DEST {dest} is SOURCE: write the converted trace to another file", USAGE)
     try:
@@ -109,14 +109,6 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
     if dst_fmt == "oracleGeneral":
         info.update(reads=info["references"], writes=0)
     out.print(_info_table(str(dest), info))
-
-
-def _check_output(path: Path, what: str) -> None:
-    """Refuses an output file that cannot be written (see `output_problem`) before the work, not
-    after it."""
-    problem = output_problem(path)
-    if problem:
-        raise MemvisorError(f"{what} '{path}': {problem}", USAGE)
 
 
 @trace.command()

@@ -1300,8 +1300,10 @@ fn resolve_workload(
         "stress-vm" => WorkloadSpec::StressVm(StressVm::new(
             c.int(&r.workers, &f("workers"), 1, 1, 10_000)? as u32,
             match &r.bytes {
-                Some(b) if c.bytes(b, &f("bytes"))? == 0 => return c.err(b.span(), &f("bytes"), "a worker allocates at least one page"),
-                Some(b) => mapping(&r.bytes, "bytes", pages_of(b, "bytes")?)?,
+                Some(b) => match pages_of(b, "bytes")? {
+                    0 => return c.err(b.span(), &f("bytes"), "a worker allocates at least one page"),
+                    pages => mapping(&r.bytes, "bytes", pages)?,
+                },
                 None => StressVm::DEFAULT_PAGES,
             },
             r.keep.as_ref().is_some_and(|b| *b.get_ref()),
