@@ -17,7 +17,7 @@ use crate::rng::{self, Rng};
 use crate::scenario::Scenario;
 use crate::summary::{DatastoreSummary, HostSummary, RunSummary, VmSummary};
 use crate::units::PAGE_SIZE;
-use crate::workloads::{Load, WebServer, WorkloadSpec, zipf_cdf, zipf_pick};
+use crate::workloads::{Closer, Load, WebServer, WorkloadSpec, zipf_cdf, zipf_pick};
 use rand::Rng as _;
 
 /// VMs given their own rows in the time series and summary: the most popular ones [chosen: enough
@@ -26,10 +26,24 @@ pub const ROW_VMS: usize = 8;
 
 #[derive(Clone, Copy, Debug)]
 enum Ev {
-    Run { vm: u32 },
-    Arrive { vm: u32 },
-    Send { client: u32 },
-    Ack { vm: u32, slot: u32 },
+    Run {
+        vm: u32,
+    },
+    Arrive {
+        vm: u32,
+    },
+    Send {
+        client: u32,
+    },
+    Ack {
+        vm: u32,
+        slot: u32,
+    },
+    /// The connection whose header template is `template` ends (`tcp_close`).
+    Close {
+        vm: u32,
+        template: u32,
+    },
     Sample,
     Window,
 }
@@ -238,7 +252,7 @@ impl DenaliHost {
 
     fn handle(&mut self, now: u64, ev: Ev) {
         let vm = match ev {
-            Ev::Run { vm } | Ev::Arrive { vm } | Ev::Ack { vm, .. } => Some(vm),
+            Ev::Run { vm } | Ev::Arrive { vm } | Ev::Ack { vm, .. } | Ev::Close { vm, .. } => Some(vm),
             // The client's request goes to a VM drawn by popularity.
             Ev::Send { .. } => Some(self.closed_vms[zipf_pick(&self.zipf, self.rng.random::<f64>())]),
             Ev::Sample | Ev::Window => None,
@@ -281,7 +295,22 @@ impl DenaliHost {
                 }
             }
             Ev::Ack { vm, slot } => {
-                if self.vms[vm as usize].ack(slot) {
+                let (template, start) = self.vms[vm as usize].ack(slot);
+                if start {
+                    self.events.push(now, Ev::Run { vm });
+                }
+                let w = self.server(vm).0;
+                let end = match w.closer {
+                    // The client's FIN comes with its acknowledgement; the server's FIN is
+                    // acknowledged a round trip later and LAST_ACK ends.
+                    Closer::Client => exp_ns(&mut self.rng, w.rtt_ns as f64),
+                    // The server closed first: TIME_WAIT, 2 MSL (tcp_input, TCPT_2MSL).
+                    Closer::Server => 2 * w.msl_ns,
+                };
+                self.events.push(now + end, Ev::Close { vm, template });
+            }
+            Ev::Close { vm, template } => {
+                if self.vms[vm as usize].close(template) {
                     self.events.push(now, Ev::Run { vm });
                 }
             }

@@ -2,12 +2,14 @@
 
 use memvisor::{Scenario, Simulation, scenario};
 
-fn scenario(vms: u32, memory: &str, pool: &str) -> Scenario {
+/// `vms` VMs of 16 MiB running `workload` (a TOML inline table's insides) on a denali host of
+/// `memory`, for `duration`, reported from `window_start`.
+fn denali(vms: u32, memory: &str, duration: &str, window_start: &str, workload: &str) -> Scenario {
     let text = format!(
         r#"
 name = "denali-test"
 seed = 3
-duration = "20s"
+duration = "{duration}"
 [host]
 memory = "{memory}"
 profile = "denali"
@@ -20,13 +22,18 @@ name = "web"
 count = {vms}
 memory = "16MiB"
 datastore = "swap"
-workload = {{ kind = "web-server", pool = "{pool}", clients = 64, zipf = 1.0 }}
+workload = {{ kind = "web-server", {workload} }}
 [report]
-window = ["5s", "20s"]
+window = ["{window_start}", "{duration}"]
 columns = ["requests_per_s", "latency_p99_ms", "footprint_pages", "page_ins_per_s", "resident_vms", "sim_bytes_per_paged_out_vm"]
 "#
     );
     scenario::load(&text, "denali-test.toml", &[]).expect("valid").remove(0)
+}
+
+/// `vms` web servers loaded by 64 closed-loop clients with Zipf popularity.
+fn scenario(vms: u32, memory: &str, pool: &str) -> Scenario {
+    denali(vms, memory, "20s", "5s", &format!(r#"pool = "{pool}", clients = 64, zipf = 1.0"#))
 }
 
 #[test]
@@ -67,6 +74,37 @@ fn a_paged_out_vm_holds_no_frame_and_its_first_request_pays_the_page_ins() {
     }
     assert!(untouched > 0, "with Zipf popularity over 500 VMs some are never asked in 20 s");
     assert!(d.bytes_per_paged_out_vm() <= 1024.0, "{} simulator bytes per paged-out VM", d.bytes_per_paged_out_vm());
+}
+
+/// One server under an open-loop `rate` whose 512 mbufs pass through connections `close`d by
+/// one end, with a 1 s MSL.
+fn one_server(close: &str, rate: u32) -> Scenario {
+    let w = format!(r#"pool = "list", rate = {rate}, close = "{close}", msl = "1s", mbufs = 512, clusters = 256"#);
+    denali(1, "64MiB", "12s", "4s", &w)
+}
+
+#[test]
+fn a_connection_the_server_closes_keeps_its_template_through_time_wait() {
+    let served = |close: &str| {
+        let mut sim = Simulation::new(&one_server(close, 400)).unwrap();
+        let mut t = 0;
+        while !sim.run_until(t).unwrap() {
+            sim.check_invariants().unwrap();
+            t += 50_000_000;
+        }
+        let d = sim.denali().unwrap();
+        (d.vm(0).stats.served, d.vm(0).stats.dropped)
+    };
+    // The client closing, each template is back a round trip after the answer: every request of
+    // 400 a second is served.
+    let (client, dropped) = served("client");
+    assert!(client as f64 > 0.97 * 400.0 * 12.0 && dropped == 0, "client closes: {client} served, {dropped} dropped");
+    // The server closing, each template stays 2 MSL = 2 s after its answer, so a connection can
+    // only start once one answered 2 s before has ended: over 12 s at most 6 x 512 are served
+    // (fewer, as requests in flight hold mbufs too); the rest find no mbuf and are dropped.
+    let (server, dropped) = served("server");
+    assert!(server <= 6 * 512 && dropped > 0, "server closes: {server} served, {dropped} dropped");
+    assert!(server > 3 * 512, "TIME_WAIT ends and gives its templates back: only {server} served");
 }
 
 #[test]
@@ -112,6 +150,8 @@ fn denali_scenarios_are_checked() {
     // Refused as such, not as a file that is missing.
     let e = bad(&|t| t.replace("rate = 1000 }", "rate = 1000, captured = \"no-such-pages.bin\" }"));
     assert!(e.contains("workload.captured") && e.contains("contents are not modelled"), "{e}");
+    let e = bad(&|t| t.replace("rate = 1000 }", "rate = 1000, close = \"both\" }"));
+    assert!(e.contains("close") && e.contains("client") && e.contains("server"), "{e}");
     let e = bad(&|t| t.replace("rate = 1000 }", "rate = 1000, document = \"0B\" }"));
     assert!(e.contains("document") && e.contains("at least 1 byte"), "{e}");
     // A host whose metadata leaves less than a page for guest pages has nothing to page with.

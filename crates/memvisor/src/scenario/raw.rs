@@ -204,6 +204,8 @@ pub struct RawWorkload {
     pub document: Option<Spanned<Qty>>,
     pub rtt: Option<Spanned<Qty>>,
     pub path: Option<Spanned<Qty>>,
+    pub close: Option<Spanned<String>>,
+    pub msl: Option<Spanned<Qty>>,
     pub mbufs: Option<Spanned<i64>>,
     pub clusters: Option<Spanned<i64>>,
 }

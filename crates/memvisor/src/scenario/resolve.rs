@@ -14,7 +14,7 @@ use crate::metrics::MAX_SERIES_ROWS;
 use crate::policy::{ESX_STATE_TABLES, POLICY_NAMES, PolicySpec};
 use crate::units::{self, PAGE_SIZE};
 use crate::workloads::{
-    Arch, Bonnie, Config, DotnetHeap, FileIo, Idle, KernelBuild, Load, Random, Stress, StressVm, TraceReplay, TreeShape, WebServer,
+    Arch, Bonnie, Closer, Config, DotnetHeap, FileIo, Idle, KernelBuild, Load, Random, Stress, StressVm, TraceReplay, TreeShape, WebServer,
     WorkloadEntry, WorkloadSpec,
 };
 
@@ -1072,7 +1072,9 @@ fn resolve_workload(
         "bonnie" => &["size"],
         "dotnet-heap" => &["live", "object", "cycles", "replace_percent", "visit"],
         "kernel-build" => &["tree", "arch", "config", "jobs", "builds", "units", "compute"],
-        "web-server" => &["pool", "rate", "clients", "think", "zipf", "document", "compute", "rtt", "path", "mbufs", "clusters"],
+        "web-server" => {
+            &["pool", "rate", "clients", "think", "zipf", "document", "compute", "rtt", "path", "close", "msl", "mbufs", "clusters"]
+        }
         _ => {
             return c.err(
                 r.kind.span(),
@@ -1081,7 +1083,7 @@ fn resolve_workload(
             );
         }
     };
-    let present: [(&str, Option<std::ops::Range<usize>>); 41] = [
+    let present: [(&str, Option<std::ops::Range<usize>>); 43] = [
         ("instances", r.instances.as_ref().map(|x| x.span())),
         ("pages", r.pages.as_ref().map(|x| x.span())),
         ("passes", r.passes.as_ref().map(|x| x.span())),
@@ -1121,6 +1123,8 @@ fn resolve_workload(
         ("document", r.document.as_ref().map(|x| x.span())),
         ("rtt", r.rtt.as_ref().map(|x| x.span())),
         ("path", r.path.as_ref().map(|x| x.span())),
+        ("close", r.close.as_ref().map(|x| x.span())),
+        ("msl", r.msl.as_ref().map(|x| x.span())),
         ("mbufs", r.mbufs.as_ref().map(|x| x.span())),
         ("clusters", r.clusters.as_ref().map(|x| x.span())),
     ];
@@ -1242,6 +1246,9 @@ fn resolve_workload(
                 // [assumed] 192 KiB of the guest's code and data on a request's path: Ilwaco's
                 // TCP stack, threads, libc subset and the server; its size is not published.
                 path_pages: page_number(&r.path, "path", 48)?,
+                closer: Closer::parse(c.choice(&r.close, &f("close"), "client", Closer::NAMES)?).expect("checked"),
+                // FreeBSD's TCPTV_MSL, 30 s (netinet/tcp_timer.h), so TIME_WAIT lasts 60 s.
+                msl_ns: c.opt_ns(&r.msl, &f("msl"), 30_000_000_000)?,
                 mbufs,
                 clusters,
             })

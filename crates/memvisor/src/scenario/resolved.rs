@@ -251,6 +251,8 @@ impl Scenario {
                             e.push(("compute", s(fmt_duration(ws.cpu_ns))));
                             e.push(("rtt", s(fmt_duration(ws.rtt_ns))));
                             e.push(("path", i(ws.path_pages as u64)));
+                            e.push(("close", s(ws.closer.name())));
+                            e.push(("msl", s(fmt_duration(ws.msl_ns))));
                             e.push(("mbufs", i(ws.mbufs as u64)));
                             e.push(("clusters", i(ws.clusters as u64)));
                         }

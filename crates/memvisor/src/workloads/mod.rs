@@ -26,7 +26,7 @@ pub use random::Random;
 pub use stress::Stress;
 pub use stressvm::StressVm;
 pub use trace::{Replayer, TraceReplay};
-pub use web_server::{Load, MSS, WebServer, zipf_cdf, zipf_pick};
+pub use web_server::{Closer, Load, MSS, WebServer, zipf_cdf, zipf_pick};
 
 use std::sync::Arc;
 

@@ -33,6 +33,24 @@ pub enum Load {
     },
 }
 
+/// Which end of a connection closes first, and so holds it in TIME_WAIT for twice the maximum
+/// segment lifetime (RFC 793) while the other end's state goes at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closer {
+    /// The client closes once it has the answer (httperf(1): "send a request for the root
+    /// document, receive the reply, close the connection"); the server's side ends one round
+    /// trip later, in LAST_ACK.
+    Client,
+    /// The server closes after writing the answer (an HTTP/1.0 server without keep-alive): its
+    /// tcpcb and header template stay for 2 MSL.
+    Server,
+}
+
+scenario_names!(Closer {
+    Client => "client",
+    Server => "server",
+});
+
 /// The `web-server` workload as a scenario configures it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct WebServer {
@@ -48,6 +66,11 @@ pub struct WebServer {
     pub rtt_ns: u64,
     /// Pages of the server's code and data one request runs through.
     pub path_pages: u32,
+    /// The end that closes first.
+    pub closer: Closer,
+    /// TCP's maximum segment lifetime, ns: a connection the server closed first keeps its
+    /// state for twice this.
+    pub msl_ns: u64,
     /// mbufs in the guest's pool.
     pub mbufs: u32,
     /// Clusters in the guest's pool.
@@ -113,6 +136,8 @@ mod tests {
             cpu_ns: 1,
             rtt_ns: 1,
             path_pages: 1,
+            closer: Closer::Client,
+            msl_ns: 1,
             mbufs: 1,
             clusters: 1,
         };

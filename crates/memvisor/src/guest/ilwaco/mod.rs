@@ -62,6 +62,10 @@ struct Request {
     arrived: u64,
     /// Closed-loop client that sent it, if any.
     client: Option<u32>,
+    /// The connection's TCP/IP header template: an mbuf `tcp_template` takes when the SYN
+    /// arrives, copied into every segment sent and freed by `tcp_close` (FreeBSD 2.x-4.x
+    /// `netinet/tcp_subr.c`).
+    template: u32,
     /// The mbuf its packet arrived in.
     rx: u32,
     /// Buffers of its answer: mbufs, then clusters with bit 31 set.
@@ -97,8 +101,11 @@ struct Serving {
     mbufs: Pool,
     clusters: Pool,
     queue: VecDeque<Request>,
-    /// Answers waiting for their acknowledgement, by slot (`Wake::Ack`).
+    /// Answers waiting for their acknowledgement, by slot (`Wake::Ack`); the last buffer of each is
+    /// its connection's header template.
     unacked: Vec<Vec<u32>>,
+    /// Templates of acknowledged connections not yet closed (LAST_ACK or TIME_WAIT).
+    closing: u32,
     free_slots: Vec<u32>,
     touched: Bitmap,
     window: u32,
@@ -106,6 +113,19 @@ struct Serving {
     busy: bool,
     /// The head request waits for buffers an acknowledgement will free.
     starved: bool,
+}
+
+impl Serving {
+    /// Buffers came back: a vCPU that waited for them runs again. Returns whether it must be
+    /// started.
+    fn wake_if_starved(&mut self) -> bool {
+        let start = self.starved && !self.busy;
+        if start {
+            self.starved = false;
+            self.busy = true;
+        }
+        start
+    }
 }
 
 /// Returns a buffer of an answer (a cluster if bit 31 is set) to its pool.
@@ -166,6 +186,7 @@ impl Vm {
                 clusters: Pool::new(w.pool, l.clusters, MCLBYTES, w.clusters),
                 queue: VecDeque::new(),
                 unacked: Vec::new(),
+                closing: 0,
                 free_slots: Vec::new(),
                 touched: Bitmap::new(l.end as usize),
                 window: 0,
@@ -179,12 +200,24 @@ impl Vm {
     /// started (it was idle).
     pub fn arrive(&mut self, now: u64, client: Option<u32>, w: &WebServer, l: &Layout) -> Option<bool> {
         let s = self.serving(w, l);
-        let rx = if s.queue.len() < SOMAXCONN { s.mbufs.alloc() } else { None };
-        let Some(rx) = rx else {
+        // A SYN past a full listen queue, or one whose template or packet finds no mbuf
+        // (M_DONTWAIT; tcp_input drops it with ENOBUFS), is dropped and the client tries again.
+        let got = if s.queue.len() < SOMAXCONN {
+            s.mbufs.alloc().and_then(|template| match s.mbufs.alloc() {
+                Some(rx) => Some((template, rx)),
+                None => {
+                    s.mbufs.free(template);
+                    None
+                }
+            })
+        } else {
+            None
+        };
+        let Some((template, rx)) = got else {
             self.stats.dropped += 1;
             return None;
         };
-        s.queue.push_back(Request { arrived: now, client, rx, answer: Vec::new(), step: 0 });
+        s.queue.push_back(Request { arrived: now, client, template, rx, answer: Vec::new(), step: 0 });
         let start = !s.busy && !s.starved;
         s.busy |= start;
         Some(start)
@@ -195,20 +228,28 @@ impl Vm {
         self.serving.as_ref().is_some_and(|s| s.busy)
     }
 
-    /// The client acknowledged the answer in `slot`: its buffers go back to the pool. Returns
-    /// whether the vCPU must be started (it waited for buffers).
-    pub fn ack(&mut self, slot: u32) -> bool {
+    /// The client acknowledged the answer in `slot`: its buffers go back to the pool, and the
+    /// connection's template stays until `close`. Returns the template and whether the vCPU must
+    /// be started (it waited for buffers).
+    pub fn ack(&mut self, slot: u32) -> (u32, bool) {
         let s = self.serving.as_mut().expect("an acknowledged VM has served");
-        for o in std::mem::take(&mut s.unacked[slot as usize]) {
+        let mut buffers = std::mem::take(&mut s.unacked[slot as usize]);
+        let template = buffers.pop().expect("an answer holds its template");
+        for o in buffers {
             release(&mut s.mbufs, &mut s.clusters, o);
         }
         s.free_slots.push(slot);
-        let start = s.starved && !s.busy;
-        if start {
-            s.starved = false;
-            s.busy = true;
-        }
-        start
+        s.closing += 1;
+        (template, s.wake_if_starved())
+    }
+
+    /// The connection whose header template is `template` has ended (`tcp_close`). Returns
+    /// whether the vCPU must be started (it waited for buffers).
+    pub fn close(&mut self, template: u32) -> bool {
+        let s = self.serving.as_mut().expect("a closing VM has served");
+        s.mbufs.free(template);
+        s.closing -= 1;
+        s.wake_if_starved()
     }
 
     /// The vCPU runs at `now`: it steps through the head request, touching its pages through the
@@ -232,36 +273,34 @@ impl Vm {
                 let p = step - 1;
                 Some((p, p >= l.path && p < l.doc))
             } else if step == path_end {
-                if r.answer.is_empty() {
+                if r.answer.len() < answer_n as usize {
+                    // sosend copies the answer into the socket buffer as buffers come: what it has
+                    // taken stays there while it sleeps (M_WAIT) for the rest, until an
+                    // acknowledgement or a closing connection frees some.
                     let want = (w.mbufs_per_answer(), w.clusters_per_request());
-                    let mut got = Vec::with_capacity(answer_n as usize);
-                    for _ in 0..want.0 {
-                        match s.mbufs.alloc() {
-                            Some(o) => got.push(o),
-                            None => break,
-                        }
+                    let have_c = r.answer.iter().filter(|&&o| o & CLUSTER != 0).count() as u32;
+                    let have_m = r.answer.len() as u32 - have_c;
+                    for _ in have_m..want.0 {
+                        let Some(o) = s.mbufs.alloc() else { break };
+                        r.answer.push(o);
                     }
-                    for _ in 0..want.1 {
-                        match s.clusters.alloc() {
-                            Some(o) => got.push(o | CLUSTER),
-                            None => break,
-                        }
+                    for _ in have_c..want.1 {
+                        let Some(o) = s.clusters.alloc() else { break };
+                        r.answer.push(o | CLUSTER);
                     }
-                    if got.len() < answer_n as usize {
-                        // sosend sleeps for buffers (M_WAIT) until an acknowledgement frees some.
-                        for o in got {
-                            release(&mut s.mbufs, &mut s.clusters, o);
-                        }
+                    if r.answer.len() < answer_n as usize {
                         s.busy = false;
                         s.starved = true;
                         return Wake::Idle;
                     }
-                    r.answer = got;
                 }
                 None
             } else if step < path_end + 1 + answer_n {
                 Some((buffer_page(&s.mbufs, &s.clusters, r.answer[(step - path_end - 1) as usize]), true))
             } else if step == path_end + 1 + answer_n {
+                // tcp_output copies the template into each segment's header.
+                Some((s.mbufs.page_of(r.template), false))
+            } else if step == path_end + 2 + answer_n {
                 // The CPU work of the request, queued on the host's one CPU.
                 r.step += 1;
                 let start = now.max(*cpu_free);
@@ -281,8 +320,9 @@ impl Vm {
             }
         }
         // Answered: the request's packet buffer is freed, the answer waits for its acknowledgement.
-        let r = s.queue.pop_front().expect("head request");
+        let mut r = s.queue.pop_front().expect("head request");
         s.mbufs.free(r.rx);
+        r.answer.push(r.template);
         let slot = match s.free_slots.pop() {
             Some(i) => {
                 s.unacked[i as usize] = r.answer;
@@ -313,13 +353,14 @@ impl Vm {
         let Some(s) = &self.serving else { return Ok(()) };
         s.mbufs.check()?;
         s.clusters.check()?;
-        let held_m: u32 = s.queue.iter().map(|r| 1 + r.answer.iter().filter(|&&o| o & CLUSTER == 0).count() as u32).sum::<u32>()
-            + s.unacked.iter().flatten().filter(|&&o| o & CLUSTER == 0).count() as u32;
+        let held_m: u32 = s.queue.iter().map(|r| 2 + r.answer.iter().filter(|&&o| o & CLUSTER == 0).count() as u32).sum::<u32>()
+            + s.unacked.iter().flatten().filter(|&&o| o & CLUSTER == 0).count() as u32
+            + s.closing;
         let held_c: u32 =
             s.queue.iter().flat_map(|r| &r.answer).chain(s.unacked.iter().flatten()).filter(|&&o| o & CLUSTER != 0).count() as u32;
         if held_m != s.mbufs.in_use() || held_c != s.clusters.in_use() {
             return Err(format!(
-                "web server: requests and unacknowledged answers hold {held_m} mbufs and {held_c} clusters, the pools count {} and {} in use",
+                "web server: requests, unacknowledged answers and closing connections hold {held_m} mbufs and {held_c} clusters, the pools count {} and {} in use",
                 s.mbufs.in_use(),
                 s.clusters.in_use()
             ));
