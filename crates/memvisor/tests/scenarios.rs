@@ -595,6 +595,26 @@ fn a_web_server_document_its_buffer_pools_cannot_hold_is_refused() {
         assert!(e.contains("vm.loaded.workload.web-server.document") && e.contains("more than the pools hold"), "{e}");
     }
     loads_with(text, "vm.loaded.workload.web-server.document=64KiB");
+    // The default answer takes 4 mbufs, and its connection 2 more (template and request packet):
+    // with 5 the first request slept for good.
+    let e = load_set_err(text, "vm.loaded.workload.web-server.mbufs=5");
+    assert!(e.contains("vm.loaded.workload.web-server.document") && e.contains("6 mbufs") && e.contains("mbufs = 5"), "{e}");
+    loads_with(text, "vm.loaded.workload.web-server.mbufs=6");
+}
+
+#[test]
+fn a_web_servers_msl_goes_with_the_server_closing() {
+    let text = memvisor::scenario::case_text("denali-scale").expect("a case");
+    // TIME_WAIT is the closing end's: a server whose clients close never holds it.
+    let e = load_set_err(text, "vm.loaded.workload.web-server.msl=10s");
+    assert!(e.contains("vm.loaded.workload.web-server.msl") && e.contains("close = \"server\""), "{e}");
+    let sets = ["vm.loaded.workload.web-server.close=server".to_string(), "vm.loaded.workload.web-server.msl=10s".to_string()];
+    for s in scenario::load(text, "x.toml", &sets).unwrap() {
+        let again = scenario::load(&s.to_toml(), "resolved.toml", &[]).unwrap();
+        let mut expect = s.clone();
+        expect.variant = None;
+        assert_eq!(again, vec![expect], "{} does not round-trip", s.full_name());
+    }
 }
 
 #[test]

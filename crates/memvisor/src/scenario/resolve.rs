@@ -1218,22 +1218,33 @@ fn resolve_workload(
             if let (0, Some(d)) = (document, &r.document) {
                 return c.err(d.span(), &f("document"), "is what each request is answered with: at least 1 byte");
             }
-            // An answer takes its clusters and mbufs from the pools all at once (sosend), so a
-            // document whose answer needs more than a pool holds is never served: every request
-            // starved (and past 16 TiB its page count wrapped to one page).
+            // One connection holds its header template, its request's packet and its whole answer
+            // before anything of it is freed, so a pool smaller than that never serves: the first
+            // request sleeps for buffers nothing will free (and past 16 TiB its page count wrapped
+            // to one page).
             let need = (document.div_ceil(crate::guest::ilwaco::mbuf::MCLBYTES as u64), document.div_ceil(crate::workloads::MSS as u64));
-            if need.0 > clusters as u64 || need.0 + need.1 > mbufs as u64 {
+            if need.0 > clusters as u64 || need.0 + need.1 + 2 > mbufs as u64 {
                 return c.err(
                     r.document.as_ref().map_or(w.span(), |d| d.span()),
                     &f("document"),
                     format!(
-                        "an answer of {} needs {} clusters and {} mbufs at once, more than the pools hold (clusters = {clusters}, mbufs = {mbufs})",
+                        "a connection answered with {} holds {} clusters and {} mbufs at once (with its header template and request packet), more than the pools hold (clusters = {clusters}, mbufs = {mbufs})",
                         units::human_bytes(document),
                         need.0,
-                        need.0 + need.1
+                        need.0 + need.1 + 2
                     ),
                 );
             }
+            let closer = Closer::parse(c.choice(&r.close, &f("close"), "client", Closer::NAMES)?).expect("checked");
+            if let (Closer::Client, Some(m)) = (closer, &r.msl) {
+                return c.err(
+                    m.span(),
+                    &f("msl"),
+                    "sets how long TIME_WAIT keeps a connection the server closed: it goes with close = \"server\"",
+                );
+            }
+            // FreeBSD's TCPTV_MSL, 30 s (netinet/tcp_timer.h), so TIME_WAIT lasts 60 s.
+            let msl_ns = c.opt_ns(&r.msl, &f("msl"), 30_000_000_000)?;
             WorkloadSpec::WebServer(WebServer {
                 pool,
                 load,
@@ -1246,9 +1257,8 @@ fn resolve_workload(
                 // [assumed] 192 KiB of the guest's code and data on a request's path: Ilwaco's
                 // TCP stack, threads, libc subset and the server; its size is not published.
                 path_pages: page_number(&r.path, "path", 48)?,
-                closer: Closer::parse(c.choice(&r.close, &f("close"), "client", Closer::NAMES)?).expect("checked"),
-                // FreeBSD's TCPTV_MSL, 30 s (netinet/tcp_timer.h), so TIME_WAIT lasts 60 s.
-                msl_ns: c.opt_ns(&r.msl, &f("msl"), 30_000_000_000)?,
+                closer,
+                msl_ns,
                 mbufs,
                 clusters,
             })

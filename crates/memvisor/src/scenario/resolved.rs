@@ -6,7 +6,7 @@ use toml::{Table, Value};
 
 use super::resolve::{Scenario, default_shares};
 use crate::units::{PAGE_SIZE, fmt_bytes, fmt_duration, fmt_rate};
-use crate::workloads::{Load, WorkloadSpec};
+use crate::workloads::{Closer, Load, WorkloadSpec};
 
 fn s(x: impl Into<String>) -> Value {
     Value::String(x.into())
@@ -252,7 +252,9 @@ impl Scenario {
                             e.push(("rtt", s(fmt_duration(ws.rtt_ns))));
                             e.push(("path", i(ws.path_pages as u64)));
                             e.push(("close", s(ws.closer.name())));
-                            e.push(("msl", s(fmt_duration(ws.msl_ns))));
+                            if ws.closer == Closer::Server {
+                                e.push(("msl", s(fmt_duration(ws.msl_ns))));
+                            }
                             e.push(("mbufs", i(ws.mbufs as u64)));
                             e.push(("clusters", i(ws.clusters as u64)));
                         }

@@ -63,12 +63,12 @@ struct Request {
     /// Closed-loop client that sent it, if any.
     client: Option<u32>,
     /// The connection's TCP/IP header template: an mbuf `tcp_template` takes when the SYN
-    /// arrives, copied into every segment sent and freed by `tcp_close` (FreeBSD 2.x-4.x
-    /// `netinet/tcp_subr.c`).
+    /// arrives, copied into every segment sent and freed by `tcp_close` (4.4BSD and FreeBSD
+    /// 2.x-3.x `netinet/tcp_subr.c`; Alpine's stack is FreeBSD 3.3's, whose own tree was not read).
     template: u32,
     /// The mbuf its packet arrived in.
     rx: u32,
-    /// Buffers of its answer: mbufs, then clusters with bit 31 set.
+    /// Buffers of its answer taken so far: mbufs, and clusters with bit 31 set.
     answer: Vec<u32>,
     /// Next step (`Vm::step`).
     step: u32,
@@ -81,7 +81,7 @@ const CLUSTER: u32 = 1 << 31;
 pub struct WebStats {
     /// Requests answered.
     pub served: u64,
-    /// Requests dropped: listen queue full, or no mbuf for the packet.
+    /// Requests dropped: listen queue full, or no mbuf for the connection's template or packet.
     pub dropped: u64,
     /// Sum of answered requests' latencies, ns.
     pub latency_ns: u64,
@@ -111,7 +111,7 @@ struct Serving {
     window: u32,
     /// The vCPU is busy (running, waiting for a page or the CPU) until it next wakes.
     busy: bool,
-    /// The head request waits for buffers an acknowledgement will free.
+    /// The head request waits for buffers an acknowledgement or a closing connection will free.
     starved: bool,
 }
 
@@ -152,7 +152,7 @@ pub enum Wake {
         /// The closed-loop client answered, if any.
         client: Option<u32>,
     },
-    /// Nothing to do until a request or an acknowledgement arrives.
+    /// Nothing to do until a request, an acknowledgement or a connection's close arrives.
     Idle,
 }
 
@@ -201,7 +201,7 @@ impl Vm {
     pub fn arrive(&mut self, now: u64, client: Option<u32>, w: &WebServer, l: &Layout) -> Option<bool> {
         let s = self.serving(w, l);
         // A SYN past a full listen queue, or one whose template or packet finds no mbuf
-        // (M_DONTWAIT; tcp_input drops it with ENOBUFS), is dropped and the client tries again.
+        // (M_DONTWAIT; tcp_input drops it with ENOBUFS), is dropped (a closed-loop client tries again).
         let got = if s.queue.len() < SOMAXCONN {
             s.mbufs.alloc().and_then(|template| match s.mbufs.alloc() {
                 Some(rx) => Some((template, rx)),
