@@ -4,7 +4,7 @@
 mod common;
 
 use common::one_guest;
-use memvisor::scenario::{self, CASES};
+use memvisor::scenario::{self, CASES, Scenario};
 
 fn load_err(text: &str) -> String {
     match scenario::load(text, "bad.toml", &[]) {
@@ -330,14 +330,19 @@ fn a_value_set_twice_is_refused_not_left_to_order() {
     assert!(twice("vm.g.memory=3GiB", "vm.g.memory_limit=3GiB").map_or_else(|e| !e.to_string().contains("also set"), |_| true));
 }
 
+/// The resolved scenario `s` writes reloads as `s` itself, its variant name aside.
+fn assert_round_trips(s: &Scenario) {
+    let again = scenario::load(&s.to_toml(), "resolved.toml", &[]).unwrap();
+    let mut expect = s.clone();
+    expect.variant = None;
+    assert_eq!(again, vec![expect], "{} does not round-trip", s.full_name());
+}
+
 #[test]
 fn resolved_scenarios_reload_identically() {
     for (name, _, text) in CASES {
         for s in scenario::load(text, name, &[]).unwrap() {
-            let again = scenario::load(&s.to_toml(), "resolved.toml", &[]).unwrap();
-            let mut expect = s.clone();
-            expect.variant = None;
-            assert_eq!(again, vec![expect], "{} does not round-trip", s.full_name());
+            assert_round_trips(&s);
         }
     }
 }
@@ -610,10 +615,7 @@ fn a_web_servers_msl_goes_with_the_server_closing() {
     assert!(e.contains("vm.loaded.workload.web-server.msl") && e.contains("close = \"server\""), "{e}");
     let sets = ["vm.loaded.workload.web-server.close=server".to_string(), "vm.loaded.workload.web-server.msl=10s".to_string()];
     for s in scenario::load(text, "x.toml", &sets).unwrap() {
-        let again = scenario::load(&s.to_toml(), "resolved.toml", &[]).unwrap();
-        let mut expect = s.clone();
-        expect.variant = None;
-        assert_eq!(again, vec![expect], "{} does not round-trip", s.full_name());
+        assert_round_trips(&s);
     }
 }
 
