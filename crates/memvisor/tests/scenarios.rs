@@ -88,6 +88,14 @@ fn a_time_series_too_large_to_keep_is_refused_before_the_run() {
     assert!(e.contains("host.sample_interval") && e.contains("at least 1ms"), "{e}");
     let e = load_err(&base("").replacen("name = \"t\"", "name = \"t\"\nduration = \"876000h\"", 1));
     assert!(e.contains("host.sample_interval") && e.contains("time-series rows, more than the 5000000 kept in memory"), "{e}");
+    // The Denali host keeps 9 rows a sample whatever its VMs: 10,000 of them for 100 hours at
+    // 10 minutes is 601 samples, not 6 million rows.
+    let text = memvisor::scenario::case_text("denali-scale").expect("a case");
+    let sets = ["duration=100h", "host.sample_interval=10min", "vm.web.count=10000"];
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    scenario::load(text, "ok.toml", &sets).unwrap_or_else(|e| panic!("{e}"));
+    let e = load_set_err(text, "duration=876000h");
+    assert!(e.contains("rows (the most popular VMs and all together) sampled every 10 s"), "{e}");
 }
 
 #[test]

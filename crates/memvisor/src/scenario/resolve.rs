@@ -632,15 +632,17 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
     // The time series is kept in memory until the run ends: a run that would pass its bound is
     // refused before it starts.
     if let Some(d) = duration_ns {
-        let rows = (d / host.sample_interval_ns + 1).saturating_mul(vms.len() as u64);
+        // The Denali host keeps rows for its most popular VMs and one for all of them.
+        let per_sample = if host.profile == HostProfile::Denali { 1 + vms.len().min(crate::denali::ROW_VMS) } else { vms.len() };
+        let rows = (d / host.sample_interval_ns + 1).saturating_mul(per_sample as u64);
         if rows > MAX_SERIES_ROWS {
             let at = h.sample_interval.as_ref().map(|q| q.span()).unwrap_or_else(|| raw.duration.as_ref().expect("set").span());
             return c.err(
                 at,
                 "host.sample_interval",
                 format!(
-                    "{} VMs sampled every {} s for {} s make {rows} time-series rows, more than the {MAX_SERIES_ROWS} kept in memory: sample less often",
-                    vms.len(),
+                    "{per_sample} {} sampled every {} s for {} s make {rows} time-series rows, more than the {MAX_SERIES_ROWS} kept in memory: sample less often",
+                    if host.profile == HostProfile::Denali { "rows (the most popular VMs and all together)" } else { "VMs" },
                     host.sample_interval_ns as f64 / 1e9,
                     d as f64 / 1e9
                 ),
