@@ -67,8 +67,10 @@ pub struct DenaliHost {
     window: (u64, Option<u64>),
     /// Latencies of requests answered inside the report window, us.
     latencies: Vec<u32>,
-    at_window: Option<(u64, u64)>,
-    at_window_end: Option<(u64, u64)>,
+    /// Requests served and pages read in at the report window's start and end: all VMs', then
+    /// each row VM's (`row_vms`).
+    at_window: Option<Vec<(u64, u64)>>,
+    at_window_end: Option<Vec<(u64, u64)>>,
     metadata_bytes: u64,
     /// Every VM's counters added up as they change (no tick walks the VMs).
     total: WebStats,
@@ -319,7 +321,7 @@ impl DenaliHost {
                 self.events.push(now + self.sample_interval_ns, Ev::Sample);
             }
             Ev::Window => {
-                let mark = (self.served(), self.pager.stats.page_ins);
+                let mark = self.window_mark();
                 if self.at_window.is_none() { self.at_window = Some(mark) } else { self.at_window_end = Some(mark) }
             }
         }
@@ -412,11 +414,18 @@ impl DenaliHost {
         }
     }
 
+    /// Requests served and pages read in so far: all VMs', then each row VM's.
+    fn window_mark(&self) -> Vec<(u64, u64)> {
+        std::iter::once((self.served(), self.pager.stats.page_ins))
+            .chain(self.row_vms().into_iter().map(|i| (self.vms[i as usize].stats.served, self.pager.vm(i).page_ins)))
+            .collect()
+    }
+
     fn finish(&mut self, t: u64, why: &str) {
         self.now = t;
         self.sample(t);
-        let mark = (self.served(), self.pager.stats.page_ins);
-        self.at_window.get_or_insert(mark);
+        let mark = self.window_mark();
+        self.at_window.get_or_insert_with(|| mark.clone());
         self.at_window_end.get_or_insert(mark);
         self.finished = Some(why.to_string());
     }
@@ -465,15 +474,20 @@ impl DenaliHost {
         let wstart = s.report.window_ns.0;
         let wend = s.report.window_ns.1.unwrap_or(self.now).min(self.now);
         let span = wend.saturating_sub(wstart) as f64 / 1e9;
-        let (a, b) = (self.at_window.unwrap_or_default(), self.at_window_end.unwrap_or_default());
+        let (a, b) = (self.at_window.clone().unwrap_or_default(), self.at_window_end.clone().unwrap_or_default());
+        // Served and read in over the window, per second: all VMs' (row 0) or a row VM's.
+        let rate = |k: usize, f: fn(&(u64, u64)) -> u64| match (a.get(k), b.get(k)) {
+            (Some(x), Some(y)) if span > 0.0 => Some((f(y) - f(x)) as f64 / span),
+            _ => None,
+        };
         let mut lat = self.latencies.clone();
         lat.sort_unstable();
         let pct = |q: f64| lat.get(((lat.len() as f64 * q) as usize).min(lat.len().saturating_sub(1))).map(|&us| us as f64 / 1e3);
         let all = self.row(None);
         let value = |c: &str| -> Option<f64> {
             Some(match c {
-                "requests_per_s" if span > 0.0 => (b.0 - a.0) as f64 / span,
-                "page_ins_per_s" if span > 0.0 => (b.1 - a.1) as f64 / span,
+                "requests_per_s" => return rate(0, |m| m.0),
+                "page_ins_per_s" => return rate(0, |m| m.1),
                 "latency_p50_ms" => return pct(0.50),
                 "latency_p90_ms" => return pct(0.90),
                 "latency_p99_ms" => return pct(0.99),
@@ -501,7 +515,7 @@ impl DenaliHost {
             log: Vec::new(),
         };
         let mut vms = vec![row_summary("all".into(), s.report.columns.iter().map(|c| (c.clone(), value(c))).collect(), &all)];
-        for i in self.row_vms() {
+        for (k, i) in self.row_vms().into_iter().enumerate() {
             let r = self.row(Some(i));
             let v = &self.vms[i as usize].stats;
             let report = s
@@ -513,6 +527,8 @@ impl DenaliHost {
                         "requests_served" => Some(r[0]),
                         "requests_dropped" => Some(r[1]),
                         "footprint_pages" if v.footprint_windows > 0 => Some(v.footprint_pages as f64 / v.footprint_windows as f64),
+                        "requests_per_s" => rate(k + 1, |m| m.0),
+                        "page_ins_per_s" => rate(k + 1, |m| m.1),
                         _ => None,
                     };
                     (c.clone(), x)

@@ -73,6 +73,13 @@ fn a_paged_out_vm_holds_no_frame_and_its_first_request_pays_the_page_ins() {
         }
     }
     assert!(untouched > 0, "with Zipf popularity over 500 VMs some are never asked in 20 s");
+    // The most popular VMs' rows report their own rates over the window, which add up to at most
+    // all VMs' rate.
+    let summary = sim.results().summary;
+    let rate = |row: usize| summary.vms[row].report.iter().find(|(c, _)| *c == "requests_per_s").and_then(|(_, v)| *v);
+    let all = rate(0).expect("all VMs' rate");
+    let rows: Vec<f64> = (1..summary.vms.len()).map(|k| rate(k).expect("a row VM's rate")).collect();
+    assert!(rows[0] > 0.0 && rows[0] >= rows[7] && rows.iter().sum::<f64>() <= all + 1e-9, "{rows:?} of {all}");
     assert!(d.bytes_per_paged_out_vm() <= 1024.0, "{} simulator bytes per paged-out VM", d.bytes_per_paged_out_vm());
 }
 
