@@ -138,9 +138,14 @@ def _timeseries(path: Path):
     import pandas as pd
     import pyarrow as pa
 
-    # Its bytes: pyarrow cannot open every path Python can (a name that is not UTF-8), and its
-    # threads reading through a Python file object may abort the process at exit.
-    df = pd.read_parquet(pa.BufferReader(path.read_bytes()))
+    # Its bytes, copied into a buffer Arrow owns: pyarrow cannot open every path Python can (a name
+    # that is not UTF-8), and a reader over Python's own bytes lets an Arrow worker thread drop the
+    # last reference to them after the read returns; if the interpreter is exiting by then, that
+    # thread's wait for the GIL ends it inside a C++ destructor and the process aborts
+    # ("terminate called without an active exception", status -6; apache/arrow#34314).
+    copy = pa.BufferOutputStream()
+    copy.write(path.read_bytes())
+    df = pd.read_parquet(pa.BufferReader(copy.getvalue()))
     for col in ("time_s", "vm"):
         if col not in df:
             raise ValueError(f"lacks column '{col}' (not a memvisor time series)")
