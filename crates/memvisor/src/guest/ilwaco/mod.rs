@@ -368,3 +368,73 @@ impl Vm {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::devices::{Device, DeviceKind};
+    use crate::workloads::{Closer, Load};
+    use mbuf::PoolKind;
+
+    /// Runs the VM from `now` until it answers or sleeps, waiting out its page-ins and CPU bursts.
+    fn serve(vm: &mut Vm, mut now: u64, server: &(WebServer, Layout), pager: &mut Pager) -> (u64, Wake) {
+        let mut cpu_free = 0;
+        loop {
+            match vm.run(now, 0, server, pager, &mut cpu_free, 1_000_000) {
+                Wake::Run(t) => now = t,
+                w => return (now, w),
+            }
+        }
+    }
+
+    #[test]
+    fn a_starved_sender_woken_by_a_close_alone_keeps_what_it_took() {
+        // Six mbufs and one cluster: a connection takes its template and packet at the SYN, its
+        // one-byte answer two mbufs and the cluster.
+        let w = WebServer {
+            pool: PoolKind::List,
+            load: Load::Open { rate: 1.0 },
+            document: 1,
+            cpu_ns: 1_000,
+            rtt_ns: 1_000_000,
+            path_pages: 1,
+            closer: Closer::Client,
+            msl_ns: 0,
+            mbufs: 6,
+            clusters: 1,
+        };
+        assert_eq!((w.mbufs_per_answer(), w.clusters_per_request()), (2, 1));
+        let server = (w, Layout::of(&w));
+        let mut pager = Pager::new(64, Device::new(DeviceKind::Hdd.defaults()));
+        pager.add_vm(server.1.end);
+        let mut vm = Vm::default();
+        let in_use = |vm: &Vm| {
+            let s = vm.serving.as_ref().unwrap();
+            (s.mbufs.in_use(), s.clusters.in_use())
+        };
+        // A is answered and acknowledged: only its template stays, until its close.
+        assert_eq!(vm.arrive(0, None, &server.0, &server.1), Some(true));
+        let (now, Wake::Answered { slot: a, .. }) = serve(&mut vm, 0, &server, &mut pager) else { panic!("A is answered") };
+        let (template_a, _) = vm.ack(a);
+        // B is answered and not yet acknowledged: it holds two mbufs and the cluster.
+        assert_eq!(vm.arrive(now, None, &server.0, &server.1), Some(true));
+        let (now, Wake::Answered { slot: b, .. }) = serve(&mut vm, now, &server, &mut pager) else { panic!("B is answered") };
+        // C takes the last two mbufs at its SYN and finds none for its answer: it sleeps.
+        assert_eq!(vm.arrive(now, None, &server.0, &server.1), Some(true));
+        assert_eq!(serve(&mut vm, now, &server, &mut pager).1, Wake::Idle);
+        assert_eq!(in_use(&vm), (6, 1));
+        vm.check().unwrap();
+        // A's close frees one mbuf and wakes C, which takes it and sleeps again for the rest,
+        // keeping it (sosend's partial copy stays in the socket buffer).
+        assert!(vm.close(template_a), "a close alone wakes the starved sender");
+        assert_eq!(serve(&mut vm, now, &server, &mut pager).1, Wake::Idle);
+        assert_eq!(in_use(&vm), (6, 1), "C holds the mbuf the close freed");
+        vm.check().unwrap();
+        // B's acknowledgement frees the rest: C is answered, and its packet's mbuf is freed.
+        assert!(vm.ack(b).1);
+        assert!(matches!(serve(&mut vm, now, &server, &mut pager).1, Wake::Answered { .. }));
+        assert_eq!(in_use(&vm), (4, 1), "B's template, C's template and C's answer");
+        assert_eq!((vm.stats.served, vm.stats.dropped), (3, 0));
+        vm.check().unwrap();
+    }
+}
