@@ -88,6 +88,24 @@ impl WebServer {
     pub fn mbufs_per_answer(&self) -> u32 {
         self.document.div_ceil(MSS as u64).max(1) as u32 + self.clusters_per_request()
     }
+
+    /// A list-pool server of one page of code under a trickle of requests, for tests: a
+    /// `document`-byte answer, `mbufs` and `clusters` in its pools, a 1 ms round trip.
+    #[cfg(test)]
+    pub(crate) fn small(document: u64, mbufs: u32, clusters: u32) -> Self {
+        WebServer {
+            pool: PoolKind::List,
+            load: Load::Open { rate: 1.0 },
+            document,
+            cpu_ns: 1_000,
+            rtt_ns: 1_000_000,
+            path_pages: 1,
+            closer: Closer::Client,
+            msl_ns: 0,
+            mbufs,
+            clusters,
+        }
+    }
 }
 
 /// Cumulative popularity of `n` VMs under Zipf exponent `s`: VM `i` is chosen with probability
@@ -129,18 +147,7 @@ mod tests {
 
     #[test]
     fn denali_document_takes_two_clusters() {
-        let w = WebServer {
-            pool: PoolKind::List,
-            load: Load::Open { rate: 1.0 },
-            document: 2258,
-            cpu_ns: 1,
-            rtt_ns: 1,
-            path_pages: 1,
-            closer: Closer::Client,
-            msl_ns: 1,
-            mbufs: 1,
-            clusters: 1,
-        };
+        let w = WebServer::small(2258, 1, 1);
         assert_eq!(w.clusters_per_request(), 2);
         assert_eq!(w.mbufs_per_answer(), 4);
     }

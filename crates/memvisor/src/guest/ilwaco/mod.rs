@@ -373,8 +373,6 @@ impl Vm {
 mod tests {
     use super::*;
     use crate::devices::{Device, DeviceKind};
-    use crate::workloads::{Closer, Load};
-    use mbuf::PoolKind;
 
     /// Runs the VM from `now` until it answers or sleeps, waiting out its page-ins and CPU bursts.
     fn serve(vm: &mut Vm, mut now: u64, server: &(WebServer, Layout), pager: &mut Pager) -> (u64, Wake) {
@@ -391,18 +389,7 @@ mod tests {
     fn a_starved_sender_woken_by_a_close_alone_keeps_what_it_took() {
         // Six mbufs and one cluster: a connection takes its template and packet at the SYN, its
         // one-byte answer two mbufs and the cluster.
-        let w = WebServer {
-            pool: PoolKind::List,
-            load: Load::Open { rate: 1.0 },
-            document: 1,
-            cpu_ns: 1_000,
-            rtt_ns: 1_000_000,
-            path_pages: 1,
-            closer: Closer::Client,
-            msl_ns: 0,
-            mbufs: 6,
-            clusters: 1,
-        };
+        let w = WebServer::small(1, 6, 1);
         assert_eq!((w.mbufs_per_answer(), w.clusters_per_request()), (2, 1));
         let server = (w, Layout::of(&w));
         let mut pager = Pager::new(64, Device::new(DeviceKind::Hdd.defaults()));
