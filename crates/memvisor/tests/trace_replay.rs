@@ -45,6 +45,11 @@ fn generated(kind: &str, n: usize) -> Trace {
             "uniform" => next() % 400,
             // Skewed: page ~ 1000 / (1 + u) for u uniform in [0, 999]: a few hot pages, a long tail.
             "skewed" => 1000 / (1 + next() % 1000),
+            // Pareto (shape 0.8) over 2,000 pages: a few very hot pages, a tail touched rarely.
+            "pareto" => {
+                let u = (next() >> 11) as f64 / (1u64 << 53) as f64;
+                ((1.0 - u).powf(-1.0 / 0.8) as u64) % 2000
+            }
             _ => unreachable!(),
         };
         b.push(0x1000 + page, next().is_multiple_of(4)).unwrap();
@@ -135,4 +140,19 @@ fn linux_mode_faults_respect_the_optimal_bound() {
     }
     let (faults, _) = replay_faults(&t, t.n_pages() as u64, Replacement::Linux);
     assert_eq!(faults, t.n_pages() as u64, "with room for every page, only first touches fault");
+}
+
+/// With a swap slot for every page the trace touches, a thrashing process is slow, never killed:
+/// reclaim can always swap out a page it does not hold mapped, and a pass that finds every page
+/// referenced clears the bits for the next (`should_reclaim_retry`), so Linux never finds itself
+/// out of memory (the OOM killer runs only when reclaim cannot make progress).
+#[test]
+fn linux_mode_with_swap_for_every_page_replays_every_reference() {
+    for kind in ["loop", "uniform", "skewed", "pareto"] {
+        let t = Arc::new(generated(kind, 20_000));
+        for frames in [1, 2, 3, 4, 5, 8, 16, 40, 64, 100, 200] {
+            let (_, touches) = replay_faults(&t, frames, Replacement::Linux);
+            assert_eq!(touches, 20_000, "{kind} trace, {frames} frames: the process was killed");
+        }
+    }
 }

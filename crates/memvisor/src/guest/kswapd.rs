@@ -8,12 +8,9 @@
 //! re-referencing their pages) while it works. It does not take vCPU time from them.
 
 use super::page_alloc::SWAP_CLUSTER_MAX;
-use super::vmscan::DEF_PRIORITY;
+use super::vmscan::{DEF_PRIORITY, MAX_RECLAIM_RETRIES};
 use super::{Counter, Env, Guest};
 use crate::clock::GuestEvent;
-
-/// MAX_RECLAIM_RETRIES: fruitless passes over all priorities before kswapd gives up (mm/internal.h).
-const MAX_RECLAIM_RETRIES: u32 = 16;
 
 /// kswapd's state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -11,11 +11,8 @@
 use super::oom_kill::Oom;
 use super::page::NONE;
 use super::page_alloc::{SWAP_CLUSTER_MAX, Stall};
-use super::vmscan::ScanControl;
+use super::vmscan::{MAX_RECLAIM_RETRIES, ScanControl};
 use super::{Env, Guest};
-
-/// MAX_RECLAIM_RETRIES (mm/internal.h): fruitless reclaims before a charge gives up.
-const MAX_RECLAIM_RETRIES: u32 = 16;
 
 /// A charge's limit reclaim under way in its process's context (`try_charge_memcg`'s retry loop
 /// and its current `try_to_free_mem_cgroup_pages` call), kept while the process lets time pass.

@@ -3,8 +3,10 @@
 //! allocating process reclaims for itself (direct reclaim) and, if that frees nothing at once,
 //! waits for writeback to complete; with nothing left to reclaim the OOM killer picks a victim.
 
+use super::lru::LruList;
 use super::oom_kill::Oom;
 use super::page::{NONE, PageKind};
+use super::vmscan::MAX_RECLAIM_RETRIES;
 use super::{Counter, Env, Guest, Replacement, Sysctl, Thp};
 
 /// Pages per pageblock on x86-64 (2 MiB of 4 KiB pages), khugepaged's unit.
@@ -117,6 +119,7 @@ impl Guest {
     ) -> Result<(u32, u64), Stall> {
         let memcg = self.memcg_of(pid);
         let mut spent = if memcg != 0 { self.try_charge(pid, memcg, 1, now, env)? } else { 0 };
+        let mut no_progress_loops = 0;
         loop {
             if self.windows() {
                 if let Some(r) = self.windows_alloc(kind, owner, index, now, env) {
@@ -150,6 +153,15 @@ impl Guest {
                 // Zeroing the page touches it: the host backs it, or brings back what it took.
                 let (host, _) = self.host_touch(p, true, now + spent, true, env);
                 return Ok((p, spent + host));
+            }
+            if self.cfg.replacement == Replacement::Linux && !self.reclaim_in_flight() {
+                // Reclaim ran (free memory is at the min watermark) and freed too little: a
+                // pass that found the pages referenced has cleared their bits, so another may
+                // free them.
+                no_progress_loops = if self.pages.nr_free() > free { 0 } else { no_progress_loops + 1 };
+                if self.should_reclaim_retry(no_progress_loops) {
+                    continue;
+                }
             }
             self.wait_or_kill(pid, spent, now, env)?;
         }
@@ -213,6 +225,24 @@ impl Guest {
         // The device fills the page: the host backs it in its I/O path, not on a vCPU.
         self.host_touch(p, true, now + spent, false, env);
         Some((p, spent))
+    }
+
+    /// `should_reclaim_retry` (mm/page_alloc.c): direct reclaim is tried again, rather than the
+    /// OOM killer, while what it could still free, less a share for each fruitless retry so far,
+    /// would lift free memory above the min watermark, and for at most MAX_RECLAIM_RETRIES
+    /// fruitless retries in a row. Anonymous pages count as reclaimable only while a swap slot
+    /// is free (`zone_reclaimable_pages`, `can_reclaim_anon_pages`).
+    fn should_reclaim_retry(&self, no_progress_loops: u32) -> bool {
+        if no_progress_loops > MAX_RECLAIM_RETRIES {
+            return false;
+        }
+        let (file, anon) = (0..self.lru.lruvecs()).fold((0, 0), |(f, a), v| {
+            let len = |l| self.lru.len_in(v, l);
+            (f + len(LruList::InactiveFile) + len(LruList::ActiveFile), a + len(LruList::InactiveAnon) + len(LruList::ActiveAnon))
+        });
+        let reclaimable = file + if self.swap.has_free() { anon } else { 0 };
+        let available = reclaimable + self.pages.nr_free();
+        available - (no_progress_loops as u64 * available).div_ceil(MAX_RECLAIM_RETRIES as u64) > self.wmark.min
     }
 
     /// Whether writes in flight will free memory or otherwise change reclaim's options soon.

@@ -21,6 +21,9 @@ use crate::units::PAGE_SIZE;
 
 /// DEF_PRIORITY: reclaim starts by scanning 1/4096 of each list.
 pub const DEF_PRIORITY: u32 = 12;
+/// MAX_RECLAIM_RETRIES (mm/internal.h): fruitless reclaims in a row before kswapd gives up, a
+/// cgroup charge fails or an allocation calls the OOM killer.
+pub(super) const MAX_RECLAIM_RETRIES: u32 = 16;
 
 /// How many pages before the one being scanned a tail scan fetches links and descriptors. A long
 /// list's pages lie scattered over memory, and a page kept or rotated takes less time than a

@@ -37,7 +37,12 @@ pub fn replay_scenario(file: &str, distinct_pages: u64, frames: u64, mode: Repla
          datastore = \"swap\"\nswap = \"{swap} pages\"\nreplacement = \"{mode}\"\n\
          workload = {{ kind = \"trace\", file = {file}, loops = {loops}, compute = \"{compute_ns}ns\" }}\n\
          [report]\ncolumns = [\"pgfault\", \"pgmajfault\", \"runtime_s\"]\n",
-        swap = distinct_pages.max(1),
+        // A slot for every page the trace touches, and one more: linux-mode reclaim scans anon
+        // pages only while a slot is free (`can_reclaim_anon_pages` in mm/vmscan.c), and each
+        // page holds at most one slot, so one spare slot keeps swap from ever stopping reclaim.
+        // Without it, pages reclaim has just written (clean, in the swap cache) fill the last
+        // slots, nothing anon can be scanned, and the OOM killer ends the replay, as in Linux.
+        swap = distinct_pages + 1,
         mode = mode.name(),
     )
 }
