@@ -68,6 +68,12 @@ def _untomlable(v, path: str = "") -> str | None:
     return None if isinstance(v, ok) else (path or "<dict>")
 
 
+def as_text(path: str | os.PathLike) -> str:
+    """A path as text the engine can carry (it takes UTF-8): a name's bytes that are not UTF-8
+    are written as `\\xff` escapes, so errors still name the file; other names are unchanged."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
 def read_scenario_text(spec: str | dict) -> tuple[str, str]:
     """Returns (text, origin) for a case name, a scenario file path, or a scenario as a dict (the
     TOML file's tables as Python values)."""
@@ -85,26 +91,27 @@ def read_scenario_text(spec: str | dict) -> tuple[str, str]:
         except TypeError as e:
             where = _untomlable(spec)
             raise _core.ScenarioError(f"<dict>: {where + ': ' if where else ''}not a scenario value: {e}") from None
-    text = _core.case_text(spec)
+    shown = as_text(spec)
+    text = _core.case_text(shown)
     if text is not None:
         return text, f"case:{spec}"
     path = Path(spec)
     if path.is_file():
         raw = path.read_bytes()
         try:
-            return raw.decode("utf-8"), str(path)
+            return raw.decode("utf-8"), shown
         except UnicodeDecodeError as e:
-            raise _core.ScenarioError(f"{path}: byte {e.start}: a scenario file is UTF-8 text (TOML), and this is not") from None
+            raise _core.ScenarioError(f"{shown}: byte {e.start}: a scenario file is UTF-8 text (TOML), and this is not") from None
     if path.is_dir():
-        raise _core.ScenarioError(f"{spec}: is a folder; a scenario is a .toml file or a case name")
+        raise _core.ScenarioError(f"{shown}: is a folder; a scenario is a .toml file or a case name")
     if path.exists():
-        raise _core.ScenarioError(f"{spec}: not a regular file (a device, a pipe or a socket); a scenario is a .toml file or a case name")
+        raise _core.ScenarioError(f"{shown}: not a regular file (a device, a pipe or a socket); a scenario is a .toml file or a case name")
     import difflib
 
     names = [n for n, _ in cases()]
     near = difflib.get_close_matches(spec.lower(), names, n=1)
     hint = f"did you mean '{near[0]}'? " if near else ""
-    raise _core.ScenarioError(f"{spec}: no such case or file ({hint}cases: {', '.join(names)})")
+    raise _core.ScenarioError(f"{shown}: no such case or file ({hint}cases: {', '.join(names)})")
 
 
 def load(spec: str | dict, sets: Sequence[str] = (), variants: Sequence[str] = ()) -> list:

@@ -15,11 +15,11 @@ import click
 from rich.table import Table
 
 from memvisor import _core
-from memvisor.api import simulate
+from memvisor.api import as_text, simulate
 from memvisor.console import USAGE, MemvisorError, check_output, describe_status, out, warn
 from memvisor.params import IntList
 from memvisor.atomic import write_atomically, written_through
-from memvisor.traces import FORMATS, read_trace
+from memvisor.traces import FORMATS, detect_format, read_trace
 
 
 @click.group("trace")
@@ -98,6 +98,10 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
     check_output(dest, "DEST")
     if dest.exists() and source.resolve() == dest.resolve():
         raise MemvisorError(f"DEST {dest} is SOURCE: write the converted trace to another file", USAGE)
+    # The other commands tell an oracleGeneral trace by its name alone (it has no magic).
+    if dst_fmt == "oracleGeneral" and detect_format(dest, b"") != dst_fmt:
+        raise MemvisorError(f"DEST {dest}: an oracleGeneral trace is known by its name, ending in .oracleGeneral or .bin, "
+                            f"and this name would be read as {detect_format(dest, b'')}; name it so", USAGE)
     try:
         t = read_trace(source, src_fmt, instructions=instructions, obj_id_col=obj_id_col, delimiter=delimiter)
     except (_core.TraceError, ValueError) as e:
@@ -139,8 +143,15 @@ class ReplayTooLong(ValueError):
     """A replay whose references alone would last past a run's longest duration."""
 
 
+class ReplayKilled(RuntimeError):
+    """A replay whose process the guest kernel killed (out of memory) before its last reference:
+    its counts would be a part's, not the trace's."""
+
+
 def replay_trace(t, name: str, frames: int, mode: str, loops: int = 1, compute_ns: int = 0) -> dict:
-    """Replays a loaded trace with `frames` frames available; returns references, faults, time."""
+    """Replays a loaded trace with `frames` frames available; returns references, faults, time.
+    Raises `ReplayKilled` if the guest kernel killed the process before the end."""
+    name = as_text(name)
     refs = dict(t.info())["references"]
     if refs * loops * compute_ns > MAX_REPLAY_NS:
         raise ReplayTooLong(f"--loops {loops} of {refs:,} references with --compute {compute_ns} ns between them is "
@@ -150,6 +161,11 @@ def replay_trace(t, name: str, frames: int, mode: str, loops: int = 1, compute_n
     # Default steps: between them an interruption is heard (results do not depend on them).
     r = simulate(s, traces={name: t})
     vm = r.summary["vms"][0]
+    proc = vm["processes"][0]
+    if proc["state"] != "exited":
+        why = vm["log"][-1]["message"] if vm["log"] else proc["state"]
+        raise ReplayKilled(f"{name}: the replay's process was killed after {proc['touches']:,} of {refs * loops:,} references "
+                           f"({why}): with --frames {frames:,} in {mode} mode the guest kernel cannot run it; give more frames")
     return {
         "trace": name,
         "frames": frames,
@@ -176,7 +192,7 @@ def replay(source: Path, frames: int, mode: str, loops: int, compute_ns: int, as
     try:
         t = read_trace(source)
         res = replay_trace(t, source.name, frames, mode, loops, compute_ns)
-    except (_core.TraceError, _core.RunError) as e:
+    except (_core.TraceError, _core.RunError, ReplayKilled) as e:
         raise MemvisorError(str(e), 1) from None
     except ReplayTooLong as e:
         raise MemvisorError(str(e), USAGE) from None
@@ -247,7 +263,10 @@ def bench_cmd(source: Path, sizes: tuple[int, ...], repeats: int) -> None:
         t = read_trace(source)
     except _core.TraceError as e:
         raise MemvisorError(str(e), 1) from None
-    rows = peer_compare(t, source.name, list(sizes), repeats)
+    try:
+        rows = peer_compare(t, source.name, list(sizes), repeats)
+    except (_core.RunError, ReplayKilled) as e:
+        raise MemvisorError(str(e), 1) from None
     tab = Table(
         "frames", "memvisor faults", "libCacheSim misses", "equal",
         "memvisor req/s\n(replay only)", "memvisor req/s\n(whole replay_trace)", "libCacheSim req/s\n(incl. trace reader)",

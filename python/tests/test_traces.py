@@ -14,6 +14,7 @@ import pytest
 
 import memvisor
 from memvisor import _core
+from memvisor import tracecmd
 from memvisor.tracecmd import peer_compare
 
 from conftest import memvisor as run_cli
@@ -71,6 +72,12 @@ def test_convert_info_and_replay_from_the_command_line(traces, tmp_path):
     # The table gives what was written: oracleGeneral has no writes.
     row = next(x for x in r.stdout.splitlines() if x.startswith("│"))
     assert row.split("│")[2].strip() == f"{info['references']:,}" and row.split("│")[3].strip() == "0", r.stdout
+    # An oracleGeneral trace is known by its name: one the other commands would read as another
+    # format is refused, and nothing is written.
+    for name, taken in [("og.mvtrace", "native"), ("og.csv", "csv"), ("og.trace", "lackey")]:
+        r = run_cli("trace", "convert", "prog.mvtrace", name, "--to", "oracleGeneral", cwd=tmp_path)
+        assert r.returncode == 2 and f"DEST {name}: an oracleGeneral trace is known by its name" in r.stderr and f"read as {taken}" in r.stderr, r.stderr
+        assert not (tmp_path / name).exists()
     r = run_cli("trace", "convert", "prog.mvtrace", "no/such/folder/p.oracleGeneral", cwd=tmp_path)
     assert r.returncode == 2 and "the folder no/such/folder does not exist" in r.stderr, r.stderr
     r = run_cli("trace", "replay", "prog.mvtrace", "--frames", "20", "--json", cwd=tmp_path)
@@ -156,6 +163,39 @@ def test_a_replay_longer_than_a_century_is_refused_and_a_long_one_interrupted(tr
             p.kill()
             p.wait()
     assert p.returncode == 130 and stderr.splitlines() == ["error: interrupted"], stderr
+
+
+def test_a_replay_whose_process_the_guest_kills_is_an_error_not_a_part(traces, monkeypatch):
+    # A replay's guest gives its process a swap slot for every page, so its kernel does not run
+    # out of memory (`linux_mode_with_swap_for_every_page_replays_every_reference`); were it to,
+    # the counts would be a part's, and the replay says so instead of reporting them.
+    t = memvisor.traces.read_trace(traces / "loop.csv")
+    real = tracecmd.simulate
+
+    def killed_partway(s, traces):
+        r = real(s, traces=traces)
+        vm = r.summary["vms"][0]
+        vm["processes"][0].update(state="killed", touches=310)
+        vm["log"].append({"time_s": 0.1, "message": "Out of memory: killed process 0 (trace)"})
+        return r
+
+    assert tracecmd.replay_trace(t, "loop.csv", 2, "linux")["references"] == 5000
+    monkeypatch.setattr(tracecmd, "simulate", killed_partway)
+    with pytest.raises(tracecmd.ReplayKilled, match=r"^loop.csv: the replay's process was killed after 310 of 5,000 references "
+                       r"\(Out of memory: killed process 0 \(trace\)\): with --frames 2 in linux mode .* give more frames$"):
+        tracecmd.replay_trace(t, "loop.csv", 2, "linux")
+
+
+def test_a_trace_or_scenario_whose_name_is_not_utf8_is_read_and_named(traces, tmp_path):
+    odd = tmp_path / "bad\udcff.csv"
+    shutil.copy(traces / "loop.csv", odd)
+    r = run_cli("trace", "replay", str(odd), "-c", "64", "--json", cwd=tmp_path)
+    assert r.returncode == 0 and json.loads(r.stdout)["trace"] == "bad\\xff.csv", r.stderr
+    (tmp_path / "f\udcfe.toml").write_text('name = "odd"\n[host]\nmemory = "1GiB"\n')
+    for cmd in (["run"], ["plan", "--vm", "a", "--slowdown", "2", "--host-memory", "--min", "1GiB", "--max", "2GiB"], ["sweep", "--vary", "host.memory=1GiB,2GiB"]):
+        r = run_cli(*cmd[:1], "f\udcfe.toml", *cmd[1:], cwd=tmp_path)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert "f\\xfe.toml:" in r.stderr and "no [[vm]]" in r.stderr, r.stderr
 
 
 def test_a_scenario_replays_a_trace_file_next_to_it(traces, tmp_path):
