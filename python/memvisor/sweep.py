@@ -145,6 +145,12 @@ def plan_points(spec: str, points: Sequence[dict], column: str | None = None, se
         for k in keys:
             msg = msg.replace(f"--set {k}=", f"{source} {k}=")
         raise _core.ScenarioError(msg) from None
+    # Values that differ in writing only (1GiB and 1024MiB) resolve to the same runs: one point.
+    seen: dict = {}
+    for value, per in zip(values, scenarios):
+        same = seen.setdefault(tuple(s.to_toml() for s in per), value)
+        if same != value:
+            raise ValueError(f"{source} {key}: {same} and {value} are the same point once resolved; give each point once")
     first = scenarios[0][0]
     # A VM absent from some runs (a variant without it) shows "-" there; one in none is a mistake.
     names = list(dict.fromkeys(n for per_value in scenarios for s in per_value for n in s.vm_names))

@@ -13,7 +13,7 @@ from rich.text import Text
 from memvisor import _core
 from memvisor.console import USAGE, MemvisorError, check_output, err, fmt, out, warn
 from memvisor.params import KeyValues
-from memvisor.runfolder import parquet_bytes
+from memvisor.runfolder import parquet_bytes, run_folder_around
 
 
 @click.command("sweep")
@@ -50,6 +50,16 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
             raise MemvisorError(f"--scheduler {scheduler}: {e}; give a scheduler's address, e.g. tcp://10.0.0.5:8786", USAGE) from None
     if bool(varies) == bool(points_file):
         raise MemvisorError("give the grid as --vary KEY=V1,V2 (repeatable) or as --points FILE, one of the two", USAGE)
+    # What is written inside a run folder goes when that run is run again.
+    for opt, path in (("--out", out_dir), ("--csv", csv_path)):
+        around = None if path is None else run_folder_around(path)
+        if around is not None:
+            raise MemvisorError(f"{opt} {path}: inside the run folder {around}, which a rerun replaces with all inside it; name a place elsewhere", USAGE)
+    if csv_path is not None and out_dir is not None:
+        # The sweep's own files: the table would replace its result, or be taken for a damaged run.
+        own = csv_path.resolve()
+        if own == (out_dir / "sweep.parquet").resolve() or (out_dir / "runs").resolve() in own.parents:
+            raise MemvisorError(f"--csv {csv_path}: is the sweep's own sweep.parquet or inside its runs/ store; name a file beside them or elsewhere", USAGE)
     if csv_path is not None:
         check_output(csv_path, "--csv")
     try:

@@ -82,6 +82,24 @@ def test_the_csv_goes_only_over_a_file(tmp_path):
     assert (tmp_path / "fifo").is_fifo() and Path("/dev/null").is_char_device()
 
 
+def test_the_sweep_writes_neither_over_its_own_files_nor_inside_a_run_folder(tmp_path):
+    """--csv may not replace the sweep's sweep.parquet or an entry of its store, and neither --out
+    nor --csv may lie inside a run folder, which a rerun of that run replaces; all refused before
+    anything runs."""
+    write(tmp_path)
+    (tmp_path / "run1").mkdir()
+    (tmp_path / "run1" / "summary.json").write_text("{}")
+    for args, expect in [
+        (["--out", "sw", "--csv", "sw/sweep.parquet"], "--csv sw/sweep.parquet: is the sweep's own sweep.parquet"),
+        (["--out", "sw", "--csv", "sw/runs/x.csv"], "--csv sw/runs/x.csv: is the sweep's own sweep.parquet or inside its runs/ store"),
+        (["--out", "run1/sw"], f"--out run1/sw: inside the run folder {tmp_path / 'run1'}, which a rerun replaces"),
+        (["--csv", "run1/t.csv"], f"--csv run1/t.csv: inside the run folder {tmp_path / 'run1'}, which a rerun replaces"),
+    ]:
+        r = run_cli("sweep", "s.toml", "--vary", "vm.g.memory=96MiB", *args, "--quiet", cwd=tmp_path)
+        assert r.returncode == 2 and r.stderr.startswith(f"error: {expect}") and r.stdout == "", r.stderr
+    assert not (tmp_path / "sw").exists() and sorted(p.name for p in (tmp_path / "run1").iterdir()) == ["summary.json"]
+
+
 def test_a_bad_key_or_value_gets_one_located_error_before_anything_runs(tmp_path):
     write(tmp_path)
     for vary, where, expect in [
@@ -326,6 +344,11 @@ def test_a_points_file_is_read_as_a_spreadsheet_writes_it_and_refused_when_ambig
             points_from_csv(f)
     # A bad value in the file is located in the file, not in a --vary the user did not write.
     write(tmp_path)
+    # Values that differ in writing only are one point, from a file or from --vary.
+    f.write_text("vm.g.memory\n1GiB\n1024MiB\n")
+    for grid in (["--points", "p.csv"], ["--vary", "vm.g.memory=96MiB,1GiB,1024MiB"]):
+        r = run_cli("sweep", "s.toml", *grid, cwd=tmp_path)
+        assert r.returncode == 2 and "vm.g.memory: 1GiB and 1024MiB are the same point once resolved; give each point once" in r.stderr, r.stderr
     f.write_text("vm.g.memory\nlots\n")
     r = run_cli("sweep", "s.toml", "--points", "p.csv", cwd=tmp_path)
     assert r.returncode == 2 and r.stderr.startswith("error: --points p.csv: vm.g.memory=lots: ") and "--vary" not in r.stderr, r.stderr
