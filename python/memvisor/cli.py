@@ -120,13 +120,18 @@ def _report_finished(results: list[api.RunResult]) -> None:
     """The report table of finished runs, and a warning for decisions naming VMs that never were."""
     _print_report(results)
     for r in results:
+        where = f"variant '{r.variant}': " if r.variant else ""
+        start, end = r.summary["report_window_s"]
+        if start >= end:
+            # The window is the scenario's, the run's end is known only now.
+            warn(f"{where}report.window starts at {start:g} s, and the run ended at {end:g} s: "
+                 "nothing was measured over it, so its rates are empty ('-')")
         # The controller refuses them (a live host's VM may have gone); in a simulation the VMs
         # never change, so the policy named one that never was.
         d = r.decisions
         stray = d[d["outcome"].str.startswith("refused: VM #")]
         if len(stray):
             ids = ", ".join(f"#{i}" for i in dict.fromkeys(stray["vm_id"]))
-            where = f"variant '{r.variant}': " if r.variant else ""
             warn(f"{where}{len(stray):,} decisions of policy '{stray['policy'].iloc[0]}' name VMs the host does not have ({ids}); "
                  "they were refused (decisions.jsonl)")
 

@@ -87,6 +87,13 @@ def test_a_runtime_not_reached_is_explained_under_the_table(tmp_path):
     assert "not finished" not in run_ok(tmp_path, short, "--set", "duration=60s", out="out2").stdout
 
 
+def test_a_report_window_after_the_runs_end_is_said_to_be_empty(tmp_path):
+    # The run ends when g's file is read (well under 100 s): a window from 100 s measures nothing.
+    r = run_ok(tmp_path, SMALL + '[report]\nwindow = ["100s", "200s"]\n')
+    assert "warning: report.window starts at 100 s, and the run ended at" in r.stderr and "rates are empty" in r.stderr, r.stderr
+    assert "report.window" not in run_ok(tmp_path, SMALL + '[report]\nwindow = ["0s", "200s"]\n', out="out2").stderr
+
+
 def test_a_workload_the_oom_killer_ended_has_no_runtime(tmp_path):
     # Two 80 MiB stress processes in a 160 MiB guest (105 MiB of memory and swap together): each
     # may map its 80 MiB (Linux's overcommit check is per mapping), both do not fit, and the OOM
