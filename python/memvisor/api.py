@@ -97,6 +97,11 @@ def read_scenario_text(spec: str | dict) -> tuple[str, str]:
         return text, f"case:{spec}"
     path = Path(spec)
     if path.is_file():
+        folder = path.resolve().parent
+        if as_text(folder) != str(folder):
+            # The engine finds the scenario's relative files (traces, a policy) through it.
+            raise _core.ScenarioError(f"{shown}: its folder {as_text(folder)} has a name that is not UTF-8, which the files "
+                                      "a scenario names beside it are found through; move the scenario to a folder named in UTF-8")
         raw = path.read_bytes()
         try:
             return raw.decode("utf-8"), shown

@@ -192,6 +192,11 @@ def test_a_trace_or_scenario_whose_name_is_not_utf8_is_read_and_named(traces, tm
     r = run_cli("trace", "replay", str(odd), "-c", "64", "--json", cwd=tmp_path)
     assert r.returncode == 0 and json.loads(r.stdout)["trace"] == "bad\\xff.csv", r.stderr
     (tmp_path / "f\udcfe.toml").write_text('name = "odd"\n[host]\nmemory = "1GiB"\n')
+    # A folder's name is how the engine finds the files a scenario names beside it: it must be text.
+    (tmp_path / "d\udcff").mkdir()
+    (tmp_path / "d\udcff" / "s.toml").write_text('name = "odd"\n[host]\nmemory = "1GiB"\n')
+    r = run_cli("run", "d\udcff/s.toml", cwd=tmp_path)
+    assert r.returncode == 2 and "d\\xff/s.toml: its folder" in r.stderr and "not UTF-8" in r.stderr and "Traceback" not in r.stderr, r.stderr
     for cmd in (["run"], ["plan", "--vm", "a", "--slowdown", "2", "--host-memory", "--min", "1GiB", "--max", "2GiB"], ["sweep", "--vary", "host.memory=1GiB,2GiB"]):
         r = run_cli(*cmd[:1], "f\udcfe.toml", *cmd[1:], cwd=tmp_path)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr

@@ -164,6 +164,8 @@ impl Guest {
                 }
             }
             self.wait_or_kill(pid, spent, now, env)?;
+            // Written pages or a victim's memory came back: reclaim starts counting afresh.
+            no_progress_loops = 0;
         }
     }
 
@@ -227,11 +229,11 @@ impl Guest {
         Some((p, spent))
     }
 
-    /// `should_reclaim_retry` (mm/page_alloc.c): direct reclaim is tried again, rather than the
-    /// OOM killer, while what it could still free, less a share for each fruitless retry so far,
-    /// would lift free memory above the min watermark, and for at most MAX_RECLAIM_RETRIES
-    /// fruitless retries in a row. Anonymous pages count as reclaimable only while a swap slot
-    /// is free (`zone_reclaimable_pages`, `can_reclaim_anon_pages`).
+    /// `should_reclaim_retry` (mm/page_alloc.c; its back-off went in 2017): direct reclaim is
+    /// tried again, rather than the OOM killer, while freeing all it could would lift free memory
+    /// above the min watermark, for at most MAX_RECLAIM_RETRIES fruitless retries in a row.
+    /// Anonymous pages count as reclaimable only while a swap slot is free
+    /// (`zone_reclaimable_pages`, `can_reclaim_anon_pages`).
     fn should_reclaim_retry(&self, no_progress_loops: u32) -> bool {
         if no_progress_loops > MAX_RECLAIM_RETRIES {
             return false;
@@ -241,8 +243,7 @@ impl Guest {
             (f + len(LruList::InactiveFile) + len(LruList::ActiveFile), a + len(LruList::InactiveAnon) + len(LruList::ActiveAnon))
         });
         let reclaimable = file + if self.swap.has_free() { anon } else { 0 };
-        let available = reclaimable + self.pages.nr_free();
-        available - (no_progress_loops as u64 * available).div_ceil(MAX_RECLAIM_RETRIES as u64) > self.wmark.min
+        reclaimable + self.pages.nr_free() > self.wmark.min
     }
 
     /// Whether writes in flight will free memory or otherwise change reclaim's options soon.
