@@ -30,6 +30,19 @@ fn unknown_field_is_named_with_what_is_allowed() {
 }
 
 #[test]
+fn an_integer_past_64_bits_is_refused_with_the_range() {
+    // In the file (TOML hands it over as i128) and through --set (as u64): the same words.
+    let e = load_err(&format!("seed = 18446744073709551616\n{}", base("")));
+    assert!(
+        e.starts_with("bad.toml:1:")
+            && e.contains("seed: 18446744073709551616 is out of range: integers here are at most 9223372036854775807"),
+        "{e}"
+    );
+    let e = scenario::load(&base(""), "ok.toml", &["seed=9223372036854775808".into()]).expect_err("refused").to_string();
+    assert!(e.contains("seed") && e.contains("9223372036854775808 is out of range: integers here are at most 9223372036854775807"), "{e}");
+}
+
+#[test]
 fn unitless_and_negative_sizes_are_refused() {
     let e = load_err(&base("").replace("\"1GiB\"", "1024"));
     assert!(e.contains("vm.g.memory") && e.contains("no unit") && e.contains("GiB"), "{e}");

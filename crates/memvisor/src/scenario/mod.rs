@@ -217,6 +217,16 @@ fn plain_error(src: &Source, e: toml::de::Error, doc: Option<&toml::de::DeTable>
     if let Some(at) = msg.find("expected struct Raw") {
         msg.replace_range(at.., "expected a table");
     }
+    // An integer past 64 bits reaches serde as i128 or u64, which no field takes: say the range.
+    if let Some(n) = msg
+        .strip_prefix("invalid type: integer `")
+        .or_else(|| msg.strip_prefix("invalid value: integer `"))
+        .and_then(|m| m.split('`').next())
+        .and_then(|n| n.parse::<i128>().ok())
+        .filter(|&n| i64::try_from(n).is_err())
+    {
+        msg = format!("{n} is out of range: integers here are at most {}", i64::MAX);
+    }
     let span = e.span();
     // The key the value belongs to, from the text before it on its line (`key = value`).
     let key = span.as_ref().filter(|s| s.end <= src.text.len()).and_then(|s| {
