@@ -55,6 +55,10 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
     # Both found before anything runs: a recording can take minutes.
     check_output(output, "-o")
     if shutil.which(program[0]) is None:
+        named = Path(program[0])
+        # A path names a file directly; a bare name is looked up on PATH, as the shell would.
+        if os.sep in program[0] and named.is_file():
+            raise MemvisorError(f"{program[0]}: not executable (no execute permission); a program to record is one the shell could run", USAGE)
         raise MemvisorError(f"{program[0]}: no such program (not a file, nor on PATH)", USAGE)
     rfd, wfd = os.pipe()
     cmd = [valgrind, "--tool=lackey", "--trace-mem=yes", f"--log-fd={wfd}", "--", *program]

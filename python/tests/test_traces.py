@@ -224,5 +224,8 @@ def test_record_runs_a_program_under_lackey(tmp_path):
     # A program that cannot run, or a folder that is not there, is refused before anything runs.
     r = run_cli("trace", "record", "-o", "x.mvtrace", "--", "no-such-program", cwd=tmp_path)
     assert r.returncode == 2 and "no-such-program: no such program" in r.stderr and not (tmp_path / "x.mvtrace").exists()
+    (tmp_path / "data.txt").write_text("not a program")
+    r = run_cli("trace", "record", "-o", "x.mvtrace", "--", "./data.txt", cwd=tmp_path)
+    assert r.returncode == 2 and "./data.txt: not executable" in r.stderr and not (tmp_path / "x.mvtrace").exists(), r.stderr
     r = run_cli("trace", "record", "-o", "nowhere/x.mvtrace", "--", "/bin/true", cwd=tmp_path)
     assert r.returncode == 2 and "the folder nowhere does not exist" in r.stderr
