@@ -124,6 +124,15 @@ fn names_that_would_leave_the_run_folder_are_refused() {
 }
 
 #[test]
+fn a_vm_may_not_take_a_name_the_decisions_log_gives_to_others() {
+    for bad in ["host", "#1"] {
+        let e = load_err(&base("").replacen("name = \"g\"", &format!("name = \"{bad}\""), 1));
+        assert!(e.contains("vm.name") && e.contains(&format!("'{bad}' is the decisions log's name")), "{bad}: {e}");
+    }
+    assert!(scenario::load(&base("").replacen("name = \"g\"", "name = \"hosts\"", 1), "ok.toml", &[]).is_ok());
+}
+
+#[test]
 fn reservation_above_memory_is_refused() {
     let e = load_err(&base("reservation = \"2GiB\""));
     assert!(e.contains("vm.g.reservation") && e.contains("above the VM's memory"), "{e}");

@@ -763,6 +763,14 @@ fn resolve_vm(
     if base_name.is_empty() || base_name.contains(['/', '\\', '.']) {
         return c.err(v.name.span(), "vm.name", "must be a non-empty name without '/', '\\' or '.'");
     }
+    // The decisions log names a host-wide decision "host" and a VM the host lacks "#id".
+    if base_name == "host" || base_name.starts_with('#') {
+        return c.err(
+            v.name.span(),
+            "vm.name",
+            format!("'{base_name}' is the decisions log's name for a host-wide decision or an unknown VM; name the VM otherwise"),
+        );
+    }
     let f = |field: &str| format!("vm.{base_name}.{field}");
     // count = 0 leaves the VM out (a variant without it).
     let count = c.int(&v.count, &f("count"), 1, 0, 100_000)?;
