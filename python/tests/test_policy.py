@@ -91,8 +91,10 @@ def test_a_balloon_beyond_the_drivers_cap_is_logged_as_capped():
     # ESX caps a balloon at 65 % of the guest (Mem.CtlMaxPercent); 'idle' has no floor left to keep.
     (s,) = _core.load(SCENARIO.format(policy="static").replace('profile = "kvm"', 'profile = "esx"').replace('reservation = "128MiB"', 'reservation = "0B"'), "cap.toml")
     r = api.simulate(s, policy=All)
-    (idle,) = r.decisions[r.decisions["vm"] == "idle"]["outcome"]
-    assert idle == "applied, capped at 332.8 MiB, the balloon's maximum (MCTLMAX), clamped to 512 MiB, all of idle's memory", idle
+    # The action is what the policy asked; the outcome says, in order, what became of it.
+    (action, idle) = r.decisions[r.decisions["vm"] == "idle"][["action", "outcome"]].iloc[0]
+    assert action == "set balloon target 1 TiB", action
+    assert idle == "clamped to 512 MiB, all of idle's memory; applied, capped at 332.8 MiB, the balloon's maximum (MCTLMAX)", idle
 
 
 def test_python_policy_errors_are_clear():

@@ -97,13 +97,15 @@ impl Controller {
                 None => "host".to_string(),
                 Some(id) => view.vm(id).map_or_else(|| format!("#{}", id.0), |v| v.name.clone()),
             };
-            let (action, outcome) = match guard(&view, &d) {
-                Err(refused) => (d.action.to_string(), refused),
+            // The action as the policy asked it; the outcome in the order things happened to it.
+            let outcome = match guard(&view, &d) {
+                Err(refused) => refused,
                 Ok((safe, note)) => {
                     let applied = backend.apply(&safe)?;
-                    (safe.action.to_string(), note.map_or(applied.clone(), |n| format!("{applied}, {n}")))
+                    note.map_or(applied.clone(), |n| format!("{n}; {applied}"))
                 }
             };
+            let action = d.action.to_string();
             self.log.push(DecisionRecord {
                 time_ns: view.time_ns,
                 policy: self.policy.name().to_string(),
