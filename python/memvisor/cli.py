@@ -317,6 +317,9 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
     default = out_path == _COMPARE_OUT and not out_path.parent.exists()
     if not default:
         check_output(out_path, "--out")
+    # It replaces an earlier report, never a file of another kind (a scenario named by mistake).
+    if out_path.is_file() and not report.is_report_page(out_path):
+        raise MemvisorError(f"--out {out_path}: exists and is not a report memvisor wrote; name a new file or an earlier report", USAGE)
     try:
         # Folders are labelled by name, or by the path given where two share a name.
         names = [p.name for p in runs]

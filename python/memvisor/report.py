@@ -163,6 +163,9 @@ def _run(d: Path, label: str, variant: str | None, why: str) -> Run:
             raise BadRun(f"{d}: {name} missing ({why})")
     scen = d / "scenario.toml"
     summary = _read(d / "summary.json", "a run summary (JSON)", _summary)
+    # A simulated run writes the scenario that reproduces it; a managed run has none.
+    if "rounds" not in summary and not scen.exists():
+        raise BadRun(f"{d}: scenario.toml missing ({why})")
     # A variant's folder given by itself still knows which variant it ran.
     own = summary.get("variant")
     return Run(
@@ -303,6 +306,16 @@ def _table(header: list[str], rows: list[list], cls: str = "") -> str:
     return f'<table class="{cls}"><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>'
 
 
+#: How every page `render` writes begins.
+PAGE_START = "<!DOCTYPE html><html><head><meta charset='utf-8'><title>"
+
+
+def is_report_page(path: Path) -> bool:
+    """Whether `path` holds a page `render` wrote (which a new report may replace)."""
+    with open(path, "rb") as f:
+        return f.read(len(PAGE_START)) == PAGE_START.encode()
+
+
 def render(runs: list[Run], title: str) -> str:
     """The page."""
     from plotly.offline import get_plotlyjs
@@ -334,7 +347,7 @@ def render(runs: list[Run], title: str) -> str:
              "#filter{margin:0.5em 0;width:30em}")
     script = ("function filterDecisions(q){q=q.toLowerCase();for(const tr of document.querySelectorAll('table.decisions tbody tr'))"
               "{tr.style.display=tr.textContent.toLowerCase().includes(q)?'':'none';}}")
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title><style>{style}</style>"
+    return (f"{PAGE_START}{html.escape(title)}</title><style>{style}</style>"
             f"<script>{get_plotlyjs()}</script><script>{script}</script></head><body>{''.join(parts)}</body></html>")
 
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from memvisor import report
+
 CHROMIUM = shutil.which("chromium")
 
 
@@ -161,6 +163,7 @@ def _rewrite(change):
 @pytest.mark.parametrize("file, spoil, expect", [
     ("timeseries.parquet", Path.unlink, ["damaged/v2: timeseries.parquet missing", "lists variant v2"]),
     ("summary.json", Path.unlink, ["damaged/v2: summary.json missing", "lists variant v2"]),
+    ("scenario.toml", Path.unlink, ["damaged/v2: scenario.toml missing", "lists variant v2"]),
     ("timeseries.parquet", _rewrite(lambda df: df.drop(columns="vm")), ["damaged/v2/timeseries.parquet:", "lacks column 'vm'"]),
     ("timeseries.parquet", _rewrite(lambda df: df.drop(columns="time_s")), ["damaged/v2/timeseries.parquet:", "lacks column 'time_s'"]),
     ("timeseries.parquet", _rewrite(lambda df: pd.DataFrame({"x": [1, 2]})), ["damaged/v2/timeseries.parquet:", "not a memvisor time series"]),
@@ -250,8 +253,12 @@ def test_compare_writes_only_a_file_in_a_folder_that_exists(run_folder, tmp_path
     _bad_input(memvisor("compare", str(run_folder), "--out", "no/such/c.html", cwd=tmp_path), "the folder no/such does not exist")
     assert not (tmp_path / "no").exists()
     target = tmp_path / "target.html"
-    target.write_text("old")
     (tmp_path / "link.html").symlink_to(target)
+    # Only an earlier report is replaced, never a file of another kind named by mistake.
+    target.write_text('name = "mine"\n')
+    _bad_input(memvisor("compare", str(run_folder), "--out", "link.html", cwd=tmp_path), "--out link.html: exists and is not a report memvisor wrote")
+    assert target.read_text() == 'name = "mine"\n'
+    target.write_text(report.PAGE_START + "an earlier report</title>")
     r = memvisor("compare", str(run_folder), "--out", "link.html", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "link.html").is_symlink() and target.read_text().startswith("<!DOCTYPE html>")
