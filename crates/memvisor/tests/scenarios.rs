@@ -184,6 +184,11 @@ fn unknown_kinds_and_misplaced_fields_say_what_is_allowed() {
     assert!(e.contains("a 'stress' workload has no field 'size'"), "{e}");
     let e = load_err(&base("sysctl = { \"vm.swapiness\" = 10 }"));
     assert!(e.contains("unknown sysctl 'vm.swapiness'") && e.contains("vm.swappiness"), "{e}");
+    // A value --set puts over the file's is located at the --set, not at the file's valid one.
+    let e = scenario::load(&base("sysctl = { \"vm.swappiness\" = 10 }"), "ok.toml", &["vm.g.sysctl.vm.swappiness=500".into()])
+        .expect_err("refused")
+        .to_string();
+    assert!(e.starts_with("--set vm.g.sysctl.vm.swappiness=500: vm.g.sysctl:") && e.contains("out of range"), "{e}");
     let e = load_err(&base("").replace("datastore = \"d\"", "datastore = \"nope\""));
     assert!(e.contains("no datastore named 'nope' (have: d)"), "{e}");
     let e = load_err(&base("").replace("device = \"ssd\"", "device = \"ssd\"\ncache = \"1GiB\""));

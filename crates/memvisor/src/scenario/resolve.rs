@@ -906,7 +906,7 @@ fn resolve_vm(
             if x < 0 {
                 return c.err(val.span(), &f(&format!("sysctl.{}", k.get_ref())), format!("{x} is negative"));
             }
-            sysctl.set(k.get_ref(), x as u64).map_err(|m| c.src.error(Some(k.span()), &f("sysctl"), m))?;
+            sysctl.set(k.get_ref(), x as u64).map_err(|m| c.src.error(Some(val.span()), &f("sysctl"), m))?;
         }
     }
     // The kernel's Kconfig default, and Debian's (Kali's): THP always. Only the watermarks feel it.
