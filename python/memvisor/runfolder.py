@@ -56,6 +56,13 @@ def run_folder_around(path: Path) -> Path | None:
     return next((p for p in Path(path).resolve().parents if is_run_folder(p)), None)
 
 
+def inside_run_folder(path: Path) -> str | None:
+    """Why `path` may not be written, if it lies inside a run folder at any depth: a rerun of that
+    run replaces all inside it."""
+    around = run_folder_around(path)
+    return None if around is None else f"inside the run folder {around}, which a rerun replaces with all inside it"
+
+
 def check_location(path: Path) -> None:
     """Refuses (NotARunFolder) a folder that cannot be made where it is asked for, or that would be
     lost: one under a file (found only when the work is done and its folder is written), or one
@@ -66,9 +73,9 @@ def check_location(path: Path) -> None:
             if not p.is_dir():
                 raise NotARunFolder(f"{path}: {p} is a file, not a folder; name a folder whose parents are folders")
             break
-    around = run_folder_around(path)
-    if around is not None:
-        raise NotARunFolder(f"{path} is inside the run folder {around}, which a rerun replaces with all inside it; name a folder elsewhere")
+    why = inside_run_folder(path)
+    if why is not None:
+        raise NotARunFolder(f"{path} is {why}; name a folder elsewhere")
 
 
 def check_replaceable(path: Path) -> None:

@@ -13,7 +13,7 @@ from rich.text import Text
 from memvisor import _core
 from memvisor.console import USAGE, MemvisorError, check_output, err, fmt, out, warn
 from memvisor.params import KeyValues
-from memvisor.runfolder import parquet_bytes, run_folder_around
+from memvisor.runfolder import inside_run_folder, parquet_bytes
 
 
 @click.command("sweep")
@@ -52,9 +52,9 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
         raise MemvisorError("give the grid as --vary KEY=V1,V2 (repeatable) or as --points FILE, one of the two", USAGE)
     # What is written inside a run folder goes when that run is run again.
     for opt, path in (("--out", out_dir), ("--csv", csv_path)):
-        around = None if path is None else run_folder_around(path)
-        if around is not None:
-            raise MemvisorError(f"{opt} {path}: inside the run folder {around}, which a rerun replaces with all inside it; name a place elsewhere", USAGE)
+        why = None if path is None else inside_run_folder(path)
+        if why is not None:
+            raise MemvisorError(f"{opt} {path}: {why}; name a place elsewhere", USAGE)
     if csv_path is not None and out_dir is not None:
         # The sweep's own files: the table would replace its result, or be taken for a damaged run.
         own = csv_path.resolve()
