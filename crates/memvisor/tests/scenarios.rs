@@ -170,10 +170,74 @@ fn boot_reservations_past_the_host_are_refused_before_any_page_state_is_built() 
     let e = boot_err(base("kernel_reserved = \"900MiB\"\ncount = 3").replace("\"4GiB\"", "\"2GiB\""));
     assert!(e.contains("VM 'g-3' cannot boot") && e.contains("of 900 MiB") && e.contains("after the 2 VMs before it"), "{e}");
     // A maxmem whose memmap alone outgrows the host (1 TiB: 16 GiB of descriptors) fails at
-    // once, not after gigabytes of the simulator's own page state.
-    let xen = base("maxmem = \"1TiB\"").replace("memory = \"4GiB\"", "memory = \"2GiB\"\nprofile = \"xen\"");
-    let e = boot_err(xen);
-    assert!(e.contains("VM 'g' cannot boot") && e.contains("maxmem included") && !e.contains("before it"), "{e}");
+    // once, not after gigabytes of the simulator's own page state: its reservation does not fit in
+    // the memory the guest starts with, which admission has already fitted in the host.
+    let e = load_err(&base("maxmem = \"1TiB\"").replace("memory = \"4GiB\"", "memory = \"2GiB\"\nprofile = \"xen\""));
+    assert!(e.contains("vm.g.kernel_reserved: the kernel's boot reservation of 16.1 GiB (the default for its maxmem)"), "{e}");
+}
+
+#[test]
+fn a_xen_guest_must_boot_in_the_memory_it_starts_with() {
+    let xen = |vm: &str, host: &str| {
+        one_guest("2GiB", &format!("name = \"g\"\n{vm}\nworkload = {{ kind = \"idle\", footprint = \"8MiB\" }}\n"), "duration = \"1s\"")
+            .replacen("[host]\n", &format!("[host]\nprofile = \"xen\"\n{host}"), 1)
+    };
+    // The reservation sized for maxmem (its memmap) must fit in `memory`, not merely in maxmem.
+    let e = load_err(&xen("memory = \"64MiB\"\nmaxmem = \"1GiB\"", ""));
+    assert!(
+        e.contains("vm.g.kernel_reserved") && e.contains("(the default for its maxmem) does not fit in the 64 MiB the guest starts with"),
+        "{e}"
+    );
+    // Reservation and min watermark fit, but leave no room for the whole boot balloon: refused at
+    // boot, where the guest would otherwise start with more than `memory`.
+    let s = scenario::load(&xen("memory = \"40MiB\"\nmaxmem = \"1GiB\"\nkernel_reserved = \"16MiB\"", ""), "ok.toml", &[])
+        .unwrap_or_else(|e| panic!("{e}"))
+        .remove(0);
+    let e = memvisor::Simulation::new(&s).err().expect("cannot start");
+    assert!(e.contains("VM 'g' cannot start in memory = 40.0 MiB") && e.contains("boot balloon; give it more memory"), "{e}");
+    let s = scenario::load(&xen("memory = \"128MiB\"\nmaxmem = \"1GiB\"\nkernel_reserved = \"16MiB\"", ""), "ok.toml", &[])
+        .unwrap_or_else(|e| panic!("{e}"))
+        .remove(0);
+    assert!(memvisor::Simulation::new(&s).is_ok(), "room for the reservation, the watermark and the balloon");
+    // A boot balloon above the balloon's cap.
+    let e = load_err(&xen("memory = \"128MiB\"\nmaxmem = \"256MiB\"", "balloon_max_percent = 10\n"));
+    assert!(e.contains("vm.g.maxmem: starts 128 MiB of the VM in its balloon") && e.contains("maximum of 25.6 MiB"), "{e}");
+}
+
+#[test]
+fn settings_of_a_mechanism_left_off_are_said_to_be_ignored() {
+    let text = |host: &str, vm: &str| {
+        one_guest(
+            "2GiB",
+            &format!("name = \"g\"\nmemory = \"128MiB\"\n{vm}workload = {{ kind = \"idle\", footprint = \"8MiB\" }}\n"),
+            "duration = \"1s\"",
+        )
+        .replacen("[host]\n", &format!("[host]\n{host}"), 1)
+    };
+    let load = |t: &str| scenario::load(t, "t.toml", &[]).unwrap_or_else(|e| panic!("{e}")).remove(0);
+    let s = load(&text("profile = \"xen\"\ncompressor = \"deflate-1\"\n", "host_swap_datastore = \"d\"\n"));
+    assert_eq!(
+        s.warnings,
+        [
+            "host.compressor: nothing compresses (host.zip_max_percent is 0 and host.tmem_compress is off): it is ignored",
+            "vm.g.host_swap_datastore: the host does not swap (host.swap is off): it is ignored"
+        ]
+    );
+    let s = load(&text("profile = \"xen\"\ntmem = true\npolicy = \"dmc\"\n", "frontswap_selfshrink = true\n"));
+    assert!(s.warnings.iter().any(|w| w.contains("frontswap_selfshrink is the xen-selfballoon driver's")), "{:?}", s.warnings);
+    // What the resolved scenario writes back of its own defaults reloads without a warning.
+    for host in [
+        "profile = \"xen\"\n",
+        "profile = \"xen\"\ntmem = true\npolicy = \"dmc\"\n",
+        "profile = \"xen\"\ntmem = true\ntmem_compress = true\n",
+    ] {
+        let s = load(&text(host, ""));
+        assert!(s.warnings.is_empty() && load(&s.to_toml()).warnings.is_empty(), "{}", s.to_toml());
+        assert_eq!(load(&s.to_toml()), s, "reloads to the same scenario");
+    }
+    // An ignored choice the user made is written back, and still said on reload.
+    let s = load(&text("profile = \"xen\"\ncompressor = \"lz4\"\n", ""));
+    assert_eq!(load(&s.to_toml()).warnings, s.warnings);
 }
 
 #[test]
@@ -189,6 +253,17 @@ fn unknown_kinds_and_misplaced_fields_say_what_is_allowed() {
         .expect_err("refused")
         .to_string();
     assert!(e.starts_with("--set vm.g.sysctl.vm.swappiness=500: vm.g.sysctl:") && e.contains("out of range"), "{e}");
+    // The kernel's own lower bound: a scale factor of 0 would put every watermark at min.
+    let e = load_err(&base("sysctl = { \"vm.watermark_scale_factor\" = 0 }"));
+    assert!(e.contains("vm.watermark_scale_factor = 0 is out of range 1..=3000"), "{e}");
+    let e = load_err(
+        &base("").replace("[[datastore]]\nname = \"d\"", "[[datastore]]\nname = \"\"").replace("datastore = \"d\"", "datastore = \"\""),
+    );
+    assert!(e.contains("datastore.name: must be a non-empty name"), "{e}");
+    for (cols, why) in [("[]", "is empty"), ("[\"runtime_s\", \"pgfault\", \"runtime_s\"]", "'runtime_s' is named twice")] {
+        let e = load_err(&format!("{}[report]\ncolumns = {cols}\n", base("")));
+        assert!(e.contains("report.columns") && e.contains(why), "{e}");
+    }
     let e = load_err(&base("").replace("datastore = \"d\"", "datastore = \"nope\""));
     assert!(e.contains("no datastore named 'nope' (have: d)"), "{e}");
     let e = load_err(&base("").replace("device = \"ssd\"", "device = \"ssd\"\ncache = \"1GiB\""));
@@ -202,6 +277,11 @@ fn type_errors_name_the_key_in_plain_words() {
     assert!(e.contains(": vm.g.vcpus: invalid type: string \"two\", expected an integer"), "{e}");
     let e = load_err(&base("").replace("passes = 1", "passes = \"x\""));
     assert!(e.contains(": vm.g.workload.stress.passes: ") && e.contains("expected an integer"), "{e}");
+    // TOML's words for what was found, not serde's (sequence, map).
+    let e = load_err(&base("").replace("datastore = \"d\"", "datastore = [\"d\"]"));
+    assert!(e.contains("invalid type: array, expected a string"), "{e}");
+    let e = load_err(&base("").replace("datastore = \"d\"", "datastore = { name = \"d\" }"));
+    assert!(e.contains("invalid type: table, expected a string"), "{e}");
     let e = load_err(&base("sysctl = { \"vm.swappiness\" = \"x\" }"));
     assert!(e.contains(": vm.g.sysctl.vm.swappiness: invalid type: string \"x\", expected an integer"), "{e}");
     let e = load_err(&base("").replace("[[datastore]]\n", "[[datastore]]\nkind = \"ssd\"\n"));

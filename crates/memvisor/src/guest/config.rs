@@ -114,14 +114,16 @@ impl Sysctl {
 
     /// Sets one tunable by name; the error says what is allowed.
     pub fn set(&mut self, name: &str, v: u64) -> Result<(), String> {
-        let small = |max: u64| -> Result<u32, String> {
-            if v > max { Err(format!("{name} = {v} is out of range 0..={max}")) } else { Ok(v as u32) }
+        let within = |min: u64, max: u64| -> Result<u32, String> {
+            if v < min || v > max { Err(format!("{name} = {v} is out of range {min}..={max}")) } else { Ok(v as u32) }
         };
+        let small = |max: u64| within(0, max);
         match name {
             "vm.swappiness" => self.swappiness = small(200)?,
             "vm.page-cluster" => self.page_cluster = small(31)?,
             "vm.min_free_kbytes" => self.min_free_kbytes = Some(v),
-            "vm.watermark_scale_factor" => self.watermark_scale_factor = small(3000)?,
+            // The kernel's own bounds (mm/page_alloc.c: extra1 = SYSCTL_ONE, extra2 = 3000).
+            "vm.watermark_scale_factor" => self.watermark_scale_factor = within(1, 3000)?,
             "vm.dirty_ratio" => self.dirty_ratio = small(100)?,
             "vm.dirty_background_ratio" => self.dirty_background_ratio = small(100)?,
             "vm.dirty_expire_centisecs" => self.dirty_expire_centisecs = small(u32::MAX as u64)?,

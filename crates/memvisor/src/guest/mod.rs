@@ -280,7 +280,22 @@ impl Guest {
             // Pages past the initial reservation were never populated: the driver starts with
             // them out (`balloon_stats.current_pages = nr_pages`), at no cost.
             env.host.set_balloon_target(id, g.cfg.boot_balloon_pages as u64);
-            g.inflate(g.cfg.boot_balloon_pages as u64, false, 0, env);
+            if g.inflate(g.cfg.boot_balloon_pages as u64, false, 0, env).1 {
+                // Booting in `memory` would leave the guest below its min watermark: it would start
+                // with more than `memory` and nothing but the OOM killer to run.
+                let mib = |pages: u64| pages as f64 * PAGE_SIZE as f64 / (1 << 20) as f64;
+                let initial = (g.cfg.memory_pages - g.cfg.boot_balloon_pages) as u64;
+                return Err(format!(
+                    "VM '{}' cannot start in memory = {:.1} MiB (maxmem {:.1} MiB): the kernel's reservation ({:.1} MiB) and the min watermark it keeps free ({:.1} MiB) leave room for {:.1} MiB of its {:.1} MiB boot balloon; give it more memory",
+                    g.cfg.name,
+                    mib(initial),
+                    mib(g.cfg.memory_pages as u64),
+                    mib(g.cfg.reserved_pages as u64),
+                    mib(g.wmark.min),
+                    mib(g.balloon.pages().len() as u64),
+                    mib(g.cfg.boot_balloon_pages as u64)
+                ));
+            }
         }
         if g.cfg.populate_at_boot {
             env.host.populate(id);

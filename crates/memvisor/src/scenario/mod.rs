@@ -217,6 +217,12 @@ fn plain_error(src: &Source, e: toml::de::Error, doc: Option<&toml::de::DeTable>
     if let Some(at) = msg.find("expected struct Raw") {
         msg.replace_range(at.., "expected a table");
     }
+    // What was found, in TOML's words too (serde says sequence and map).
+    for (serde, plain) in [("invalid type: sequence,", "invalid type: array,"), ("invalid type: map,", "invalid type: table,")] {
+        if let Some(rest) = msg.strip_prefix(serde) {
+            msg = format!("{plain}{rest}");
+        }
+    }
     // An integer past 64 bits reaches serde as i128 or u64, which no field takes: say the range.
     if let Some(n) = msg
         .strip_prefix("invalid type: integer `")

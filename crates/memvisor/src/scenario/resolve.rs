@@ -429,8 +429,9 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         return c.err(h.memory.span(), "host.memory", "must be at least one page (4KiB)");
     }
     if host.hypervisor >= host.memory {
+        // The profile's own share is the memory's fault; a share set in the scenario is its own.
         return c.err(
-            h.memory.span(),
+            h.hypervisor.as_ref().map_or(h.memory.span(), |q| q.span()),
             "host.hypervisor",
             format!(
                 "the hypervisor's {} leaves nothing of the host's {}",
@@ -480,6 +481,9 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
     for ds in &raw.datastore {
         let d = ds.get_ref();
         let dname = d.name.get_ref().clone();
+        if dname.trim().is_empty() {
+            return c.err(d.name.span(), "datastore.name", "must be a non-empty name (VMs refer to the datastore by it)");
+        }
         if datastores.iter().any(|x| x.name == dname) {
             return c.err(d.name.span(), "datastore.name", format!("two datastores are named '{dname}'"));
         }
@@ -528,6 +532,20 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
     let mut names = std::collections::HashSet::new();
     for v in &raw.vm {
         for mut spec in resolve_vm(&c, v.get_ref(), &datastores, &costs, host.profile, host.tmem.is_some())? {
+            let cap = spec.guest.memory_pages as u64 * host.balloon_max_percent as u64 / 100;
+            if let (Some(q), true) = (&v.get_ref().maxmem, spec.guest.boot_balloon_pages as u64 > cap) {
+                // The boot balloon is a balloon like any other: it may not start above its maximum.
+                return c.err(
+                    q.span(),
+                    &format!("vm.{}.maxmem", v.get_ref().name.get_ref().trim()),
+                    format!(
+                        "starts {} of the VM in its balloon (maxmem - memory), above the balloon's maximum of {} (host.balloon_max_percent = {} of maxmem): raise memory or host.balloon_max_percent",
+                        units::human_bytes(spec.guest.boot_balloon_pages as u64 * PAGE_SIZE),
+                        units::human_bytes(cap * PAGE_SIZE),
+                        host.balloon_max_percent
+                    ),
+                );
+            }
             spec.guest.seed = crate::rng::derive(seed, &[vms.len() as u64]);
             if !names.insert(spec.guest.name.clone()) {
                 return c.err(v.get_ref().name.span(), "vm.name", format!("two VMs are named '{}'", spec.guest.name));
@@ -626,6 +644,21 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
                     "vm.{name}.shares weigh in the esx and proxmox policies, and host.policy is '{policy}': they are ignored"
                 ));
             }
+            if v.frontswap_selfshrink.as_ref().is_some_and(|b| *b.get_ref()) && policy != "xen-selfballoon" {
+                policy_warnings.push(format!(
+                    "vm.{name}.frontswap_selfshrink is the xen-selfballoon driver's, and host.policy is '{policy}': it is ignored"
+                ));
+            }
+        }
+    }
+    // Settings of a mechanism the scenario leaves off: said, as the policies' are.
+    if h.compressor.is_some() && host.zip_max_percent == 0 && !host.tmem.as_ref().is_some_and(|t| t.compress) {
+        warnings
+            .push("host.compressor: nothing compresses (host.zip_max_percent is 0 and host.tmem_compress is off): it is ignored".into());
+    }
+    if !host.swap {
+        for v in raw.vm.iter().map(|v| v.get_ref()).filter(|v| v.host_swap_datastore.is_some()) {
+            warnings.push(format!("vm.{}.host_swap_datastore: the host does not swap (host.swap is off): it is ignored", v.name.get_ref()));
         }
     }
     warnings.extend(policy_warnings.iter().cloned());
@@ -707,6 +740,12 @@ fn resolve_report(c: &Ctx, raw: &RawScenario, denali: bool) -> Result<ReportSpec
             window_ns = (a, Some(b));
         }
         if let Some(cols) = &r.columns {
+            if cols.get_ref().is_empty() {
+                return c.err(cols.span(), "report.columns", "is empty: name at least one column, or leave it out for the defaults");
+            }
+            if let Some((_, col)) = cols.get_ref().iter().enumerate().find(|(i, col)| cols.get_ref()[..*i].contains(col)) {
+                return c.err(cols.span(), "report.columns", format!("'{col}' is named twice: name each column once"));
+            }
             for col in cols.get_ref() {
                 if denali && !crate::metrics::denali::REPORT_COLUMNS.contains(&col.as_str()) {
                     return c.err(
@@ -884,16 +923,27 @@ fn resolve_vm(
     // Ilwaco is a library OS in the VM's own pages (its layout is the web server's).
     let default_reserved = if os == "ilwaco" { 0 } else { GuestConfig::linux_reserved_bytes(memory) };
     let reserved = c.opt_bytes(&v.kernel_reserved, &f("kernel_reserved"), default_reserved)?;
-    if units::pages(reserved) >= memory_pages as u64 {
+    // The guest boots in the memory it starts with: a Xen guest's reservation (sized for maxmem,
+    // whose memmap it holds) must fit there, not merely in maxmem.
+    let initial_pages = memory_pages - boot_balloon_pages;
+    if units::pages(reserved) >= initial_pages as u64 {
         let span = v.kernel_reserved.as_ref().map_or(v.memory.span(), |q| q.span());
+        let (default, fits) = if boot_balloon_pages > 0 {
+            let starts = units::human_bytes(initial_pages as u64 * PAGE_SIZE);
+            (
+                " (the default for its maxmem)",
+                format!("does not fit in the {starts} the guest starts with (memory; maxmem is {})", units::human_bytes(memory)),
+            )
+        } else {
+            (" (the default for its size)", format!("leaves no memory in a {} guest", units::human_bytes(memory)))
+        };
+        let default = if v.kernel_reserved.is_none() { default } else { "" };
         return c.err(
             span,
             &f("kernel_reserved"),
             format!(
-                "the kernel's boot reservation of {}{} leaves no memory in a {} guest: give it more memory, or set kernel_reserved",
-                units::human_bytes(reserved),
-                if v.kernel_reserved.is_none() { " (the default for its size)" } else { "" },
-                units::human_bytes(memory)
+                "the kernel's boot reservation of {}{default} {fits}: give it more memory, or set kernel_reserved",
+                units::human_bytes(reserved)
             ),
         );
     }
@@ -1320,7 +1370,8 @@ fn resolve_workload(
                 cycles: c.int(&r.cycles, &f("cycles"), 1, 1, i64::MAX as u64)?,
                 // [unpublished] the seed gives no allocation rate: one cycle in four replaces its object.
                 replace_percent: c.int(&r.replace_percent, &f("replace_percent"), 25, 0, 100)? as u32,
-                // 512 8-byte elements per page, each update a DRAM miss of about 100 ns.
+                // 512 8-byte elements per page, each update a DRAM miss of about 100 ns ("fetch
+                // from main memory: 100 nanosec", Norvig's typical-PC timings, norvig.com/21-days.html).
                 visit_ns: c.opt_ns(&r.visit, &f("visit"), 51_200)?,
             })
         }

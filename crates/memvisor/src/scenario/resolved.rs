@@ -95,6 +95,11 @@ impl Scenario {
             sharing.push(("tmem_dedup", Value::Boolean(t.dedup)));
             sharing.push(("tmem_compress", Value::Boolean(t.compress)));
         }
+        // The compressor only where something compresses, or where the user chose another: a
+        // reload would otherwise warn about what the user never wrote.
+        let compresses = self.host.zip_max_percent > 0 || self.host.tmem.as_ref().is_some_and(|t| t.compress);
+        let compressor = (compresses || self.host.compressor != crate::content::Compressor::Lzo1x1)
+            .then(|| ("compressor", s(self.host.compressor.name())));
         doc.insert(
             "host".into(),
             table(
@@ -107,12 +112,12 @@ impl Scenario {
                     ("hypervisor", s(fmt_bytes(self.host.hypervisor))),
                     ("swap", Value::Boolean(self.host.swap)),
                     ("zip_max_percent", i(self.host.zip_max_percent as u64)),
-                    ("compressor", s(self.host.compressor.name())),
                     ("balloon_max_percent", i(self.host.balloon_max_percent as u64)),
                     ("sample_period", s(fmt_duration(self.host.sample_period_ns))),
                     ("sample_pages", i(self.host.sample_pages as u64)),
                 ]
                 .into_iter()
+                .chain(compressor)
                 .chain(sharing)
                 .collect(),
             ),
@@ -275,7 +280,6 @@ impl Scenario {
                 ("overhead", s(fmt_bytes(v.overhead))),
                 ("os", s(&v.os)),
                 ("balloon", s(g.balloon.name())),
-                ("host_swap_datastore", s(&self.datastores[v.swap_datastore].name)),
                 ("datastore", s(&self.datastores[v.datastore].name)),
                 ("swap", s(fmt_bytes(g.swap_pages as u64 * PAGE_SIZE))),
                 ("replacement", s(g.replacement.name())),
@@ -285,6 +289,10 @@ impl Scenario {
                 ("sysctl", Value::Table(sysctl)),
                 ("workload", Value::Array(workloads)),
             ];
+            // The host swap file's datastore where the host swaps or the user chose another one.
+            if self.host.swap || v.swap_datastore != v.datastore {
+                fields.push(("host_swap_datastore", s(&self.datastores[v.swap_datastore].name)));
+            }
             // A limit or shares only where set: under a policy that ignores them, a reload would
             // otherwise warn about what the user never wrote.
             let memory = g.memory_pages as u64 * PAGE_SIZE;
@@ -307,7 +315,10 @@ impl Scenario {
             if self.host.tmem.is_some() {
                 fields.push(("cleancache", Value::Boolean(g.cleancache)));
                 fields.push(("frontswap", Value::Boolean(g.frontswap)));
-                fields.push(("frontswap_selfshrink", Value::Boolean(g.frontswap_selfshrink)));
+                // Only the self-ballooning driver reads it; elsewhere only a value not its default.
+                if self.host.policy.name == "xen-selfballoon" || g.frontswap_selfshrink != g.frontswap {
+                    fields.push(("frontswap_selfshrink", Value::Boolean(g.frontswap_selfshrink)));
+                }
             }
             // A Windows guest's replacement comes with its `os`, and it has no Linux kernel knobs.
             if g.replacement == crate::guest::Replacement::Windows {
