@@ -284,7 +284,13 @@ def simulate_all(
             if shown is not None:
                 shown(now, total)
 
-        return simulate(s, progress=progress, **kw)
+        try:
+            return simulate(s, progress=progress, **kw)
+        except _core.RunError as e:
+            # Which of several runs failed: the message alone names a VM, not the variant.
+            if s.variant and len(scenarios) > 1:
+                raise _core.RunError(f"variant '{s.variant}': {e}") from None
+            raise
 
     with deferred_signals() as got:
         pool = ThreadPoolExecutor(max_workers=max(1, min(jobs or cpus(), len(scenarios))))

@@ -194,6 +194,12 @@ BAD = {
         "variant.name: '../../escape' must be a name of 1 to 100 bytes without '/'",
     ),
     "scenario name '..'": (SMALL.replace('name = "small"', 'name = ".."'), "name: must be a name of 1 to 100 bytes"),
+    # Of several variants, the one whose run is refused is named (the message alone names a VM).
+    "one variant refused at power-on": (
+        SMALL.replace('name = "g"', 'name = "g"\ncount = 2\nreservation = "100MiB"')
+        + '[[variant]]\nname = "roomy"\nset = {}\n[[variant]]\nname = "tight"\nset = { "host.memory" = "160MiB" }\n',
+        "error: variant 'tight': admission control refuses to power on VM 'g-1'",
+    ),
 }
 
 
