@@ -41,7 +41,10 @@ impl DeviceKind {
             // latency of order 100 us (SATA SSD datasheets list 50-100 us).
             Self::Ssd => DeviceSpec { kind: self, latency_ns: 100_000, bandwidth: 550e6, queue_depth: 32, seek_ns: 0, filer: None },
             // Seek (positioning) 8 ms: seed 002, "typical disk (seek) 8,000,000 ns". 150 MB/s sustained
-            // transfer of a 7,200 rpm drive; one head, so one request at a time.
+            // transfer of a current 7,200 rpm desktop drive (WD Blue WD10EZEX's "host to/from drive
+            // (sustained)" [doc-recalled]; Seagate's 2010 Barracuda XT lists 138 MB/s at the outer
+            // diameter); one head, so one request at a time. A case of an older machine sets its own
+            // (tmem-kernel-build's IDE disk).
             Self::Hdd => DeviceSpec { kind: self, latency_ns: 0, bandwidth: 150e6, queue_depth: 1, seek_ns: 8_000_000, filer: None },
             // Seed 001: "a 2Gb NFS link (a pair of 1Gb NICs bonded together)". But an NFSv3 datastore
             // is one TCP session, and a bond carries one session on one member link ("the bandwidth
