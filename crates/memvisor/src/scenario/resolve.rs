@@ -903,7 +903,9 @@ fn resolve_vm(
     let datastore = find(&v.datastore, "datastore")?;
     // ESX keeps a VM's swap file with the VM's files unless told otherwise.
     let swap_datastore = v.host_swap_datastore.as_ref().map(|d| find(d, "host_swap_datastore")).transpose()?.unwrap_or(datastore);
-    // Installers' classic rule: swap as large as memory.
+    // Swap as large as memory: Red Hat's rule for 2-8 GB of RAM (RHEL 7 Installation Guide,
+    // "Recommended System Swap Space" [doc-recalled]); [assumed] for other sizes and for Windows'
+    // pagefile, where a case sets its own if it matters.
     let swap = c.opt_bytes(&v.swap, &f("swap"), memory)?;
     let swap_pages = match &v.swap {
         Some(q) => page_count(c, q, &f("swap"), swap)?,
