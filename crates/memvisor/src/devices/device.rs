@@ -53,7 +53,9 @@ impl DeviceKind {
             // for I/O", vSphere 6.7 storage guide): 1 Gbit/s, of which TCP over 1,500-byte Ethernet
             // frames carries 1,460 payload bytes per 1,538 on the wire, 118.7 MB/s. The server (a
             // NetApp filer in the seed) answers from its cache in about 0.5 ms round trip over
-            // gigabit Ethernet; 128 outstanding RPCs is the Linux client's default sunrpc slot table.
+            // gigabit Ethernet [assumed: the seed gives no latency; a LAN round trip and a cached
+            // read]; 128 outstanding RPCs is the Linux client's default sunrpc slot table (the seed's
+            // client is ESX's, whose limit is not published: [assumed] the same).
             // Behind it (`filer.rs`): the seed's FAS3020 has 2 GB of memory per controller (NetApp's
             // FAS3000-series datasheet; recalled, not checked against a copy) and disks in DS14
             // shelves of 14; a read it must fetch from disk pays seed 002's 8 ms seek. The filer is

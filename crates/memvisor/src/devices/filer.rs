@@ -10,7 +10,8 @@ use std::collections::{HashMap, VecDeque};
 /// Bytes the server caches and reads in one block (WAFL's 4 KiB block).
 const BLOCK: u64 = 4096;
 
-/// Sequential read streams the server follows at once: enough for several clients' files.
+/// Sequential read streams the server follows at once: enough for several clients' files
+/// ([assumed]: WAFL's readahead is not published).
 const STREAMS: usize = 8;
 
 /// A cache of block numbers with least-recently-used replacement. Touches are appended to a queue
