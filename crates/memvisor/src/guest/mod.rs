@@ -237,7 +237,9 @@ impl Guest {
         env.host.back_range(id, managed, n);
         let managed = managed as u64;
         let wmark = match cfg.replacement {
-            Replacement::Linux => Watermarks::linux(managed, &cfg.sysctl),
+            // Over the pages the buddy allocator has at boot: a Xen guest's boot balloon is not
+            // among them (the resolved min_free_kbytes says the same).
+            Replacement::Linux => Watermarks::linux(managed - cfg.boot_balloon_pages as u64, &cfg.sysctl),
             Replacement::ExactLru | Replacement::Windows => Watermarks::default(),
         };
         let mut g = Self {
@@ -281,19 +283,25 @@ impl Guest {
             // them out (`balloon_stats.current_pages = nr_pages`), at no cost.
             env.host.set_balloon_target(id, g.cfg.boot_balloon_pages as u64);
             if g.inflate(g.cfg.boot_balloon_pages as u64, false, 0, env).1 {
-                // Booting in `memory` would leave the guest below its min watermark: it would start
-                // with more than `memory` and nothing but the OOM killer to run.
-                let mib = |pages: u64| pages as f64 * PAGE_SIZE as f64 / (1 << 20) as f64;
+                // Booting in `memory` would leave the guest below the free memory its allocator
+                // keeps: it would start with more than `memory`, and nothing but the OOM killer
+                // to run.
+                let kib = |pages: u64| pages * PAGE_SIZE / 1024;
                 let initial = (g.cfg.memory_pages - g.cfg.boot_balloon_pages) as u64;
+                let (floor, what) = if g.windows() {
+                    (windows::MDL_ALLOC_FLOOR, "the pages Windows keeps for itself")
+                } else {
+                    (g.wmark.min, "the min watermark")
+                };
                 return Err(format!(
-                    "VM '{}' cannot start in memory = {:.1} MiB (maxmem {:.1} MiB): the kernel's reservation ({:.1} MiB) and the min watermark it keeps free ({:.1} MiB) leave room for {:.1} MiB of its {:.1} MiB boot balloon; give it more memory",
+                    "VM '{}' cannot start in memory = {} KiB (maxmem {} KiB): its kernel's reservation ({} KiB) and {what} ({} KiB) leave room for {} KiB of its {} KiB boot balloon; give it more memory",
                     g.cfg.name,
-                    mib(initial),
-                    mib(g.cfg.memory_pages as u64),
-                    mib(g.cfg.reserved_pages as u64),
-                    mib(g.wmark.min),
-                    mib(g.balloon.pages().len() as u64),
-                    mib(g.cfg.boot_balloon_pages as u64)
+                    kib(initial),
+                    kib(g.cfg.memory_pages as u64),
+                    kib(g.cfg.reserved_pages as u64),
+                    kib(floor),
+                    kib(g.balloon.pages().len() as u64),
+                    kib(g.cfg.boot_balloon_pages as u64)
                 ));
             }
         }

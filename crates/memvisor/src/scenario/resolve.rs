@@ -546,6 +546,19 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
                     ),
                 );
             }
+            let kept = spec.guest.memory_pages as u64 - spec.guest.boot_balloon_pages as u64;
+            if let (Some(q), true) = (&v.get_ref().maxmem, kept * PAGE_SIZE < spec.reservation) {
+                // The host never balloons a VM below its reservation: nor does its boot.
+                return c.err(
+                    q.span(),
+                    &format!("vm.{}.maxmem", v.get_ref().name.get_ref().trim()),
+                    format!(
+                        "starts the VM with {} (memory), less than its reservation of {}: the balloon may not take a reserved page",
+                        units::human_bytes(kept * PAGE_SIZE),
+                        units::human_bytes(spec.reservation)
+                    ),
+                );
+            }
             spec.guest.seed = crate::rng::derive(seed, &[vms.len() as u64]);
             if !names.insert(spec.guest.name.clone()) {
                 return c.err(v.get_ref().name.span(), "vm.name", format!("two VMs are named '{}'", spec.guest.name));
@@ -652,14 +665,11 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         }
     }
     // Settings of a mechanism the scenario leaves off: said, as the policies' are.
-    if h.compressor.is_some() && host.zip_max_percent == 0 && !host.tmem.as_ref().is_some_and(|t| t.compress) {
+    // The default is left unsaid: run folders written before this check state it for every host.
+    if host.compressor != crate::content::Compressor::Lzo1x1 && host.zip_max_percent == 0 && !host.tmem.as_ref().is_some_and(|t| t.compress)
+    {
         warnings
             .push("host.compressor: nothing compresses (host.zip_max_percent is 0 and host.tmem_compress is off): it is ignored".into());
-    }
-    if !host.swap {
-        for v in raw.vm.iter().map(|v| v.get_ref()).filter(|v| v.host_swap_datastore.is_some()) {
-            warnings.push(format!("vm.{}.host_swap_datastore: the host does not swap (host.swap is off): it is ignored", v.name.get_ref()));
-        }
     }
     warnings.extend(policy_warnings.iter().cloned());
     // The time series is kept in memory until the run ends: a run that would pass its bound is
@@ -965,8 +975,11 @@ fn resolve_vm(
     let thp = Thp::parse(c.choice(&v.transparent_hugepage, &f("transparent_hugepage"), "always", Thp::NAMES)?).expect("checked");
     // systemd mounts cgroup v2 alone by default since version 247 (2020); Debian 11 and later do.
     let cgroup = CgroupVersion::parse(c.choice(&v.cgroup, &f("cgroup"), "v2", CgroupVersion::NAMES)?).expect("checked");
-    // Resolved scenarios state the kernel's value after boot.
-    let managed = (memory_pages - reserved_pages) as u64;
+    // Resolved scenarios state the kernel's value after boot, computed over the pages the buddy
+    // allocator has then: a Xen guest's memory above `memory` is memblock-reserved at boot and
+    // handed to the balloon (arch/x86/xen/setup.c `xen_add_extra_mem`, drivers/xen/balloon.c), so
+    // its watermarks follow the memory it starts with.
+    let managed = (initial_pages - reserved_pages) as u64;
     let zones = Watermarks::linux_zones(memory);
     sysctl.min_free_kbytes.get_or_insert_with(|| Watermarks::boot_min_free_kbytes(managed, zones, thp, sysctl.watermark_scale_factor));
     let image = match (&v.image, &v.image_common) {

@@ -280,6 +280,7 @@ impl Scenario {
                 ("overhead", s(fmt_bytes(v.overhead))),
                 ("os", s(&v.os)),
                 ("balloon", s(g.balloon.name())),
+                ("host_swap_datastore", s(&self.datastores[v.swap_datastore].name)),
                 ("datastore", s(&self.datastores[v.datastore].name)),
                 ("swap", s(fmt_bytes(g.swap_pages as u64 * PAGE_SIZE))),
                 ("replacement", s(g.replacement.name())),
@@ -289,10 +290,6 @@ impl Scenario {
                 ("sysctl", Value::Table(sysctl)),
                 ("workload", Value::Array(workloads)),
             ];
-            // The host swap file's datastore where the host swaps or the user chose another one.
-            if self.host.swap || v.swap_datastore != v.datastore {
-                fields.push(("host_swap_datastore", s(&self.datastores[v.swap_datastore].name)));
-            }
             // A limit or shares only where set: under a policy that ignores them, a reload would
             // otherwise warn about what the user never wrote.
             let memory = g.memory_pages as u64 * PAGE_SIZE;
