@@ -95,11 +95,6 @@ impl Scenario {
             sharing.push(("tmem_dedup", Value::Boolean(t.dedup)));
             sharing.push(("tmem_compress", Value::Boolean(t.compress)));
         }
-        // The compressor only where something compresses, or where the user chose another: a
-        // reload would otherwise warn about what the user never wrote.
-        let compresses = self.host.zip_max_percent > 0 || self.host.tmem.as_ref().is_some_and(|t| t.compress);
-        let compressor = (compresses || self.host.compressor != crate::content::Compressor::Lzo1x1)
-            .then(|| ("compressor", s(self.host.compressor.name())));
         doc.insert(
             "host".into(),
             table(
@@ -112,12 +107,12 @@ impl Scenario {
                     ("hypervisor", s(fmt_bytes(self.host.hypervisor))),
                     ("swap", Value::Boolean(self.host.swap)),
                     ("zip_max_percent", i(self.host.zip_max_percent as u64)),
+                    ("compressor", s(self.host.compressor.name())),
                     ("balloon_max_percent", i(self.host.balloon_max_percent as u64)),
                     ("sample_period", s(fmt_duration(self.host.sample_period_ns))),
                     ("sample_pages", i(self.host.sample_pages as u64)),
                 ]
                 .into_iter()
-                .chain(compressor)
                 .chain(sharing)
                 .collect(),
             ),
