@@ -547,15 +547,15 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
                 );
             }
             let kept = spec.guest.memory_pages as u64 - spec.guest.boot_balloon_pages as u64;
-            if let (Some(q), true) = (&v.get_ref().maxmem, kept * PAGE_SIZE < spec.reservation) {
+            if let (Some(q), true) = (&v.get_ref().reservation, spec.guest.boot_balloon_pages > 0 && kept * PAGE_SIZE < spec.reservation) {
                 // The host never balloons a VM below its reservation: nor does its boot.
                 return c.err(
                     q.span(),
-                    &format!("vm.{}.maxmem", v.get_ref().name.get_ref().trim()),
+                    &format!("vm.{}.reservation", v.get_ref().name.get_ref().trim()),
                     format!(
-                        "starts the VM with {} (memory), less than its reservation of {}: the balloon may not take a reserved page",
-                        units::human_bytes(kept * PAGE_SIZE),
-                        units::human_bytes(spec.reservation)
+                        "{} is more than the {} the VM starts with (memory; the rest of maxmem starts in its balloon, which may not take a reserved page)",
+                        units::human_bytes(spec.reservation),
+                        units::human_bytes(kept * PAGE_SIZE)
                     ),
                 );
             }
