@@ -103,9 +103,10 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
     if dest.exists() and source.resolve() == dest.resolve():
         raise MemvisorError(f"DEST {dest} is SOURCE: write the converted trace to another file", USAGE)
     # The other commands tell an oracleGeneral trace by its name alone (it has no magic).
-    if dst_fmt == "oracleGeneral" and detect_format(dest, b"") != dst_fmt:
+    read_as = detect_format(dest, b"")
+    if dst_fmt == "oracleGeneral" and read_as != dst_fmt:
         raise MemvisorError(f"DEST {dest}: an oracleGeneral trace is known by its name, ending in .oracleGeneral or .bin, "
-                            f"and this name would be read as {detect_format(dest, b'')}; name it so", USAGE)
+                            f"and this name would be read as {read_as}; name it so", USAGE)
     try:
         t = read_trace(source, src_fmt, instructions=instructions, obj_id_col=obj_id_col, delimiter=delimiter)
     except (_core.TraceError, ValueError) as e:

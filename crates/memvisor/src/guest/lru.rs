@@ -115,6 +115,18 @@ impl Lru {
         self.total[l as usize]
     }
 
+    /// Page-cache pages on the Linux lists, over all lruvecs.
+    #[inline]
+    pub fn file(&self) -> u64 {
+        self.len(LruList::InactiveFile) + self.len(LruList::ActiveFile)
+    }
+
+    /// Anonymous pages on the Linux lists, over all lruvecs.
+    #[inline]
+    pub fn anon(&self) -> u64 {
+        self.len(LruList::InactiveAnon) + self.len(LruList::ActiveAnon)
+    }
+
     /// Pages on a list of lruvec `v`.
     #[inline]
     pub fn len_in(&self, v: u8, l: LruList) -> u64 {

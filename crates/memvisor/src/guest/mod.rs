@@ -455,7 +455,7 @@ impl Guest {
         if self.windows() {
             return self.available();
         }
-        let cache = self.lru.len(LruList::ActiveFile) + self.lru.len(LruList::InactiveFile);
+        let cache = self.lru.file();
         let free = self.pages.nr_free().saturating_sub(self.wmark.high);
         free + cache - (cache / 2).min(self.wmark.low)
     }

@@ -3,7 +3,6 @@
 //! allocating process reclaims for itself (direct reclaim) and, if that frees nothing at once,
 //! waits for writeback to complete; with nothing left to reclaim the OOM killer picks a victim.
 
-use super::lru::LruList;
 use super::oom_kill::Oom;
 use super::page::{NONE, PageKind};
 use super::vmscan::MAX_RECLAIM_RETRIES;
@@ -238,11 +237,7 @@ impl Guest {
         if no_progress_loops > MAX_RECLAIM_RETRIES {
             return false;
         }
-        let (file, anon) = (0..self.lru.lruvecs()).fold((0, 0), |(f, a), v| {
-            let len = |l| self.lru.len_in(v, l);
-            (f + len(LruList::InactiveFile) + len(LruList::ActiveFile), a + len(LruList::InactiveAnon) + len(LruList::ActiveAnon))
-        });
-        let reclaimable = file + if self.swap.has_free() { anon } else { 0 };
+        let reclaimable = self.lru.file() + if self.swap.has_free() { self.lru.anon() } else { 0 };
         reclaimable + self.pages.nr_free() > self.wmark.min
     }
 

@@ -10,7 +10,6 @@
 use std::collections::VecDeque;
 
 use super::filemap::Progress;
-use super::lru::LruList;
 use super::page::NONE;
 use super::process::ProcState;
 use super::{Env, Guest};
@@ -266,11 +265,7 @@ impl Guest {
     /// What a process may learn about memory at `now` (`GlobalMemoryStatusEx`, the low-memory
     /// notification; on Linux MemAvailable, roughly free plus page cache).
     fn system_view(&self, now: u64) -> SystemView {
-        let available_pages = if self.windows() {
-            self.available()
-        } else {
-            self.pages.nr_free() + self.lru.len(LruList::InactiveFile) + self.lru.len(LruList::ActiveFile)
-        };
+        let available_pages = if self.windows() { self.available() } else { self.pages.nr_free() + self.lru.file() };
         SystemView { now_ns: now, total_pages: self.cfg.memory_pages as u64, available_pages, low_memory: self.low_memory() }
     }
 

@@ -77,6 +77,14 @@ impl Guest {
         self.tmem.frontswap_map.count_ones() as u64
     }
 
+    /// What `security_vm_enough_memory_mm` (OVERCOMMIT_GUESS, as for a privileged task) allows:
+    /// free, page-cache and free swap pages beyond the reserve. The page cache here is the file LRU
+    /// (the kernel's NR_FILE_PAGES also counts the swap cache; the model has no shmem and no
+    /// reclaimable slab).
+    fn vm_enough_memory_room(&self) -> u64 {
+        (self.pages.nr_free() + self.lru.file() + self.swap.size() - self.swap.nr_used()).saturating_sub(self.wmark.high)
+    }
+
     /// `frontswap_shrink(target)`, "essentially a partial swapoff" (`mm/frontswap.c`, 3.x): brings
     /// pages frontswap holds back into guest memory until it holds `target`, as `try_to_unuse`
     /// does, slot by slot from the swap area's start. Each page is allocated, loaded from the
@@ -93,13 +101,8 @@ impl Guest {
         if n == 0 {
             return Ok((0, 0));
         }
-        // `__frontswap_unuse_pages` first asks `security_vm_enough_memory_mm` (OVERCOMMIT_GUESS,
-        // as for a privileged task): free, page-cache and free swap pages beyond the reserve. The
-        // page cache here is the file LRU (the kernel's NR_FILE_PAGES also counts the swap cache;
-        // the model has no shmem and no reclaimable slab).
-        let cache = self.lru.len(LruList::ActiveFile) + self.lru.len(LruList::InactiveFile);
-        let room = (self.pages.nr_free() + cache + self.swap.size() - self.swap.nr_used()).saturating_sub(self.wmark.high);
-        if room <= n {
+        // `__frontswap_unuse_pages` first asks `security_vm_enough_memory_mm`.
+        if self.vm_enough_memory_room() <= n {
             return Err("not enough memory to take the pages back (vm_enough_memory)");
         }
         let slots: Vec<u32> = self.tmem.frontswap_map.ones().take(n as usize).map(|s| s as u32).collect();
@@ -335,19 +338,17 @@ mod tests {
         sim
     }
 
-    /// The room `frontswap_shrink` asks `vm_enough_memory` for, as it computes it.
-    fn room(g: &Guest) -> u64 {
-        let cache = g.lru.len(LruList::ActiveFile) + g.lru.len(LruList::InactiveFile);
-        (g.pages.nr_free() + cache + g.swap.size() - g.swap.nr_used()).saturating_sub(g.wmark.high)
-    }
-
     #[test]
     fn a_shrink_memory_cannot_take_is_refused_and_changes_nothing() {
         // 100 MiB of swap, nearly all of it frontswap's, while stress fills memory.
         let mut sim = pushed("100MiB", 1_100_000_000);
         let (now, before) = (sim.now(), sim.with_guest(0, |g, _| g.frontswap_pages()));
         sim.with_guest(0, |g, env| {
-            assert!(room(g) < before, "the setting must leave less room ({}) than frontswap holds ({before})", room(g));
+            assert!(
+                g.vm_enough_memory_room() < before,
+                "the setting must leave less room ({}) than frontswap holds ({before})",
+                g.vm_enough_memory_room()
+            );
             let e = g.frontswap_shrink(0, now, env).expect_err("refused");
             assert!(e.contains("vm_enough_memory"), "{e}");
             assert_eq!(g.frontswap_pages(), before, "nothing taken back");
@@ -367,7 +368,12 @@ mod tests {
         sim.with_guest(0, |g, env| {
             let held = g.frontswap_pages();
             let cached: Vec<u32> = g.tmem.frontswap_map.ones().map(|s| g.swap.cached(s as u32)).filter(|&p| p != NONE).collect();
-            assert!(!cached.is_empty() && room(g) > held, "setting: {} cached of {held}, room {}", cached.len(), room(g));
+            assert!(
+                !cached.is_empty() && g.vm_enough_memory_room() > held,
+                "setting: {} cached of {held}, room {}",
+                cached.len(),
+                g.vm_enough_memory_room()
+            );
             let (loads, activations) = (g.vmstat.get(Counter::FrontswapLoads), g.vmstat.get(Counter::PgActivate));
             let (done, _) = g.frontswap_shrink(0, now, env).expect("room enough");
             assert_eq!((done, g.frontswap_pages()), (held, 0), "every page came back");
@@ -392,7 +398,7 @@ mod tests {
         let now = sim.now();
         sim.with_guest(0, |g, env| {
             let (held, stores) = (g.frontswap_pages(), g.vmstat.get(Counter::FrontswapSuccStores));
-            assert!(room(g) > held, "vm_enough_memory lets it start");
+            assert!(g.vm_enough_memory_room() > held, "vm_enough_memory lets it start");
             let (done, _) = g.frontswap_shrink(0, now, env).expect("started");
             assert!(done > 0 && done < held, "{done} of {held} brought back");
             // The allocations' direct reclaim stored stress pages meanwhile.

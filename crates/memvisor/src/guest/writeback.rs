@@ -38,10 +38,7 @@ impl Guest {
     /// Background and hard dirty limits in pages. Dirtyable memory is free pages above the high
     /// watermark (the kernel's `totalreserve_pages`) plus the page cache (`global_dirtyable_memory`).
     fn dirty_limits(&self) -> (u64, u64) {
-        let dirtyable = self.pages.nr_free().saturating_sub(self.wmark.high)
-            + self.lru.len(LruList::InactiveFile)
-            + self.lru.len(LruList::ActiveFile)
-            + self.lru.len(LruList::Exact);
+        let dirtyable = self.pages.nr_free().saturating_sub(self.wmark.high) + self.lru.file() + self.lru.len(LruList::Exact);
         let s = &self.cfg.sysctl;
         (dirtyable * s.dirty_background_ratio as u64 / 100, dirtyable * s.dirty_ratio as u64 / 100)
     }
