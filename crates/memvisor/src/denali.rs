@@ -552,6 +552,8 @@ impl DenaliHost {
                 cpus: None,
                 cpu_busy_s: None,
                 cpu_utilisation_percent: None,
+                dom0_cpu_s: None,
+                blkback_requests: None,
                 tmem: None,
             },
             vms,

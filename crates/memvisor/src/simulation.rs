@@ -10,7 +10,7 @@ use crate::controller::{Controller, DecisionRecord};
 use crate::denali::DenaliHost;
 use crate::devices::Datastore;
 use crate::guest::{Env, Guest};
-use crate::host::{AdmissionVm, Host, HostProfile, Pcpus, VmResources, admit};
+use crate::host::{AdmissionVm, Blkback, Host, HostProfile, Pcpus, VmResources, admit};
 use crate::metrics::{self, TimeSeries};
 use crate::policy;
 use crate::scenario::Scenario;
@@ -127,6 +127,7 @@ impl Simulation {
         }
         host.populate_on_release = s.host.profile.populate_at_boot();
         host.pcpus = s.host.cpus.map(|n| Pcpus::new(n, s.vms.len()));
+        host.blkback = s.host.dom0_vcpus.map(|n| Blkback::new(n, s.host.costs.blkback_request_ns));
         let mut datastores: Vec<Datastore> = s.datastores.iter().map(|d| Datastore::new(d.name.clone(), d.device.clone())).collect();
         let mut events = EventQueue::new();
         let mut guests = Vec::new();
@@ -331,7 +332,9 @@ impl VmHost {
                     let k = if self.window[0].is_none() { 0 } else { 1 };
                     self.window[k] = Some(self.snapshot());
                 }
-                Event::HostReclaim | Event::HostIoDone { .. } | Event::HostSample | Event::HostShareScan => self.world.handle_host(ev)?,
+                Event::HostReclaim | Event::HostIoDone { .. } | Event::BlkbackDone { .. } | Event::HostSample | Event::HostShareScan => {
+                    self.world.handle_host(ev)?
+                }
                 Event::Guest { guest, ev } => {
                     let next = self.world.events.peek_time().unwrap_or(u64::MAX);
                     let limit = next.max(now + lookahead).min(end);
@@ -417,6 +420,8 @@ impl VmHost {
                 cpus: cpus.map(|(n, _)| n),
                 cpu_busy_s: cpus.map(|(_, busy)| busy as f64 / 1e9),
                 cpu_utilisation_percent: cpus.map(|(n, busy)| 100.0 * busy as f64 / (n as f64 * self.world.now.max(1) as f64)),
+                dom0_cpu_s: self.world.host.blkback.as_ref().and(self.world.host.pcpus.as_ref()).map(|p| p.dom0_ns() as f64 / 1e9),
+                blkback_requests: self.world.host.blkback.as_ref().map(|b| b.requests),
                 tmem: self.world.host.tmem().map(|t| TmemSummary::of(t, |c| self.world.guests[c as usize].cfg.name.clone())),
             },
             vms,
@@ -466,6 +471,37 @@ mod tests {
             assert!(a.0.contains("pswpin"));
             assert_eq!(a, b, "{sets:?}");
         }
+    }
+
+    /// A request through dom0's backend reaches the disk after dom0's issuing half, and the guest
+    /// learns of its completion after the completing half: each on dom0's CPU, the two adding up
+    /// to the cost of its ring requests.
+    #[test]
+    fn a_request_through_dom0_waits_for_its_cpu_both_ways() {
+        use crate::clock::{Event, GuestEvent};
+        use crate::devices::{Device, DeviceKind};
+        let text = "name = \"t\"\nduration = \"1s\"\n[host]\nmemory = \"1GiB\"\nprofile = \"xen\"\ncpus = 1\ndom0_vcpus = 1\n\
+                    [[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n[[vm]]\nname = \"g\"\nmemory = \"256MiB\"\ndatastore = \"d\"\n\
+                    workload = { kind = \"idle\", footprint = \"16MiB\" }\n[costs]\nblkback_request = \"40001ns\"\n";
+        let s = crate::scenario::load(text, "x", &[]).unwrap().remove(0);
+        let mut sim = Simulation::new(&s).unwrap();
+        let w = &mut sim.vm_host().world;
+        // 12 pages: two ring requests of at most 11, 80,002 ns of dom0's CPU, 40,001 each way.
+        w.split(0).1.disk_io(0, 0, 0, 1 << 20, 12, false, 7);
+        let disk = Device::new(DeviceKind::Ssd.defaults()).submit(40_001, 1 << 20, 12 * 4096, false);
+        let find = |w: &mut crate::backend::SimulatedHost, want: &dyn Fn(&Event) -> bool| loop {
+            let (t, e) = w.events.pop().expect("the event comes");
+            if want(&e) {
+                return (t, e);
+            }
+        };
+        let (t, e) = find(w, &|e| matches!(e, Event::BlkbackDone { .. }));
+        assert_eq!((t, e), (disk, Event::BlkbackDone { guest: 0, bio: 7, requests: 2 }), "at the disk's completion");
+        w.now = t;
+        w.handle_host(e).unwrap();
+        let (t, _) = find(w, &|e| matches!(e, Event::Guest { guest: 0, ev: GuestEvent::IoDone { bio: 7 } }));
+        assert_eq!(t, disk + 40_001, "the guest learns of it after dom0's completing half");
+        assert_eq!(w.host.pcpus.as_ref().unwrap().dom0_ns(), 80_002);
     }
 
     /// A run without a duration whose workload would go on past the longest run ends there, said

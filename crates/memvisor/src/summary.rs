@@ -49,10 +49,16 @@ pub struct HostSummary {
     pub policy: String,
     /// Physical CPUs the vCPUs shared (`host.cpus`), if modelled.
     pub cpus: Option<u32>,
-    /// CPU time the VMs' vCPUs used on them, s (dom0's is not modelled).
+    /// CPU time the VMs' vCPUs and (where `host.dom0_vcpus` models it) dom0 used on them, s.
     pub cpu_busy_s: Option<f64>,
     /// That time over the CPUs' capacity during the run, percent.
     pub cpu_utilisation_percent: Option<f64>,
+    /// dom0's part of that time, its block backend's, s, where modelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dom0_cpu_s: Option<f64>,
+    /// Ring requests dom0's block backend handled (a guest request of n pages is ceil(n / 11)).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blkback_requests: Option<u64>,
     /// Transcendent memory's counters at the end, on a host that has it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tmem: Option<TmemSummary>,

@@ -60,13 +60,17 @@ fn enough_cpus_change_nothing_but_the_accounting() {
 /// A guest that pages (its 78 MiB of random references in 58 MiB, swapping to a disk: mostly
 /// waiting for the disk) beside a CPU-bound one.
 fn io_and_cpu(cpus: Option<u32>) -> memvisor::Scenario {
-    let cpus = cpus.map_or(String::new(), |c| format!("cpus = {c}\n"));
+    io_and_cpu_with(&cpus.map_or(String::new(), |c| format!("cpus = {c}\n")), "")
+}
+
+/// `io_and_cpu` with `host` added to its `[host]` table and `tail` after its VMs.
+fn io_and_cpu_with(host: &str, tail: &str) -> memvisor::Scenario {
     scenario(&format!(
-        "name = \"t\"\nseed = 1\n[host]\nmemory = \"4GiB\"\nsample_interval = \"1s\"\n{cpus}[[datastore]]\nname = \"d\"\ndevice = \"hdd\"\n\
+        "name = \"t\"\nseed = 1\n[host]\nmemory = \"4GiB\"\nsample_interval = \"1s\"\n{host}[[datastore]]\nname = \"d\"\ndevice = \"hdd\"\n\
          [[vm]]\nname = \"io\"\nmemory = \"128MiB\"\ndatastore = \"d\"\n\
          workload = {{ kind = \"random\", pages = 20000, touches = 3000, compute = \"10us\" }}\n\
          [[vm]]\nname = \"cpu\"\nmemory = \"256MiB\"\ndatastore = \"d\"\n\
-         workload = {{ kind = \"random\", pages = 256, touches = 200000, compute = \"100us\" }}\n"
+         workload = {{ kind = \"random\", pages = 256, touches = 200000, compute = \"100us\" }}\n{tail}"
     ))
 }
 
@@ -124,4 +128,64 @@ fn self_ballooning_compilers_on_one_cpu_lose_no_vcpu() {
     let host = sim.results().summary.host;
     let u = host.cpu_utilisation_percent.expect("modelled");
     assert!(u <= 100.0 && u > 50.0, "{u} % of one CPU");
+}
+
+/// `io_and_cpu` on a Xen host with one CPU, and with dom0's backend on it (`dom0`: its vCPUs).
+fn xen_io_and_cpu(dom0: Option<u32>, tail: &str) -> memvisor::Scenario {
+    let dom0 = dom0.map_or(String::new(), |n| format!("dom0_vcpus = {n}\n"));
+    io_and_cpu_with(&format!("profile = \"xen\"\ncpus = 1\n{dom0}"), tail)
+}
+
+#[test]
+fn dom0s_backend_takes_the_cpus_for_every_ring_request() {
+    let without = run_checked(&xen_io_and_cpu(None, ""), 50_000_000);
+    let with = run_checked(&xen_io_and_cpu(Some(2), "[costs]\nblkback_request = \"200us\"\n"), 50_000_000);
+    let (h0, h) = (without.results().summary.host, with.results().summary.host);
+    assert_eq!((h0.dom0_cpu_s, h0.blkback_requests), (None, None), "not modelled unless asked");
+    let requests = h.blkback_requests.expect("modelled");
+    let ds = &with.results().summary.datastores[0];
+    let (device_requests, pages) = (ds.reads + ds.writes, ((ds.read_mib + ds.written_mib) * 256.0).round() as u64);
+    // A guest request of n pages becomes ceil(n / 11) ring requests: between the pages over 11
+    // and that plus one a request.
+    assert!(
+        requests >= pages.div_ceil(11).max(device_requests) && requests <= pages / 11 + device_requests,
+        "{requests} ring requests for {device_requests} requests of {pages} pages"
+    );
+    // Every request's two halves ran (the last completion's too: the run ends when the work does).
+    let dom0 = h.dom0_cpu_s.expect("modelled");
+    assert!((dom0 - requests as f64 * 200e-6).abs() < 1e-9, "dom0 {dom0} s for {requests} requests at 200 us");
+    // The one CPU, never oversubscribed: the guests' run and dom0's within the run's length.
+    let busy = h.cpu_busy_s.expect("modelled");
+    assert!(busy <= with.now() as f64 / 1e9 + 1e-9, "{busy} s busy in {} ns", with.now());
+    // The CPU-bound guest needs the same CPU either way and finishes later by at most what dom0 took.
+    let (t0, t) = (runtimes(&without), runtimes(&with));
+    let run = |s: &Simulation| s.results().summary.vms[1].counters["pcpu_run_ms"];
+    assert!((run(&with) - run(&without)).abs() < 1.0, "its CPU time {} ms against {} ms", run(&with), run(&without));
+    assert!(t[1] > t0[1] && t[1] <= t0[1] + dom0 + 1e-3, "CPU-bound: {} s alone, {} s with dom0's {dom0} s", t0[1], t[1]);
+    // The pager's requests each wait for dom0 both ways: it takes longer.
+    assert!(t[0] > t0[0], "pager {} s without dom0, {} s with", t0[0], t[0]);
+}
+
+#[test]
+fn dom0_is_a_xen_hosts_and_needs_its_cpus() {
+    let host = |profile: &str, cpus: &str| {
+        format!(
+            "name = \"t\"\nduration = \"1s\"\n[host]\nmemory = \"1GiB\"\nprofile = \"{profile}\"\n{cpus}dom0_vcpus = 2\n[[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
+             [[vm]]\nname = \"g\"\nmemory = \"256MiB\"\ndatastore = \"d\"\nworkload = {{ kind = \"idle\", footprint = \"64MiB\" }}\n"
+        )
+    };
+    let err = |text: String| memvisor::scenario::load(&text, "t.toml", &[]).expect_err("refused").to_string();
+    let e = err(host("kvm", "cpus = 2\n"));
+    assert!(e.contains("host.dom0_vcpus") && e.contains("xen profile"), "{e}");
+    let e = err(host("xen", ""));
+    assert!(e.contains("host.dom0_vcpus") && e.contains("needs host.cpus"), "{e}");
+    let e = err(host("xen", "cpus = 2\n").replace("dom0_vcpus = 2", "dom0_vcpus = 0"));
+    assert!(e.contains("host.dom0_vcpus") && e.contains("1..=4096"), "{e}");
+    // Accepted, and written back; its cost without it is said to be ignored.
+    let s = scenario(&host("xen", "cpus = 2\n"));
+    assert_eq!(s.host.dom0_vcpus, Some(2));
+    assert!(s.to_toml().contains("dom0_vcpus = 2"));
+    let text = host("xen", "cpus = 2\n").replace("dom0_vcpus = 2\n", "") + "[costs]\nblkback_request = \"10us\"\n";
+    let v = memvisor::scenario::load(&text, "t.toml", &[]).expect("valid");
+    assert!(v[0].warnings.iter().any(|w| w.contains("costs.blkback_request") && w.contains("ignored")), "{:?}", v[0].warnings);
 }

@@ -674,6 +674,7 @@ fn costs_of_zero_references_or_past_a_second_are_refused() {
         "compress",
         "decompress",
         "host_swap_out",
+        "blkback_request",
     ] {
         let e = load_set_err(&base(""), &format!("costs.{cost}=1001ms"));
         assert!(e.contains(&format!("costs.{cost}")) && e.contains("at most 1s"), "{e}");

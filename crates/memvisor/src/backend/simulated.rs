@@ -165,6 +165,13 @@ impl SimulatedHost {
                 }
             }
             Event::HostIoDone { vm, io } => self.host.io_done(vm, io),
+            Event::BlkbackDone { guest, bio, requests } => {
+                let (start, ns) = self.host.blkback.as_mut().expect("a backend's event").half(now, requests as u64, true);
+                self.host.pcpus.as_mut().expect("dom0 is modelled on the host's CPUs").dom0_run(start, ns);
+                if bio != crate::guest::NONE {
+                    self.events.push(start + ns, Event::Guest { guest, ev: GuestEvent::IoDone { bio } });
+                }
+            }
             Event::HostShareScan => {
                 if let Some(t) = self.host.share_scan(now, &mut mems) {
                     self.events.push(t, Event::HostShareScan);

@@ -23,6 +23,16 @@ pub enum Event {
         /// Request number.
         io: u32,
     },
+    /// A guest's disk request completed at the disk: dom0's block backend handles the completion,
+    /// then the guest learns of it.
+    BlkbackDone {
+        /// Guest (VM) index.
+        guest: u32,
+        /// The guest's request number, or `NONE` for a write nothing waits for.
+        bio: u32,
+        /// Ring requests it took (`blkback.rs`).
+        requests: u32,
+    },
     /// The host's active-memory sampler ends a period and starts the next.
     HostSample,
     /// The host's page-sharing scanner wakes.

@@ -194,8 +194,14 @@ impl Device {
     /// Queues a request submitted at `now` and returns when it completes; the answer is known at
     /// submission and needs no event of its own.
     pub fn submit(&mut self, now: u64, offset: u64, bytes: u64, write: bool) -> u64 {
+        self.submit_at(now, now, offset, bytes, write)
+    }
+
+    /// `submit` of a request handed over at `now` that reaches the device at `arrives` (after a
+    /// backend's work): nothing submitted later reaches it before `now`.
+    pub fn submit_at(&mut self, now: u64, arrives: u64, offset: u64, bytes: u64, write: bool) -> u64 {
         let slot_free = self.slots.pop_front().expect("queue_depth >= 1");
-        let start = now.max(slot_free);
+        let start = arrives.max(slot_free);
         let seek = match &mut self.filer {
             Some(f) if write => {
                 f.write(offset, bytes);
@@ -222,7 +228,7 @@ impl Device {
             let at = self.slots.partition_point(|&t| t <= done);
             self.slots.insert(at, done);
         }
-        self.stats.queue_wait_ns += (start - now) + (xfer_start - ready);
+        self.stats.queue_wait_ns += (start - arrives) + (xfer_start - ready);
         self.stats.busy_ns += transfer;
         if write {
             self.stats.writes += 1;

@@ -211,12 +211,12 @@ pub fn runs(items: &[(u32, u32)], max: usize) -> impl Iterator<Item = &[(u32, u3
 
 /// Submitting requests to the virtual disk (or to tmem, for what it holds) and completing them.
 impl Guest {
-    /// Sends `npages` pages at byte `offset` of the virtual disk to the device; returns when the
-    /// transfer completes.
-    pub(super) fn device_io(&mut self, now: u64, offset: u64, npages: usize, write: bool, env: &mut Env) -> u64 {
+    /// Sends `npages` pages at byte `offset` of the virtual disk to the device; request `bio`
+    /// (`NONE`: nothing waits for it) is done when the guest sees it complete (`Env::disk_io`).
+    pub(super) fn device_io(&mut self, now: u64, offset: u64, npages: usize, write: bool, bio: u32, env: &mut Env) {
         let bytes = npages as u64 * PAGE_SIZE;
         self.vmstat.add(if write { Counter::PgpgOut } else { Counter::PgpgIn }, bytes / 1024);
-        env.datastores[self.disk.datastore as usize].device.submit(now, self.disk.base + offset, bytes, write)
+        env.disk_io(self.id, self.disk.datastore, now, self.disk.base + offset, npages as u64, write, bio);
     }
 
     /// Submits `items`, (block, page) pairs sorted by block, as one request per run of consecutive
@@ -296,13 +296,14 @@ impl Guest {
                     start = start.max(now + self.host_touch(p, false, now, false, env).0);
                 }
             }
-            let done = match tmem_ns {
+            let id = self.bios.next_id();
+            match tmem_ns {
                 Some(ns) => {
                     if sub.kind == BioKind::SwapWrite {
                         // `write_slot` counted them for the device; frontswap took them instead.
                         self.vmstat.sub(Counter::PswpOut, pages.len() as u64);
                     }
-                    start + ns
+                    env.schedule(self.id, start + ns, GuestEvent::IoDone { bio: id });
                 }
                 None => {
                     let blocks = (run[run.len() - 1].0 - run[0].0 + 1) as usize;
@@ -315,18 +316,17 @@ impl Guest {
                         BioKind::SwapWrite => self.vmstat.inc(Counter::PageWrites),
                         _ => {}
                     }
-                    self.device_io(start, sub.base + run[0].0 as u64 * PAGE_SIZE, blocks, write, env)
+                    self.device_io(start, sub.base + run[0].0 as u64 * PAGE_SIZE, blocks, write, id, env);
                 }
-            };
-            let id = self.bios.next_id();
+            }
             for &p in &pages {
                 self.pages[p as usize].io = id;
             }
             if is_key.is_some() {
                 holder = Some(id);
             }
-            self.bios.insert(Bio { kind: sub.kind, pages, waiters, file: sub.file, kthread: sub.kthread, fault });
-            env.schedule(self.id, done, GuestEvent::IoDone { bio: id });
+            let inserted = self.bios.insert(Bio { kind: sub.kind, pages, waiters, file: sub.file, kthread: sub.kthread, fault });
+            debug_assert_eq!(inserted, id);
         }
         holder
     }

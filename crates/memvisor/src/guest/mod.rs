@@ -88,6 +88,31 @@ impl Env<'_> {
         self.events.push(t, Event::Guest { guest, ev });
     }
 
+    /// Guest `guest`'s request of `pages` pages at byte `offset` of datastore `ds`, issued at
+    /// `now`: to the device directly, or through dom0's block backend where the host models it
+    /// (dom0's CPU for issuing it delays it; its completion reaches the guest after dom0's CPU for
+    /// that, `Event::BlkbackDone`). The guest's `IoDone { bio }` comes when it sees the request
+    /// complete; `bio` is `NONE` for a write nothing waits for. The device takes requests in the
+    /// order dom0 is handed them: one queued behind dom0's backlog keeps its place.
+    #[allow(clippy::too_many_arguments)]
+    pub fn disk_io(&mut self, guest: u32, ds: u32, now: u64, offset: u64, pages: u64, write: bool, bio: u32) {
+        let device = &mut self.datastores[ds as usize].device;
+        let bytes = pages * PAGE_SIZE;
+        let Some(b) = self.host.blkback.as_mut() else {
+            let done = device.submit(now, offset, bytes, write);
+            if bio != NONE {
+                self.schedule(guest, done, GuestEvent::IoDone { bio });
+            }
+            return;
+        };
+        let requests = crate::host::Blkback::ring_requests(pages);
+        b.requests += requests;
+        let (start, ns) = b.half(now, requests, false);
+        self.host.pcpus.as_mut().expect("dom0 is modelled on the host's CPUs").dom0_run(start, ns);
+        let done = device.submit_at(now, start + ns, offset, bytes, write);
+        self.events.push(done, Event::BlkbackDone { guest, bio, requests: requests as u32 });
+    }
+
     /// The host's side of guest `vm` touching (`write`: storing to) its page `ppn` at `now`.
     #[inline]
     pub fn host_access(&mut self, vm: u32, ppn: u32, write: bool, now: u64) -> crate::host::Access {

@@ -90,7 +90,11 @@ impl Guest {
         let mut cpu_end = u64::MAX;
         if let Some(p) = env.host.pcpus.as_mut() {
             match p.acquire((self.id, v), now) {
-                Grant::Run(end) => cpu_end = end,
+                Grant::Run(end) => {
+                    cpu_end = end;
+                    // Time dom0's backend took from this vCPU's turn: it makes no progress then.
+                    now += p.take_owed((self.id, v));
+                }
                 Grant::Wait => return,
                 Grant::From(t) => {
                     env.schedule(self.id, t, GuestEvent::Vcpu { vcpu: v });

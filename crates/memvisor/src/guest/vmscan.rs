@@ -784,7 +784,7 @@ impl Guest {
         self.prefetch_next_victim();
         if dirty {
             // Nothing waits for this write and no page depends on it: only the device sees it.
-            self.device_io(now, offset, 1, true, env);
+            self.device_io(now, offset, 1, true, NONE, env);
         }
         None
     }

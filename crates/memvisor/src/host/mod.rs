@@ -11,6 +11,7 @@
 
 mod admission;
 mod balloon_backend;
+mod blkback;
 mod hostswap;
 pub mod ksm;
 mod p2m;
@@ -24,6 +25,7 @@ mod zip;
 
 pub use crate::content::{Compressibility, Compressor, Content};
 pub use admission::{AdmissionVm, admit};
+pub use blkback::{BLKIF_MAX_SEGMENTS_PER_REQUEST, Blkback};
 pub use hostswap::{HostIo, SwapFile};
 
 pub use p2m::{Entry, P2m, PageState, flags};
@@ -65,11 +67,14 @@ pub struct HostCosts {
     pub compress_ns: u64,
     /// Decompressing a page: 10.4 us, same table.
     pub decompress_ns: u64,
+    /// dom0's CPU per ring request of its block backend (`blkback::DEFAULT_REQUEST_NS`, 25 us
+    /// [assumed]).
+    pub blkback_request_ns: u64,
 }
 
 impl Default for HostCosts {
     fn default() -> Self {
-        Self { swap_out_ns: 48_900, compress_ns: 29_700, decompress_ns: 10_400 }
+        Self { swap_out_ns: 48_900, compress_ns: 29_700, decompress_ns: 10_400, blkback_request_ns: blkback::DEFAULT_REQUEST_NS }
     }
 }
 
@@ -312,6 +317,9 @@ pub struct Host {
     /// Physical CPUs the vCPUs share, if the scenario models them (`host.cpus`); otherwise every
     /// vCPU runs whenever it has work.
     pub pcpus: Option<Pcpus>,
+    /// dom0's block backend, where the scenario models its CPU (`host.dom0_vcpus`, which needs
+    /// `pcpus`); otherwise a guest's disk requests reach the disk directly.
+    pub blkback: Option<Blkback>,
     /// The stream of direct host reclaim's victims, drawn from the scenario's seed by the backend.
     pub(crate) direct_reclaim_rng: Rng,
 }
@@ -338,6 +346,7 @@ impl Host {
             populate_on_release: false,
             compressor: Compressor::Lzo1x1,
             pcpus: None,
+            blkback: None,
             direct_reclaim_rng: crate::rng::stream(0, &[crate::rng::DIRECT_RECLAIM_STREAM]),
         }
     }

@@ -15,6 +15,14 @@
 //! longer than the accounting period is not demoted below others. A vCPU stalled on the
 //! host (a host swap-in, a decompression) keeps its CPU: the model charges those waits to the
 //! vCPU's own time, where ESX and KVM would run another vCPU meanwhile.
+//!
+//! dom0's block backend (`blkback.rs`), where it is modelled, takes the CPUs too: a CPU idle at
+//! the time, or else the CPU of the running vCPU a waking one would preempt, which owes dom0 that
+//! time and pays it, off the CPU, at its next step. dom0 never waits for a guest's vCPU (Xen
+//! boosts its waking vCPUs like any other's and could queue them behind a boosted vCPU until the
+//! next tick). The time a vCPU owes leaves its run time when it is taken, so a sample taken just
+//! after a turn began may show that VM's run time lower than the one before, by at most the
+//! time taken (microseconds).
 
 use std::collections::VecDeque;
 
@@ -73,6 +81,12 @@ pub struct Pcpus {
     run_ns: Vec<u64>,
     /// Time spent runnable but waiting for a CPU, ns, by VM (Xen's "steal" time).
     wait_ns: Vec<u64>,
+    /// CPU time dom0 took from each VM's running vCPUs, ns: part of their turns, not their run.
+    stolen_ns: Vec<u64>,
+    /// What each vCPU owes dom0 and has not paid yet, ns, by VM and vCPU.
+    owed: Vec<Vec<u64>>,
+    /// CPU time dom0 used, ns.
+    dom0_ns: u64,
 }
 
 impl Pcpus {
@@ -88,6 +102,9 @@ impl Pcpus {
             waiting: VecDeque::new(),
             run_ns: vec![0; vms],
             wait_ns: vec![0; vms],
+            stolen_ns: vec![0; vms],
+            owed: vec![Vec::new(); vms],
+            dom0_ns: 0,
         }
     }
 
@@ -163,6 +180,55 @@ impl Pcpus {
         Err(self.next(cpu, now, v).expect("a vCPU was waiting"))
     }
 
+    /// dom0 runs for `ns` from `at`: on the CPU idle longest by then, which is dom0's until it is
+    /// done (a vCPU waking for it before then, even before `at`, starts after: when dom0's work
+    /// is queued, the CPU's idle time before it is lost); with none idle, on the CPU of the
+    /// running vCPU that has not woken since its turn began and started earliest (else any
+    /// running one), which owes dom0 that time. With every CPU given up ahead of the engine, the
+    /// one given up first: its last vCPU owes the time, or dom0 holds it longer.
+    pub fn dom0_run(&mut self, at: u64, ns: u64) {
+        if ns == 0 {
+            return;
+        }
+        self.dom0_ns += ns;
+        let idle = (0..self.idle.len()).filter(|&i| self.idle[i].1 <= at).min_by_key(|&i| (self.idle[i].1, self.idle[i].0));
+        if let Some(i) = idle {
+            self.idle[i] = (self.idle[i].0, at + ns, None);
+            return;
+        }
+        let victim = self.running.iter().min_by_key(|t| (t.from > at, t.boosted, t.since, t.v)).map(|t| t.v);
+        let victim = match victim {
+            Some(v) => v,
+            None => {
+                let i = (0..self.idle.len()).min_by_key(|&i| (self.idle[i].1, self.idle[i].0)).expect("a CPU is running or idle");
+                match self.idle[i].2 {
+                    Some(v) => v,
+                    None => {
+                        self.idle[i].1 += ns;
+                        return;
+                    }
+                }
+            }
+        };
+        self.stolen_ns[victim.0 as usize] += ns;
+        let owed = &mut self.owed[victim.0 as usize];
+        if owed.len() <= victim.1 as usize {
+            owed.resize(victim.1 as usize + 1, 0);
+        }
+        owed[victim.1 as usize] += ns;
+    }
+
+    /// What vCPU `v` owes dom0, which it pays now by staying off its work that long; cleared.
+    #[inline]
+    pub fn take_owed(&mut self, v: VcpuId) -> u64 {
+        self.owed[v.0 as usize].get_mut(v.1 as usize).map_or(0, std::mem::take)
+    }
+
+    /// CPU time dom0 has used, ns.
+    pub fn dom0_ns(&self) -> u64 {
+        self.dom0_ns
+    }
+
     /// When `v` left its last CPU, if that was not `cpu` (0 otherwise).
     fn left_before(&self, v: VcpuId, cpu: u32) -> u64 {
         match self.left[v.0 as usize].get(v.1 as usize) {
@@ -202,19 +268,23 @@ impl Pcpus {
         self.waiting.iter().any(|w| w.0 == v)
     }
 
-    /// CPU time VM `vm` has used up to `now`, ns.
+    /// CPU time VM `vm` has used up to `now`, ns (what dom0 took from its turns is dom0's).
     pub fn run_ns(&self, vm: usize, now: u64) -> u64 {
-        self.run_ns[vm] + self.running.iter().filter(|t| t.v.0 as usize == vm).map(|t| now.saturating_sub(t.since)).sum::<u64>()
+        let turns =
+            self.run_ns[vm] + self.running.iter().filter(|t| t.v.0 as usize == vm).map(|t| now.saturating_sub(t.since)).sum::<u64>();
+        turns.saturating_sub(self.stolen_ns[vm])
     }
 
-    /// Time VM `vm`'s vCPUs have waited for a CPU up to `now`, ns.
+    /// Time VM `vm`'s vCPUs have waited for a CPU up to `now`, ns (dom0's turns on theirs too).
     pub fn wait_ns(&self, vm: usize, now: u64) -> u64 {
-        self.wait_ns[vm] + self.waiting.iter().filter(|w| w.0.0 as usize == vm).map(|w| now.saturating_sub(w.1)).sum::<u64>()
+        self.wait_ns[vm]
+            + self.stolen_ns[vm]
+            + self.waiting.iter().filter(|w| w.0.0 as usize == vm).map(|w| now.saturating_sub(w.1)).sum::<u64>()
     }
 
-    /// CPU time used by every VM up to `now`, ns.
+    /// CPU time used by every VM and dom0 up to `now`, ns.
     pub fn busy_ns(&self, now: u64) -> u64 {
-        (0..self.run_ns.len()).map(|vm| self.run_ns(vm, now)).sum()
+        (0..self.run_ns.len()).map(|vm| self.run_ns(vm, now)).sum::<u64>() + self.dom0_ns
     }
 
     /// Checks that no more vCPUs run than there are CPUs, none twice, and none both running and
@@ -335,6 +405,28 @@ mod tests {
         assert_eq!(p.acquire((2, 0), 2 * S + 5_000), Grant::Wait);
         assert_eq!(p.acquire((0, 0), 2 * S + 6_000), Grant::Run(2 * S + 5_000));
         assert_eq!(p.expire((0, 0), 2 * S + 6_000), Err(((2, 0), 2 * S + 6_000)));
+        p.check().expect("consistent");
+    }
+
+    #[test]
+    fn dom0_takes_an_idle_cpu_or_a_running_vcpus_time() {
+        let mut p = Pcpus::new(2, 2);
+        assert_eq!(p.acquire((0, 0), 0), Grant::Run(S));
+        // CPU 1 is idle: dom0 runs there from 1 ms for 20 us; a vCPU waking meanwhile starts after.
+        p.dom0_run(1_000_000, 20_000);
+        assert_eq!(p.acquire((1, 0), 1_010_000), Grant::From(1_020_000));
+        assert_eq!(p.take_owed((0, 0)), 0, "nobody lost time to it");
+        // Both CPUs busy: dom0 takes 30 us of the vCPU on longest, which pays it once.
+        p.dom0_run(2_000_000, 30_000);
+        assert_eq!(p.take_owed((1, 0)), 0);
+        assert_eq!(p.take_owed((0, 0)), 30_000);
+        assert_eq!(p.take_owed((0, 0)), 0, "paid");
+        let now = 3_000_000;
+        assert_eq!(p.run_ns(0, now), now - 30_000);
+        assert_eq!(p.wait_ns(0, now), 30_000, "off its CPU while dom0 had it");
+        assert_eq!(p.run_ns(1, now), now - 1_020_000);
+        assert_eq!(p.dom0_ns(), 50_000);
+        assert_eq!(p.busy_ns(now), 2 * now - 1_000_000, "both CPUs busy but CPU 1 before dom0 first ran");
         p.check().expect("consistent");
     }
 

@@ -85,6 +85,7 @@ pub struct RawHost {
     pub tmem_compress: Option<Spanned<bool>>,
     pub vm_metadata: Option<Spanned<Qty>>,
     pub cpus: Option<Spanned<i64>>,
+    pub dom0_vcpus: Option<Spanned<i64>>,
 }
 
 /// `[costs]`.
@@ -102,6 +103,7 @@ pub struct RawCosts {
     pub compress: Option<Spanned<Qty>>,
     pub decompress: Option<Spanned<Qty>>,
     pub host_swap_out: Option<Spanned<Qty>>,
+    pub blkback_request: Option<Spanned<Qty>>,
 }
 
 /// `[[datastore]]`.

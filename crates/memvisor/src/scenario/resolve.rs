@@ -58,6 +58,9 @@ pub struct HostSpec {
     pub vm_metadata: u64,
     /// Physical CPUs the vCPUs share (`host.cpus`); `None`: as many as there are vCPUs.
     pub cpus: Option<u32>,
+    /// dom0's vCPUs, which run its block backend on those CPUs (`host.dom0_vcpus`, Xen only);
+    /// `None`: dom0's CPU is not modelled and guests' requests reach the disk directly.
+    pub dom0_vcpus: Option<u32>,
 }
 
 /// A datastore.
@@ -357,6 +360,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         host_costs.compress_ns = c.cost(&rc.compress, "costs.compress", host_costs.compress_ns)?;
         host_costs.decompress_ns = c.cost(&rc.decompress, "costs.decompress", host_costs.decompress_ns)?;
         host_costs.swap_out_ns = c.cost(&rc.host_swap_out, "costs.host_swap_out", host_costs.swap_out_ns)?;
+        host_costs.blkback_request_ns = c.cost(&rc.blkback_request, "costs.blkback_request", host_costs.blkback_request_ns)?;
     }
     let host = HostSpec {
         memory,
@@ -415,6 +419,20 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
                 return c.err(n.span(), "host.cpus", "is not the denali profile's (its host has one CPU, which it models itself)");
             }
             Some(_) => Some(c.int(&h.cpus, "host.cpus", 0, 1, 4096)? as u32),
+            None => None,
+        },
+        dom0_vcpus: match &h.dom0_vcpus {
+            Some(n) if profile != HostProfile::Xen => {
+                return c.err(
+                    n.span(),
+                    "host.dom0_vcpus",
+                    format!("is the xen profile's (dom0 runs a Xen host's block backend), and host.profile is '{}'", profile.name()),
+                );
+            }
+            Some(n) if h.cpus.is_none() => {
+                return c.err(n.span(), "host.dom0_vcpus", "needs host.cpus: dom0's vCPUs take the physical CPUs the guests' vCPUs share");
+            }
+            Some(_) => Some(c.int(&h.dom0_vcpus, "host.dom0_vcpus", 0, 1, 4096)? as u32),
             None => None,
         },
     };
@@ -665,6 +683,9 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         }
     }
     // Settings of a mechanism the scenario leaves off: said, as the policies' are.
+    if host.dom0_vcpus.is_none() && raw.costs.as_ref().is_some_and(|c| c.blkback_request.is_some()) {
+        warnings.push("costs.blkback_request: dom0's backend is not modelled (host.dom0_vcpus is unset): it is ignored".into());
+    }
     // The default is left unsaid: run folders written before this check state it for every host.
     if host.compressor != crate::content::Compressor::Lzo1x1 && host.zip_max_percent == 0 && !host.tmem.as_ref().is_some_and(|t| t.compress)
     {
