@@ -246,6 +246,26 @@ fn settings_of_a_mechanism_left_off_are_said_to_be_ignored() {
 }
 
 #[test]
+fn a_phase_column_no_workload_has_is_said_to_show_nothing() {
+    let with = |workload: &str, columns: &str| {
+        let text = one_guest("2GiB", &format!("name = \"g\"\nmemory = \"512MiB\"\nworkload = {workload}\n"), "")
+            + &format!("[report]\ncolumns = [{columns}]\n");
+        scenario::load(&text, "t.toml", &[]).unwrap_or_else(|e| panic!("{e}")).remove(0).warnings
+    };
+    let stress = "{ kind = \"stress\", passes = 1 }";
+    let w = with(stress, "\"runtime_s\", \"write_s\", \"read_KiB/s\"");
+    assert_eq!(w.len(), 2, "{w:?}");
+    assert!(w[0].contains("'write_s'") && w[0].contains("no workload here has a write phase") && w[0].contains("shows -"), "{w:?}");
+    assert!(w[1].contains("'read_KiB/s'") && w[1].contains("read phase"), "{w:?}");
+    assert!(with("{ kind = \"bonnie\", size = \"64MiB\" }", "\"write_s\", \"rewrite_KiB/s\", \"read_s\"").is_empty());
+    // file-io reads back only when told to.
+    let fileio = |read: bool| format!("{{ kind = \"file-io\", size = \"64MiB\", read = {read} }}");
+    assert!(with(&fileio(true), "\"write_s\", \"read_s\"").is_empty());
+    let w = with(&fileio(false), "\"write_s\", \"read_s\"");
+    assert!(w.len() == 1 && w[0].contains("'read_s'"), "{w:?}");
+}
+
+#[test]
 fn unknown_kinds_and_misplaced_fields_say_what_is_allowed() {
     let e = load_err(&base("").replace("kind = \"stress\"", "kind = \"stres\""));
     assert!(e.contains("'stres' is not one of: stress, file-io, idle"), "{e}");

@@ -715,6 +715,17 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
     }
 
     let report = resolve_report(&c, &raw, host.profile == HostProfile::Denali)?;
+    // A phase column of a phase no workload has shows '-' in every row: said, not refused, as a
+    // variant may leave out the VM that has it.
+    for col in &report.columns {
+        let Some(p) = phase_of_column(col) else { continue };
+        if !vms.iter().flat_map(|v| &v.guest.workloads).any(|w| w.spec.phase_bytes(p).is_some()) {
+            warnings.push(format!(
+                "report.columns '{col}': no workload here has a {p} phase (bonnie has write, rewrite and read; file-io write, \
+                 and read with read = true): it shows -"
+            ));
+        }
+    }
     // Likewise a report window that outlasts the run: its rates are over what the run had.
     if let (Some(d), (start, Some(end))) = (duration_ns, report.window_ns)
         && end > d
@@ -803,17 +814,19 @@ fn resolve_report(c: &Ctx, raw: &RawScenario, denali: bool) -> Result<ReportSpec
     Ok(ReportSpec { window_ns, columns })
 }
 
+/// The timed phase a report column measures (its duration `write_s` or rate `write_KiB/s`), if any.
+fn phase_of_column(col: &str) -> Option<&str> {
+    let phase = |p: &&str| matches!(*p, "write" | "rewrite" | "read");
+    col.strip_suffix("_KiB/s").filter(phase).or_else(|| col.strip_suffix("_s").filter(phase))
+}
+
 /// Whether a report column names something the summary provides.
 pub fn report_column_known(col: &str) -> bool {
     let counter = |n: &str| crate::metrics::columns().contains(&n);
-    let phase = |p: &str| matches!(p, "write" | "rewrite" | "read");
-    if let Some(p) = col.strip_suffix("_KiB/s").filter(|p| phase(p)) {
-        return phase(p);
+    if phase_of_column(col).is_some() || col == "runtime_s" {
+        return true;
     }
-    if let Some(base) = col.strip_suffix("/s") {
-        return counter(base);
-    }
-    col == "runtime_s" || col.strip_suffix("_s").is_some_and(phase) || counter(col)
+    col.strip_suffix("/s").map_or_else(|| counter(col), counter)
 }
 
 /// A VM's shares unless set: ESX's "normal", 10 per MB of configured memory.
