@@ -37,8 +37,10 @@ impl DeviceKind {
     pub fn defaults(self) -> DeviceSpec {
         match self {
             // SATA III SSD: 6 Gbit/s line with 8b/10b coding caps transfers at 600 MB/s, drives sustain
-            // about 550 MB/s; NCQ allows 32 outstanding commands (SATA 3.x spec); 4 KiB random access
-            // latency of order 100 us (SATA SSD datasheets list 50-100 us).
+            // about 550 MB/s (Samsung 860 EVO: sequential read up to 550 MB/s [doc-recalled]; its
+            // predecessor the 850 EVO's specification lists 540 MB/s); NCQ allows 32 outstanding
+            // commands (SATA 3.x spec); a 4 KiB random read takes 100 us at queue depth 1 (the 850
+            // EVO's specification: 10,000 IOPS, 4 KB random read, QD1).
             Self::Ssd => DeviceSpec { kind: self, latency_ns: 100_000, bandwidth: 550e6, queue_depth: 32, seek_ns: 0, filer: None },
             // Seek (positioning) 8 ms: seed 002, "typical disk (seek) 8,000,000 ns". 150 MB/s sustained
             // transfer of a current 7,200 rpm desktop drive (WD Blue WD10EZEX's "host to/from drive
