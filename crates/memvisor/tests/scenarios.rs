@@ -121,6 +121,11 @@ fn names_that_would_leave_the_run_folder_are_refused() {
     }
     let e = load_err(&base("").replacen("name = \"t\"", &format!("name = \"{}\"", "x".repeat(101)), 1));
     assert!(e.contains("1 to 100 bytes"), "{e}");
+    // A variant's folder would take the place of the run folder's own files.
+    for file in ["summary.json", "report.html"] {
+        let e = load_err(&format!("{}[[variant]]\nname = \"{file}\"\nset = {{ seed = 2 }}\n", base("")));
+        assert!(e.contains("variant.name") && e.contains(&format!("'{file}' is a file of the run folder")), "{e}");
+    }
 }
 
 #[test]

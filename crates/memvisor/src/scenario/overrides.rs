@@ -135,6 +135,15 @@ impl<'a, 's> Overrides<'a, 's> {
                 if let Some(why) = super::folder_name_problem(&name) {
                     return Err(src.error(Some(span), "variant.name", format!("'{name}' {why}")));
                 }
+                // A case's run folder holds its variants' folders beside these two files
+                // (python/memvisor/runfolder.py).
+                if ["summary.json", "report.html"].contains(&name.as_str()) {
+                    return Err(src.error(
+                        Some(span),
+                        "variant.name",
+                        format!("'{name}' is a file of the run folder, beside the variants' folders: name the variant otherwise"),
+                    ));
+                }
                 if variants.iter().any(|(n, _)| *n == name) {
                     return Err(src.error(Some(span), "variant.name", format!("two variants are named '{name}'")));
                 }
