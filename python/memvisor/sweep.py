@@ -274,6 +274,13 @@ class StoreError(ValueError):
     """A sweep store's entry that is not a finished run's result."""
 
 
+def _report_row(r) -> bool:
+    """Whether `r` is a report row as `RunResult.report_rows` makes it: the VM's name, then numbers
+    (or null where a VM has no figure)."""
+    number = lambda x: x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))  # noqa: E731
+    return isinstance(r, dict) and isinstance(r.get("vm"), str) and all(number(x) for k, x in r.items() if k != "vm")
+
+
 def _stored(f: Path) -> tuple:
     """A run kept in the store: (True, report rows) or (False, its error)."""
     try:
@@ -281,7 +288,7 @@ def _stored(f: Path) -> tuple:
     except (UnicodeDecodeError, json.JSONDecodeError):
         entry = None
     ok = isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], bool)
-    if not (ok and (isinstance(entry[1], list) and all(isinstance(r, dict) for r in entry[1]) if entry[0] else isinstance(entry[1], str))):
+    if not (ok and (isinstance(entry[1], list) and all(_report_row(r) for r in entry[1]) if entry[0] else isinstance(entry[1], str))):
         raise StoreError(f"{f}: a damaged store entry (not a finished run's result); delete it to run that point again")
     return tuple(entry)
 

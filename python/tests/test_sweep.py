@@ -376,9 +376,11 @@ def test_a_sweep_writes_only_where_a_sweep_wrote_and_never_over_what_it_reads(tm
     r = run_cli(*args, "--out", "out", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     entry = sorted((tmp_path / "out" / "runs").glob("*.json"))[0]
-    entry.write_text("[true, 5]")
-    r = run_cli(*args, "--out", "out", cwd=tmp_path)
-    assert r.returncode == 2 and f"{entry.name}: a damaged store entry" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    # Shaped like a result but not one: a figure that is not a number, a VM that is not a name.
+    for damaged in ["[true, 5]", '[true, [{"vm": "web", "runtime_s": "slow"}]]', '[true, [{"vm": 5}]]']:
+        entry.write_text(damaged)
+        r = run_cli(*args, "--out", "out", cwd=tmp_path)
+        assert r.returncode == 2 and f"{entry.name}: a damaged store entry" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_a_policy_that_fails_to_import_fails_its_cells_with_a_store(tmp_path):
