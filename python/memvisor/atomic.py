@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -20,6 +21,13 @@ def output_problem(path: Path) -> str | None:
         return "is a link to nothing: it is not followed"
     if path.exists() and not path.is_file():
         return "exists and is not a regular file: it is not replaced"
+    # What `write_atomically` will do there, tried now rather than after the work.
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{path.name}.probe-", dir=written_through(path).parent)
+    except OSError as e:
+        return f"cannot be written there ({e.strerror or e})"
+    os.close(fd)
+    os.unlink(probe)
     return None
 
 

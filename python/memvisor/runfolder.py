@@ -106,11 +106,15 @@ class RunFolder:
 
     def __enter__(self) -> RunFolder:
         check_replaceable(self.path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(self.tmp, ignore_errors=True)
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp.mkdir()
             return self
+        except OSError as e:
+            # Said of the folder the user named, not of the hidden one it is written under.
+            self.abandon()
+            raise OSError(e.errno, f"cannot create the run folder here ({e.strerror or e})", str(self.path)) from None
         except BaseException:
             self.abandon()
             raise

@@ -97,7 +97,11 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     except StoreError as e:
         raise MemvisorError(str(e), USAGE) from None
     except OSError as e:
-        raise MemvisorError(f"{'--scheduler ' + scheduler if scheduler else '--out ' + str(out_dir)}: {e}", 1) from None
+        if scheduler:
+            raise MemvisorError(f"--scheduler {scheduler}: {e}", 1) from None
+        if out_dir is not None:
+            raise MemvisorError(f"--out {out_dir}: cannot keep its runs there ({e.strerror or e})", 1) from None
+        raise MemvisorError(str(e), 1) from None
     if out_dir is not None:
         try:
             write_atomically(out_dir / "sweep.parquet", parquet_bytes(runs))

@@ -899,3 +899,23 @@ def test_the_denali_benchs_peak_memory_is_the_childs_own():
     r = subprocess.run([sys.executable, "-c", bench._PEAK_RSS + "print(peak_kib())"], capture_output=True, text=True, check=True)
     assert int(r.stdout) < 128 << 10, f"{int(r.stdout) >> 10} MiB: the parent's 256 MiB counted as the child's"
     del held
+
+
+def test_an_output_that_cannot_be_written_is_said_of_the_users_path_before_the_work(tmp_path):
+    # sysfs takes no new files, even from root: each output is refused at once, named as the user
+    # named it (not the hidden folder or file it is written under), and nothing runs first.
+    (tmp_path / "small.toml").write_text(SMALL)
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "t.lackey").write_text("")
+    cases = [
+        (("run", "small.toml", "--out", "/sys/memvisor-x"), "/sys/memvisor-x: cannot create the run folder here"),
+        (("sweep", "small.toml", "--vary", "vm.g.memory=96MiB,128MiB", "--csv", "/sys/x.csv"), "--csv /sys/x.csv: cannot be written there"),
+        (("sweep", "small.toml", "--vary", "vm.g.memory=96MiB,128MiB", "--out", "afile/x"), "--out afile/x: cannot keep its runs there"),
+        (("trace", "convert", "t.lackey", "/sys/x.mvtrace"), "DEST /sys/x.mvtrace: cannot be written there"),
+    ]
+    for args, said in cases:
+        r = memvisor(*args, cwd=tmp_path)
+        assert r.returncode != 0 and said in r.stderr and ".partial" not in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+        assert "│" not in r.stdout, f"{args}: a table was printed, so the work ran first"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "small.toml", "t.lackey"]
+
