@@ -12,7 +12,7 @@ from rich.table import Column, Table
 
 from memvisor import _core, api
 from memvisor.atomic import written_through
-from memvisor.console import SKIPPED, USAGE, MemvisorError, check_output, err, fmt, out, some_of, warn
+from memvisor.console import SKIPPED, USAGE, MemvisorError, OnceGroup, check_output, err, fmt, out, some_of, warn
 from memvisor.signals import Terminated, sigterm_as_interrupt
 from memvisor.runfolder import NotARunFolder, RunFolder, run_folder_around
 from memvisor.livecmd import manage_cmd, status_cmd
@@ -22,7 +22,7 @@ from memvisor.tracecmd import trace
 from memvisor.validatecmd import meminfo_mib, validate
 
 
-class _Main(click.Group):
+class _Main(OnceGroup):
     """The top-level group: Ctrl-C, SIGTERM and SIGHUP end any command with one error line and
     the shell's status for the signal (130, 143, 129), after the cleanup on the way out has run."""
 

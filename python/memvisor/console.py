@@ -83,3 +83,36 @@ def check_output(path, option: str) -> None:
     problem = output_problem(path)
     if problem:
         raise MemvisorError(f"{option} {path}: {problem}", USAGE)
+
+
+class OnceGroup(click.Group):
+    """A group whose commands refuse an option that takes one value given twice (click keeps the
+    last without a word: `plan --variant a --variant b` planned for b alone)."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and not isinstance(cmd, click.Group):
+            refuse_repeated_options(cmd, rest)
+        return name, cmd, rest
+
+
+def refuse_repeated_options(cmd: click.Command, args: Sequence[str]) -> None:
+    """Refuses `args` that give an option of `cmd` taking one value more than once."""
+    single = {
+        name: p
+        for p in cmd.params
+        if isinstance(p, click.Option) and not p.multiple and not p.is_flag and not p.count
+        for name in p.opts
+    }
+    seen: dict[str, str] = {}
+    for i, a in enumerate(args):
+        if a == "--":
+            break
+        opt, eq, value = a.partition("=") if a.startswith("--") else (a, "", "")
+        p = single.get(opt)
+        if p is None:
+            continue
+        value = value if eq else (args[i + 1] if i + 1 < len(args) else "")
+        if p.name in seen:
+            raise MemvisorError(f"{opt}: given twice ('{seen[p.name]}', then '{value}'); it takes one value", USAGE)
+        seen[p.name] = value

@@ -16,13 +16,13 @@ from rich.table import Table
 
 from memvisor import _core
 from memvisor.api import as_text, simulate
-from memvisor.console import USAGE, MemvisorError, check_output, describe_status, out, warn
+from memvisor.console import USAGE, MemvisorError, OnceGroup, check_output, describe_status, out, warn
 from memvisor.params import IntList
 from memvisor.atomic import write_atomically, written_through
 from memvisor.traces import FORMATS, detect_format, read_trace
 
 
-@click.group("trace")
+@click.group("trace", cls=OnceGroup)
 def trace() -> None:
     """Record, convert, inspect and replay page-reference traces."""
 

@@ -10,12 +10,12 @@ import click
 from rich.table import Table
 
 from memvisor import _core
-from memvisor.console import SKIPPED, USAGE, MemvisorError, err, fmt, out
+from memvisor.console import SKIPPED, USAGE, MemvisorError, OnceGroup, err, fmt, out
 from memvisor.params import ByteSize, IntList, listed_twice
 from memvisor.runfolder import NotARunFolder, check_replaceable
 
 
-@click.group()
+@click.group(cls=OnceGroup)
 def validate() -> None:
     """Check the simulator against real systems."""
 

@@ -919,3 +919,19 @@ def test_an_output_that_cannot_be_written_is_said_of_the_users_path_before_the_w
         assert "│" not in r.stdout, f"{args}: a table was printed, so the work ran first"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "small.toml", "t.lackey"]
 
+
+def test_an_option_that_takes_one_value_given_twice_is_refused(tmp_path):
+    # click kept the last without a word: `plan --variant a --variant b` planned for b alone.
+    (tmp_path / "small.toml").write_text(SMALL)
+    for args, said in [
+        (("plan", "small.toml", "--variant", "a", "--variant", "b", "--vm", "g"), "--variant: given twice ('a', then 'b')"),
+        (("run", "small.toml", "--out=x", "--out", "y"), "--out: given twice ('x', then 'y')"),
+        (("sweep", "small.toml", "--vary", "vm.g.memory=96MiB,128MiB", "--column", "a", "--column", "b"), "--column: given twice"),
+        (("trace", "convert", "a", "b", "--delimiter", ",", "--delimiter", ";"), "--delimiter: given twice"),
+    ]:
+        r = memvisor(*args, cwd=tmp_path)
+        assert r.returncode == 2 and said in r.stderr and "it takes one value" in r.stderr, (args, r.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["small.toml"]
+    # Options that take many (--set, --variant of run) and flags still repeat.
+    r = memvisor("run", "small.toml", "--variant", "x", "--variant", "y", cwd=tmp_path)
+    assert "given twice" not in r.stderr, r.stderr
