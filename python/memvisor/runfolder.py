@@ -106,9 +106,10 @@ class RunFolder:
 
     def __enter__(self) -> RunFolder:
         check_replaceable(self.path)
+        # Its error names the folder that could not be made, one the user can see.
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp.mkdir()
             return self
         except OSError as e:
