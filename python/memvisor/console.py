@@ -85,6 +85,14 @@ def check_output(path, option: str) -> None:
         raise MemvisorError(f"{option} {path}: {problem}", USAGE)
 
 
+def refuse_twice(option: str, items) -> None:
+    """A list option's items each once: a point given twice would run, and count, twice."""
+    from memvisor.params import listed_twice
+
+    if twice := listed_twice(items):
+        raise MemvisorError(f"{option}: {', '.join(map(str, twice))} given more than once; give each once", USAGE)
+
+
 class OnceGroup(click.Group):
     """A group whose commands refuse an option that takes one value given twice (click keeps the
     last without a word: `plan --variant a --variant b` planned for b alone)."""

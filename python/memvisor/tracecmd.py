@@ -16,7 +16,7 @@ from rich.table import Table
 
 from memvisor import _core
 from memvisor.api import as_text, simulate
-from memvisor.console import USAGE, MemvisorError, OnceGroup, check_output, describe_status, out, warn
+from memvisor.console import USAGE, MemvisorError, OnceGroup, check_output, describe_status, out, refuse_twice, warn
 from memvisor.params import IntList
 from memvisor.atomic import write_atomically, written_through
 from memvisor.traces import FORMATS, detect_format, read_trace
@@ -39,6 +39,14 @@ def _info_table(title: str, info: dict) -> Table:
     return t
 
 
+def _refuse_native_named_oracle(path: Path, option: str) -> None:
+    """A native trace under a name libCacheSim's tools read as oracleGeneral (memvisor tells it by
+    its magic, they by its name) is refused."""
+    if detect_format(path, b"") == "oracleGeneral":
+        raise MemvisorError(f"{option} {path}: a name ending in .oracleGeneral or .bin says libCacheSim's format, and this "
+                            "trace is written native; name it .mvtrace (or convert it --to oracleGeneral)", USAGE)
+
+
 @trace.command()
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Native trace to write (.mvtrace).")
 @click.option("--instructions", is_flag=True, help="Also record instruction fetches (as reads).")
@@ -54,6 +62,7 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
         raise MemvisorError("valgrind is not installed (Debian: apt-get install valgrind)", USAGE)
     # Both found before anything runs: a recording can take minutes.
     check_output(output, "-o")
+    _refuse_native_named_oracle(output, "-o")
     if shutil.which(program[0]) is None:
         named = Path(program[0])
         # A path names a file directly; a bare name is looked up on PATH, as the shell would.
@@ -107,6 +116,18 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
     if dst_fmt == "oracleGeneral" and read_as != dst_fmt:
         raise MemvisorError(f"DEST {dest}: an oracleGeneral trace is known by its name, ending in .oracleGeneral or .bin, "
                             f"and this name would be read as {read_as}; name it so", USAGE)
+    if dst_fmt == "native":
+        _refuse_native_named_oracle(dest, "DEST")
+    # An input format's own options given for another are said to be ignored.
+    try:
+        with open(source, "rb") as f:
+            fmt = src_fmt or detect_format(source, f.read(8))
+    except OSError:
+        fmt = src_fmt  # read_trace says why
+    ctx = click.get_current_context()
+    for param, opt, own in (("instructions", "--instructions", "lackey"), ("obj_id_col", "--obj-id-col", "csv"), ("delimiter", "--delimiter", "csv")):
+        if fmt is not None and fmt != own and ctx.get_parameter_source(param) != click.core.ParameterSource.DEFAULT:
+            warn(f"{opt} is for {own} input, and {source} is read as {fmt}: it is ignored")
     try:
         t = read_trace(source, src_fmt, instructions=instructions, obj_id_col=obj_id_col, delimiter=delimiter)
     except (_core.TraceError, ValueError) as e:
@@ -260,6 +281,7 @@ def peer_compare(t, name: str, sizes: list[int], repeats: int = 1) -> list[dict]
 def bench_cmd(source: Path, sizes: tuple[int, ...], repeats: int) -> None:
     """Replay a trace through memvisor's exact-LRU guest and libCacheSim's LRU; check the miss
     counts agree and compare requests per second."""
+    refuse_twice("--frames", sizes)
     try:
         import libcachesim  # noqa: F401  (the peer; an optional dependency)
     except ImportError:

@@ -10,8 +10,8 @@ import click
 from rich.table import Table
 
 from memvisor import _core
-from memvisor.console import SKIPPED, USAGE, MemvisorError, OnceGroup, err, fmt, out
-from memvisor.params import ByteSize, IntList, listed_twice
+from memvisor.console import SKIPPED, USAGE, MemvisorError, OnceGroup, err, fmt, out, refuse_twice
+from memvisor.params import ByteSize, IntList
 from memvisor.runfolder import NotARunFolder, check_replaceable
 
 
@@ -26,12 +26,6 @@ def _check_out(out_dir: Path) -> None:
         check_replaceable(out_dir)
     except NotARunFolder as e:
         raise MemvisorError(f"--out {e}", USAGE) from None
-
-
-def _refuse_twice(option: str, items) -> None:
-    """A list option's items each once: a validation point given twice would run, and count, twice."""
-    if twice := listed_twice(items):
-        raise MemvisorError(f"{option}: {', '.join(map(str, twice))} given more than once; give each once", USAGE)
 
 
 def meminfo_mib(field: str = "MemTotal") -> int:
@@ -73,8 +67,8 @@ def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...] | 
     if unknown or not patterns:
         raise click.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(v.PATTERNS)}", param_hint="--patterns")
     # A point given twice would run twice and its miss count twice against "at most one miss per pattern".
-    _refuse_twice("--limits", limit_list or ())
-    _refuse_twice("--patterns", patterns)
+    refuse_twice("--limits", limit_list or ())
+    refuse_twice("--patterns", patterns)
     if limit_list is None:
         limit_list = tuple(max(1, round((working_set >> 20) * pct / 100)) for pct in (25, 42, 58, 75, 95))
     missing = v.missing_prerequisites(cgroup_root)
@@ -127,7 +121,7 @@ def ksm_cmd(out_dir: Path, mix_list: str | None, scans: int) -> None:
     unknown = [m for m in mixes if m not in vk.MIXES]
     if unknown or not mixes:
         raise click.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(vk.MIXES)}", param_hint="--mixes")
-    _refuse_twice("--mixes", mixes)
+    refuse_twice("--mixes", mixes)
     missing = vk.missing_prerequisites()
     if missing:
         raise MemvisorError("validate ksm cannot run on this machine; it needs:", SKIPPED, details=missing)

@@ -935,3 +935,18 @@ def test_an_option_that_takes_one_value_given_twice_is_refused(tmp_path):
     # Options that take many (--set, --variant of run) and flags still repeat.
     r = memvisor("run", "small.toml", "--variant", "x", "--variant", "y", cwd=tmp_path)
     assert "given twice" not in r.stderr, r.stderr
+
+
+def test_trace_options_of_another_format_and_names_of_another_are_said(tmp_path):
+    (tmp_path / "t.lackey").write_text("I  0400d7d4,8\n L 7ff000b28,8\n S 7ff000b30,4\n")
+    r = memvisor("trace", "convert", "t.lackey", "t.mvtrace", "--delimiter", ";", cwd=tmp_path)
+    assert r.returncode == 0 and "--delimiter is for csv input, and t.lackey is read as lackey: it is ignored" in r.stderr, r.stderr
+    r = memvisor("trace", "convert", "t.lackey", "u.mvtrace", cwd=tmp_path)
+    assert r.returncode == 0 and "ignored" not in r.stderr, r.stderr
+    # A native trace under a name libCacheSim reads as oracleGeneral is refused; as oracleGeneral, taken.
+    r = memvisor("trace", "convert", "t.lackey", "t.bin", cwd=tmp_path)
+    assert r.returncode == 2 and "DEST t.bin: a name ending in .oracleGeneral or .bin" in r.stderr, r.stderr
+    assert memvisor("trace", "convert", "t.lackey", "t.bin", "--to", "oracleGeneral", cwd=tmp_path).returncode == 0
+    # A cache size given twice would run twice.
+    r = memvisor("trace", "bench", "t.mvtrace", "--frames", "2,2", cwd=tmp_path)
+    assert r.returncode == 2 and "--frames: 2 given more than once" in r.stderr, r.stderr
