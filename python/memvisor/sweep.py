@@ -76,9 +76,13 @@ def points_from_csv(path: Path) -> list[dict]:
 
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a spreadsheet's byte-order mark
-            lines = list(csv.reader(f))
+            # strict: a quote left open or text after a closing quote is an error, not a value.
+            reader = csv.reader(f, strict=True)
+            lines = list(reader)
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: byte {e.start}: a points file is UTF-8 text (CSV)") from None
+    except csv.Error as e:
+        raise ValueError(f"{path}:{reader.line_num}: {e} (a quoted value ends with a quote, before the next comma)") from None
     lines = [(i, line) for i, line in enumerate(lines, start=1) if any(cell.strip() for cell in line)]
     if len(lines) < 2:
         raise ValueError(f"{path}: no points (a header of keys, then a row of values per point)")

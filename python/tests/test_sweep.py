@@ -338,6 +338,8 @@ def test_a_points_file_is_read_as_a_spreadsheet_writes_it_and_refused_when_ambig
         (b"host.memory\n\xff\n", "p.csv: byte 12: a points file is UTF-8 text"),
         (b"host.memory\n", "p.csv: no points"),
         (b"host.memory,seed\n1GiB,1\n2GiB,1\n1GiB ,1\n", "p.csv:4: repeats the point of line 2"),
+        (b'vm.g.memory\n"256MiB\n', "p.csv:2: unexpected end of data"),
+        (b'vm.g.memory\n"256"MiB\n', "p.csv:2: ',' expected after"),
     ]:
         f.write_bytes(content)
         with pytest.raises(ValueError, match=expect):
