@@ -39,10 +39,10 @@ def _info_table(title: str, info: dict) -> Table:
     return t
 
 
-def _refuse_native_named_oracle(path: Path, option: str) -> None:
+def _refuse_native_named_oracle(path: Path, option: str, read_as: str | None = None) -> None:
     """A native trace under a name libCacheSim's tools read as oracleGeneral (memvisor tells it by
-    its magic, they by its name) is refused."""
-    if detect_format(path, b"") == "oracleGeneral":
+    its magic, they by its name) is refused; `read_as` is the name's format, if known."""
+    if (read_as or detect_format(path, b"")) == "oracleGeneral":
         raise MemvisorError(f"{option} {path}: a name ending in .oracleGeneral or .bin says libCacheSim's format, and this "
                             "trace is written native; name it .mvtrace (or convert it --to oracleGeneral)", USAGE)
 
@@ -117,7 +117,7 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
         raise MemvisorError(f"DEST {dest}: an oracleGeneral trace is known by its name, ending in .oracleGeneral or .bin, "
                             f"and this name would be read as {read_as}; name it so", USAGE)
     if dst_fmt == "native":
-        _refuse_native_named_oracle(dest, "DEST")
+        _refuse_native_named_oracle(dest, "DEST", read_as)
     # An input format's own options given for another are said to be ignored.
     try:
         with open(source, "rb") as f:
@@ -129,7 +129,7 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
         if fmt is not None and fmt != own and ctx.get_parameter_source(param) != click.core.ParameterSource.DEFAULT:
             warn(f"{opt} is for {own} input, and {source} is read as {fmt}: it is ignored")
     try:
-        t = read_trace(source, src_fmt, instructions=instructions, obj_id_col=obj_id_col, delimiter=delimiter)
+        t = read_trace(source, fmt, instructions=instructions, obj_id_col=obj_id_col, delimiter=delimiter)
     except (_core.TraceError, ValueError) as e:
         raise MemvisorError(str(e), 1) from None
     data = t.to_native() if dst_fmt == "native" else t.to_oracle_general()

@@ -142,7 +142,7 @@ impl Simulation {
                 v.swap_datastore as u32,
                 swapfile.base,
                 memory * s.host.zip_max_percent as u64 / 100,
-                v.guest.memory_pages as u64 * s.host.balloon_max_percent as u64 / 100,
+                s.host.balloon_max_pages(v.guest.memory_pages),
             );
             let disk = datastores[v.datastore].add_disk(v.datastore as u32);
             let mut env = Env { events: &mut events, datastores: &mut datastores, host: &mut host, horizon: None };

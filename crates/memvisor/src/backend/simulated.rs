@@ -166,10 +166,9 @@ impl SimulatedHost {
             }
             Event::HostIoDone { vm, io } => self.host.io_done(vm, io),
             Event::BlkbackDone { guest, bio, requests } => {
-                let (start, ns) = self.host.blkback.as_mut().expect("a backend's event").half(now, requests as u64, true);
-                self.host.pcpus.as_mut().expect("dom0 is modelled on the host's CPUs").dom0_run(start, ns);
+                let seen = self.host.blkback_half(now, requests as u64, true);
                 if bio != crate::guest::NONE {
-                    self.events.push(start + ns, Event::Guest { guest, ev: GuestEvent::IoDone { bio } });
+                    self.events.push(seen, Event::Guest { guest, ev: GuestEvent::IoDone { bio } });
                 }
             }
             Event::HostShareScan => {

@@ -98,18 +98,16 @@ impl Env<'_> {
     pub fn disk_io(&mut self, guest: u32, ds: u32, now: u64, offset: u64, pages: u64, write: bool, bio: u32) {
         let device = &mut self.datastores[ds as usize].device;
         let bytes = pages * PAGE_SIZE;
-        let Some(b) = self.host.blkback.as_mut() else {
+        if self.host.blkback.is_none() {
             let done = device.submit(now, offset, bytes, write);
             if bio != NONE {
                 self.schedule(guest, done, GuestEvent::IoDone { bio });
             }
             return;
-        };
+        }
         let requests = crate::host::Blkback::ring_requests(pages);
-        b.requests += requests;
-        let (start, ns) = b.half(now, requests, false);
-        self.host.pcpus.as_mut().expect("dom0 is modelled on the host's CPUs").dom0_run(start, ns);
-        let done = device.submit_at(now, start + ns, offset, bytes, write);
+        let arrives = self.host.blkback_half(now, requests, false);
+        let done = device.submit_at(now, arrives, offset, bytes, write);
         self.events.push(done, Event::BlkbackDone { guest, bio, requests: requests as u32 });
     }
 

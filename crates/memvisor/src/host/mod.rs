@@ -351,6 +351,19 @@ impl Host {
         }
     }
 
+    /// dom0's backend handles one half (the issue, or with `completion` the rest) of `requests`
+    /// ring requests reaching it at `at`, on its CPU and the host's (`Blkback::half`,
+    /// `Pcpus::dom0_run`); returns when it is done. Issued requests are counted.
+    pub fn blkback_half(&mut self, at: u64, requests: u64, completion: bool) -> u64 {
+        let b = self.blkback.as_mut().expect("dom0's backend is modelled");
+        if !completion {
+            b.requests += requests;
+        }
+        let (start, ns) = b.half(at, requests, completion);
+        self.pcpus.as_mut().expect("dom0 is modelled on the host's CPUs").dom0_run(start, ns);
+        start + ns
+    }
+
     /// Takes `frames` for the hypervisor itself (vmkernel, service console); returns false if the
     /// host does not have them.
     pub fn reserve_hypervisor(&mut self, frames: u64) -> bool {

@@ -127,7 +127,7 @@ impl Pcpus {
         // overlaps by at most the engine's lookahead, as without a CPU model), else the CPU idle
         // longest.
         let own = self.idle.iter().position(|c| c.2 == Some(v));
-        if let Some(i) = own.or_else(|| (0..self.idle.len()).min_by_key(|&i| (self.idle[i].1, self.idle[i].0))) {
+        if let Some(i) = own.or_else(|| self.idle_longest(u64::MAX)) {
             let (cpu, free, _) = self.idle.swap_remove(i);
             if own.is_some() {
                 self.running.push(Turn { v, cpu, from: now, since: free.max(now), end: now + self.slice_ns, boosted: true });
@@ -191,8 +191,7 @@ impl Pcpus {
             return;
         }
         self.dom0_ns += ns;
-        let idle = (0..self.idle.len()).filter(|&i| self.idle[i].1 <= at).min_by_key(|&i| (self.idle[i].1, self.idle[i].0));
-        if let Some(i) = idle {
+        if let Some(i) = self.idle_longest(at) {
             self.idle[i] = (self.idle[i].0, at + ns, None);
             return;
         }
@@ -200,7 +199,7 @@ impl Pcpus {
         let victim = match victim {
             Some(v) => v,
             None => {
-                let i = (0..self.idle.len()).min_by_key(|&i| (self.idle[i].1, self.idle[i].0)).expect("a CPU is running or idle");
+                let i = self.idle_longest(u64::MAX).expect("a CPU is running or idle");
                 match self.idle[i].2 {
                     Some(v) => v,
                     None => {
@@ -216,6 +215,11 @@ impl Pcpus {
             owed.resize(victim.1 as usize + 1, 0);
         }
         owed[victim.1 as usize] += ns;
+    }
+
+    /// The idle CPU (its index in `idle`) free since earliest, among those free by `by`.
+    fn idle_longest(&self, by: u64) -> Option<usize> {
+        (0..self.idle.len()).filter(|&i| self.idle[i].1 <= by).min_by_key(|&i| (self.idle[i].1, self.idle[i].0))
     }
 
     /// What vCPU `v` owes dom0, which it pays now by staying off its work that long; cleared.

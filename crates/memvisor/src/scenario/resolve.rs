@@ -63,6 +63,13 @@ pub struct HostSpec {
     pub dom0_vcpus: Option<u32>,
 }
 
+impl HostSpec {
+    /// The largest balloon of a VM of `memory_pages` pages, in pages (`balloon_max_percent`).
+    pub fn balloon_max_pages(&self, memory_pages: u32) -> u64 {
+        memory_pages as u64 * self.balloon_max_percent as u64 / 100
+    }
+}
+
 /// A datastore.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DatastoreSpec {
@@ -550,7 +557,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
     let mut names = std::collections::HashSet::new();
     for v in &raw.vm {
         for mut spec in resolve_vm(&c, v.get_ref(), &datastores, &costs, host.profile, host.tmem.is_some())? {
-            let cap = spec.guest.memory_pages as u64 * host.balloon_max_percent as u64 / 100;
+            let cap = host.balloon_max_pages(spec.guest.memory_pages);
             if let (Some(q), true) = (&v.get_ref().maxmem, spec.guest.boot_balloon_pages as u64 > cap) {
                 // The boot balloon is a balloon like any other: it may not start above its maximum.
                 return c.err(

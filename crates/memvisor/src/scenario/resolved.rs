@@ -121,29 +121,24 @@ impl Scenario {
             ),
         );
         let c = &self.costs;
+        let mut costs = vec![
+            ("dram_access", s(fmt_duration(c.dram_access_ns))),
+            ("minor_fault", s(fmt_duration(c.minor_fault_ns))),
+            ("host_back", s(fmt_duration(c.host_back_ns))),
+            ("page_copy", s(fmt_duration(c.page_copy_ns))),
+            ("reclaim_scan", s(fmt_duration(c.reclaim_scan_ns))),
+            ("reclaim_free", s(fmt_duration(c.reclaim_free_ns))),
+            ("reclaim_pageout", s(fmt_duration(c.reclaim_pageout_ns))),
+            ("balloon_page", s(fmt_duration(c.balloon_page_ns))),
+            ("compress", s(fmt_duration(self.host.costs.compress_ns))),
+            ("decompress", s(fmt_duration(self.host.costs.decompress_ns))),
+            ("host_swap_out", s(fmt_duration(self.host.costs.swap_out_ns))),
+        ];
         // dom0's backend cost only where it runs: elsewhere it would be said to be ignored.
-        let blkback = self.host.dom0_vcpus.map(|_| ("blkback_request", s(fmt_duration(self.host.costs.blkback_request_ns))));
-        doc.insert(
-            "costs".into(),
-            table(
-                vec![
-                    ("dram_access", s(fmt_duration(c.dram_access_ns))),
-                    ("minor_fault", s(fmt_duration(c.minor_fault_ns))),
-                    ("host_back", s(fmt_duration(c.host_back_ns))),
-                    ("page_copy", s(fmt_duration(c.page_copy_ns))),
-                    ("reclaim_scan", s(fmt_duration(c.reclaim_scan_ns))),
-                    ("reclaim_free", s(fmt_duration(c.reclaim_free_ns))),
-                    ("reclaim_pageout", s(fmt_duration(c.reclaim_pageout_ns))),
-                    ("balloon_page", s(fmt_duration(c.balloon_page_ns))),
-                    ("compress", s(fmt_duration(self.host.costs.compress_ns))),
-                    ("decompress", s(fmt_duration(self.host.costs.decompress_ns))),
-                    ("host_swap_out", s(fmt_duration(self.host.costs.swap_out_ns))),
-                ]
-                .into_iter()
-                .chain(blkback)
-                .collect(),
-            ),
-        );
+        if self.host.dom0_vcpus.is_some() {
+            costs.push(("blkback_request", s(fmt_duration(self.host.costs.blkback_request_ns))));
+        }
+        doc.insert("costs".into(), table(costs));
         let ds = self
             .datastores
             .iter()
