@@ -176,7 +176,12 @@ fn dom0_is_a_xen_hosts_and_needs_its_cpus() {
     };
     let err = |text: String| memvisor::scenario::load(&text, "t.toml", &[]).expect_err("refused").to_string();
     let e = err(host("kvm", "cpus = 2\n"));
-    assert!(e.contains("host.dom0_vcpus") && e.contains("xen profile"), "{e}");
+    assert!(e.contains("host.dom0_vcpus") && e.contains("xen profile") && e.contains("host.profile is 'kvm' (t.toml:5:11)"), "{e}");
+    // The profile may come from far away: the message says where.
+    let e = memvisor::scenario::load(&host("xen", "cpus = 2\n"), "t.toml", &["host.profile=kvm".into()]).expect_err("refused").to_string();
+    assert!(e.contains("host.profile is 'kvm' (--set host.profile=kvm)"), "{e}");
+    let e = err(host("xen", "cpus = 2\n").replace("profile = \"xen\"\n", ""));
+    assert!(e.contains("host.profile is 'kvm' (the default)"), "{e}");
     let e = err(host("xen", ""));
     assert!(e.contains("host.dom0_vcpus") && e.contains("needs host.cpus"), "{e}");
     let e = err(host("xen", "cpus = 2\n").replace("dom0_vcpus = 2", "dom0_vcpus = 0"));

@@ -599,7 +599,7 @@ fn tmem_is_refused_on_a_host_that_is_not_xen() {
     };
     for profile in ["kvm", "esx"] {
         let e = load_err(&host(profile));
-        assert!(e.contains("host.tmem") && e.contains(&format!("a {profile} host")) && e.contains("profile = \"xen\""), "{e}");
+        assert!(e.contains("host.tmem") && e.contains(&format!("host.profile is '{profile}' (")) && e.contains("profile = \"xen\""), "{e}");
     }
     scenario::load(&host("xen"), "ok.toml", &[]).unwrap_or_else(|e| panic!("{e}"));
     // Saying it is off is no claim about the host.

@@ -219,7 +219,10 @@ fn resolve_tmem(c: &Ctx, h: &RawHost, profile: HostProfile, costs: &HostCosts) -
         return c.err(
             t.span(),
             "host.tmem",
-            format!("is Xen's transcendent memory, which a {} host does not have (set host.profile = \"xen\")", profile.name()),
+            format!(
+                "is Xen's transcendent memory, which this host does not have: {} (set host.profile = \"xen\")",
+                c.profile_is(h, profile)
+            ),
         );
     }
     if !flag(&h.tmem) {
@@ -267,6 +270,13 @@ struct Ctx<'s, 'a> {
 impl Ctx<'_, '_> {
     fn err<T>(&self, span: std::ops::Range<usize>, field: &str, m: impl Into<String>) -> Result<T, ScenarioError> {
         Err(self.src.error(Some(span), field, m))
+    }
+
+    /// "host.profile is 'kvm'" and where that came from (a line, a `--set`, or the default), for
+    /// a setting refused because of the profile: the profile may have been set far from it.
+    fn profile_is(&self, h: &RawHost, profile: HostProfile) -> String {
+        let from = h.profile.as_ref().map_or("the default".to_string(), |p| self.src.locate(Some(p.span())));
+        format!("host.profile is '{}' ({from})", profile.name())
     }
 
     fn with<T>(&self, q: &Spanned<Qty>, field: &str, f: fn(&str) -> Result<T, String>) -> Result<T, ScenarioError> {
@@ -433,7 +443,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
                 return c.err(
                     n.span(),
                     "host.dom0_vcpus",
-                    format!("is the xen profile's (dom0 runs a Xen host's block backend), and host.profile is '{}'", profile.name()),
+                    format!("is the xen profile's (dom0 runs a Xen host's block backend), and {}", c.profile_is(h, profile)),
                 );
             }
             Some(n) if h.cpus.is_none() => {
