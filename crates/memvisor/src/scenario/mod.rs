@@ -124,11 +124,15 @@ pub fn load_variants(text: &str, origin: &str, sets: &[String], only: &[String])
         match build(k) {
             Ok(s) => out.push(s),
             // A problem of this variant alone says which variant it is; one every variant has
-            // (a bad --set, a bad base value) does not point at one of them.
+            // (a bad --set, a bad base value) does not point at one of them. A lone variant is
+            // told apart from the base without it (`build` past the last variant).
             Err(mut e) => {
-                let everywhere = names.len() > 1 && (0..names.len()).filter(|&j| j != k).all(|j| build(j).err().as_ref() == Some(&e));
-                if let (Some(n), false) = (name, everywhere) {
-                    e.location = format!("{} (variant '{n}')", e.location);
+                if let Some(n) = name {
+                    let others: Vec<usize> =
+                        if names.len() > 1 { (0..names.len()).filter(|&j| j != k).collect() } else { vec![names.len()] };
+                    if !others.into_iter().all(|j| build(j).err().as_ref() == Some(&e)) {
+                        e.location = format!("{} (variant '{n}')", e.location);
+                    }
                 }
                 return Err(e);
             }

@@ -176,8 +176,9 @@ impl<'a, 's> Overrides<'a, 's> {
         if self.variants.is_empty() { vec![None] } else { self.variants.iter().map(|(n, _)| Some(n.clone())).collect() }
     }
 
-    /// The document of variant `k` (of [`Self::names`]) with the `--set`s on top. Its errors do
-    /// not name the variant: the caller knows whether other variants share them.
+    /// The document of variant `k` (of [`Self::names`]; past the last, the base alone) with the
+    /// `--set`s on top. Its errors do not name the variant: the caller knows whether other
+    /// variants share them.
     pub fn variant(&self, k: usize) -> Result<VariantDoc<'a>, ScenarioError> {
         let (name, vsets): (Option<String>, &[Set<'a>]) = match self.variants.get(k) {
             Some((n, s)) => (Some(n.clone()), s.as_slice()),
