@@ -50,6 +50,15 @@ def is_run_folder(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink() and (path / "summary.json").is_file()
 
 
+def scenario_of(path: Path) -> str | None:
+    """The scenario whose run the run folder `path` holds, if it is one and says so."""
+    try:
+        name = json.loads((path / "summary.json").read_text(encoding="utf-8")).get("scenario") if is_run_folder(path) else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return name if isinstance(name, str) else None
+
+
 def run_folder_around(path: Path) -> Path | None:
     """The run folder `path` is inside, at any depth, or None: what is written there goes when a
     rerun replaces the folder."""
@@ -79,13 +88,14 @@ def check_location(path: Path) -> None:
 
 
 def check_replaceable(path: Path) -> None:
-    """Refuses (NotARunFolder) a path a run may not write: a run replaces an earlier run's folder,
-    never anything else that happens to be there, and is not put where it would be lost
-    (`check_location`). Commands whose work is long or changes the machine check it before they
-    start."""
+    """Refuses (NotARunFolder) a path a run may not write: a run replaces an earlier run's folder
+    or an empty folder (made for it), never anything else that happens to be there, and is not put
+    where it would be lost (`check_location`). Commands whose work is long or changes the machine
+    check it before they start."""
     path = Path(path)
-    if (path.exists() or path.is_symlink()) and not is_run_folder(path):
-        raise NotARunFolder(f"{path} exists and is not a run folder (it has no summary.json): name a new folder or an earlier run's")
+    empty = path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+    if (path.exists() or path.is_symlink()) and not (is_run_folder(path) or empty):
+        raise NotARunFolder(f"{path} exists and is not a run folder (it has no summary.json): name a new or empty folder, or an earlier run's")
     check_location(path)
 
 

@@ -226,7 +226,17 @@ def test_a_run_replaces_an_earlier_run_but_nothing_else(tmp_path, small_scenario
     r = memvisor("run", str(small_scenario), "--out", "file", "--quiet", cwd=tmp_path)
     assert r.returncode == 2 and "is a file" in r.stderr and (tmp_path / "file").read_text() == "x"
     for _ in range(2):  # an earlier run is replaced
-        assert memvisor("run", str(small_scenario), "--out", "out", "--quiet", cwd=tmp_path).returncode == 0
+        r = memvisor("run", str(small_scenario), "--out", "out", "--quiet", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+    assert "holds a run of scenario" not in r.stderr
+    # Another scenario's run is replaced too, and said to be.
+    other = small_scenario.read_text().replace('name = "', 'name = "other-', 1)
+    (tmp_path / "other.toml").write_text(other)
+    r = memvisor("run", "other.toml", "--out", "out", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0 and "out holds a run of scenario '" in r.stderr and "this run of 'other-" in r.stderr, r.stderr
+    (tmp_path / "made").mkdir()  # an empty folder made for the run is taken
+    assert memvisor("run", str(small_scenario), "--out", "made", "--quiet", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "made" / "summary.json").is_file()
 
 
 def test_a_scenario_that_is_not_utf8_text_or_is_a_folder_gets_one_error(tmp_path):

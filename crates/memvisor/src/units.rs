@@ -66,7 +66,7 @@ fn split(s: &str) -> Result<(f64, &str), String> {
         return Err(format!("'{s}' is not a finite number"));
     }
     if v < 0.0 {
-        return Err(format!("'{s}' is negative; it must be zero or more"));
+        return Err(format!("'{s}' is negative"));
     }
     Ok((v, unit.trim()))
 }

@@ -182,6 +182,24 @@ fn boot_reservations_past_the_host_are_refused_before_any_page_state_is_built() 
 }
 
 #[test]
+fn a_boot_past_the_hosts_free_frames_names_what_holds_them() {
+    // Admission passes (no reservations), but ESX's overhead of twelve VMs and the boot of eight
+    // leave too little for the ninth's kernel.
+    let text = one_guest(
+        "2GiB",
+        "name = \"g\"\ncount = 12\nmemory = \"256MiB\"\nworkload = { kind = \"idle\", footprint = \"16MiB\" }",
+        "duration = \"2s\"",
+    )
+    .replacen("[host]\n", "[host]\nprofile = \"esx\"\n", 1);
+    let s = scenario::load(&text, "ok.toml", &[]).unwrap_or_else(|e| panic!("{e}")).remove(0);
+    let e = memvisor::Simulation::new(&s).err().expect("cannot boot");
+    assert!(
+        e.contains("exhausted while booting VM 'g-") && e.contains("(its kernel_reserved)") && e.contains("every VM's overhead"),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_xen_guest_must_boot_in_the_memory_it_starts_with() {
     let xen = |vm: &str, host: &str| {
         one_guest("2GiB", &format!("name = \"g\"\n{vm}\nworkload = {{ kind = \"idle\", footprint = \"8MiB\" }}\n"), "duration = \"1s\"")
@@ -793,4 +811,13 @@ fn a_windows_guest_is_told_it_has_no_linux_knobs_and_refuses_linux_drivers() {
     // Linux's self-ballooning driver is not a Windows guest's.
     let e = load_err(&win("balloon = \"virtio\"").replacen("[host]\n", "[host]\npolicy = \"xen-selfballoon\"\n", 1));
     assert!(e.contains("host.policy") && e.contains("xen-selfballoon is a Linux guest's driver, and VM 'g' runs windows"), "{e}");
+}
+
+#[test]
+fn a_run_with_no_end_says_what_is_missing() {
+    // No workload at all: not "no workload finishes", and at no line (nothing missing has one).
+    let e = load_err(&one_guest("4GiB", "name = \"g\"\nmemory = \"1GiB\"\n", ""));
+    assert!(e.starts_with("bad.toml: duration: ") && e.contains("no VM has a workload") && e.contains("[[vm.workload]]"), "{e}");
+    let e = load_err(&one_guest("4GiB", "name = \"g\"\nmemory = \"1GiB\"\nworkload = { kind = \"stress\" }\n", ""));
+    assert!(e.starts_with("bad.toml: duration: ") && e.contains("no workload finishes on its own"), "{e}");
 }

@@ -511,8 +511,9 @@ impl Host {
             let (need, free) = (human_bytes(n * PAGE_SIZE), human_bytes(self.free * PAGE_SIZE));
             self.fatal.get_or_insert_with(|| {
                 format!(
-                    "host machine memory exhausted while booting VM '{}': its kernel's boot backs {need} at once and {free} is free \
-                     (the VMs booted before it hold the rest; fewer or smaller VMs, or a larger host)",
+                    "host machine memory exhausted while booting VM '{}': its kernel's boot backs {need} at once (its \
+                     kernel_reserved) and {free} is free (the VMs booted before it and every VM's overhead hold the rest; \
+                     fewer or smaller VMs, a larger host, or a smaller overhead or kernel_reserved)",
                     v.name
                 )
             });

@@ -637,11 +637,13 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
     }
     let finite = vms.iter().flat_map(|v| &v.guest.workloads).any(|w| w.spec.is_finite());
     if duration_ns.is_none() && !finite {
-        return c.err(
-            raw.name.span(),
-            "duration",
-            "no duration is set and no workload finishes on its own (stress without passes, idle); set duration = \"...\"",
-        );
+        // Not at a line: what is missing has none.
+        let why = if vms.iter().all(|v| v.guest.workloads.is_empty()) {
+            "no duration is set and no VM has a workload to finish; set duration = \"...\" or give a VM a [[vm.workload]]"
+        } else {
+            "no duration is set and no workload finishes on its own (stress without passes, idle); set duration = \"...\""
+        };
+        return Err(c.src.error(None, "duration", why));
     }
 
     // A workload that starts at or after the end never runs: said, not refused, since a sweep over
@@ -1280,7 +1282,7 @@ fn resolve_workload(
             Err(_) => units::pages(c.bytes(q, &f(field))?),
         };
         if n == 0 || n >= 1 << 30 {
-            return c.err(q.span(), &f(field), format!("{n} pages is out of range 1..{}", 1u64 << 30));
+            return c.err(q.span(), &f(field), format!("{n} pages is out of range 1..={}", (1u64 << 30) - 1));
         }
         Ok(n as u32)
     };
