@@ -12,17 +12,13 @@ use crate::devices::Device;
 use crate::guest::ilwaco::{Layout, Vm, Wake, WebStats};
 use crate::host::Pager;
 use crate::metrics::TimeSeries;
-use crate::metrics::denali::COLUMNS;
+use crate::metrics::denali::{COLUMNS, ROW_VMS};
 use crate::rng::{self, Rng};
 use crate::scenario::Scenario;
 use crate::summary::{DatastoreSummary, HostSummary, RunSummary, VmSummary};
 use crate::units::PAGE_SIZE;
 use crate::workloads::{Closer, Load, WebServer, WorkloadSpec, zipf_cdf, zipf_pick};
 use rand::Rng as _;
-
-/// VMs given their own rows in the time series and summary: the most popular ones [chosen: enough
-/// to see the head of a Zipf load, few enough that 10,000 VMs keep the run folder small].
-pub const ROW_VMS: usize = 8;
 
 #[derive(Clone, Copy, Debug)]
 enum Ev {

@@ -7,8 +7,7 @@
 //! priority and takes the reclaim costs of what it scanned, freed and wrote, so processes keep running (and keep
 //! re-referencing their pages) while it works. It does not take vCPU time from them.
 
-use super::page_alloc::SWAP_CLUSTER_MAX;
-use super::vmscan::{DEF_PRIORITY, MAX_RECLAIM_RETRIES};
+use super::vmscan::{DEF_PRIORITY, MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX};
 use super::{Counter, Env, Guest};
 use crate::clock::GuestEvent;
 

@@ -10,8 +10,8 @@
 
 use super::oom_kill::Oom;
 use super::page::NONE;
-use super::page_alloc::{SWAP_CLUSTER_MAX, Stall};
-use super::vmscan::{MAX_RECLAIM_RETRIES, ScanControl};
+use super::page_alloc::Stall;
+use super::vmscan::{MAX_RECLAIM_RETRIES, SWAP_CLUSTER_MAX, ScanControl};
 use super::{Env, Guest};
 
 /// A charge's limit reclaim under way in its process's context (`try_charge_memcg`'s retry loop

@@ -13,9 +13,6 @@ const PAGEBLOCK_NR_PAGES: u64 = 512;
 /// MIGRATE_PCPTYPES: unmovable, movable and reclaimable pageblocks.
 const MIGRATE_PCPTYPES: u64 = 3;
 
-/// SWAP_CLUSTER_MAX: pages direct reclaim tries to free per attempt.
-pub const SWAP_CLUSTER_MAX: u64 = 32;
-
 /// The min, low and high watermarks in pages (one zone).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Watermarks {

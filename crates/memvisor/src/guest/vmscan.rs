@@ -15,7 +15,6 @@ use super::bio::{Bio, BioKind, MAX_REQUEST_PAGES, Plug, Submission};
 use super::lru::LruList;
 use super::oom_kill::Oom;
 use super::page::{NONE, PG_DIRTY, PG_LOCKED, PG_MAPPED, PG_RECLAIM, PG_REFERENCED, PG_WORKINGSET, PG_WRITEBACK, PageKind};
-use super::page_alloc::SWAP_CLUSTER_MAX;
 use super::{CgroupVersion, Counter, Env, Guest};
 use crate::units::PAGE_SIZE;
 
@@ -24,6 +23,8 @@ pub const DEF_PRIORITY: u32 = 12;
 /// MAX_RECLAIM_RETRIES (mm/internal.h): fruitless reclaims in a row before kswapd gives up, a
 /// cgroup charge fails or an allocation calls the OOM killer.
 pub(super) const MAX_RECLAIM_RETRIES: u32 = 16;
+/// SWAP_CLUSTER_MAX (include/linux/swap.h): pages one reclaim call tries to free.
+pub const SWAP_CLUSTER_MAX: u64 = 32;
 
 /// How many pages before the one being scanned a tail scan fetches links and descriptors. A long
 /// list's pages lie scattered over memory, and a page kept or rotated takes less time than a

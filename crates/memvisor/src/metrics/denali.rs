@@ -1,6 +1,10 @@
 //! The columns of a Denali host's run (`crate::denali`): its time series rows and what its report
 //! may show. A Denali run samples its own figures, not the VM host's (`super::columns`).
 
+/// VMs given their own rows in the time series and summary: the most popular ones [chosen: enough
+/// to see the head of a Zipf load, few enough that 10,000 VMs keep the run folder small].
+pub const ROW_VMS: usize = 8;
+
 /// Time-series columns of a Denali run, per row (a VM, or all VMs together).
 pub const COLUMNS: &[&str] = &[
     "requests_served",

@@ -716,7 +716,7 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
     // refused before it starts.
     if let Some(d) = duration_ns {
         // The Denali host keeps rows for its most popular VMs and one for all of them.
-        let per_sample = if host.profile == HostProfile::Denali { 1 + vms.len().min(crate::denali::ROW_VMS) } else { vms.len() };
+        let per_sample = if host.profile == HostProfile::Denali { 1 + vms.len().min(crate::metrics::denali::ROW_VMS) } else { vms.len() };
         let rows = (d / host.sample_interval_ns + 1).saturating_mul(per_sample as u64);
         if rows > MAX_SERIES_ROWS {
             let at = h.sample_interval.as_ref().map(|q| q.span()).unwrap_or_else(|| raw.duration.as_ref().expect("set").span());
