@@ -167,7 +167,9 @@ def _print_report(results: list[api.RunResult]) -> None:
     if _fits(t):
         out.print(t)
         return
-    turned = _turned(results[0].name, shown, cols, caption)
+    # A lone variant's columns name only its VMs: the title names it.
+    lone = results[0].variant if len(results) == 1 else None
+    turned = _turned(results[0].name + (f": {lone}" if lone else ""), shown, cols, caption)
     if _fits(turned):
         out.print(turned)
         return

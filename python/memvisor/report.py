@@ -227,9 +227,12 @@ def _state_bands(fig, df) -> None:
 def _shown(df) -> tuple[list, str]:
     """The VMs drawn one by one, and what the titles say about the others."""
     vms = list(df["vm"].unique())
-    if len(vms) <= MAX_VMS or "MCTLSZ_MiB" not in df:
-        return vms[:MAX_VMS], ""
-    reclaimed = (df["MCTLSZ_MiB"].fillna(0) + df["SWCUR_MiB"].fillna(0)).groupby(df["vm"]).max()
+    if len(vms) <= MAX_VMS:
+        return vms, ""
+    if "MCTLSZ_MiB" not in df:
+        return vms[:MAX_VMS], f" ({MAX_VMS} of {len(vms)} VMs: the first)"
+    # In the run's VM order, so that ties (none reclaimed from) keep it: web-1, web-2, ...
+    reclaimed = (df["MCTLSZ_MiB"].fillna(0) + df["SWCUR_MiB"].fillna(0)).groupby(df["vm"]).max().reindex(vms)
     top = list(reclaimed.sort_values(ascending=False, kind="stable").index[:MAX_VMS])
     return top, f" ({MAX_VMS} of {len(vms)} VMs: those reclaimed from most)"
 
@@ -262,7 +265,7 @@ def _charts(runs: list[Run]) -> list[str]:
         for vm in vms:
             d, step = _thin(df[df.vm == vm])
             note = "" if step == 1 else f" (one sample in {step})"
-            fig = _figure(f"{r.label}: {vm}: memory by where it lives{note}", "MiB")
+            fig = _figure(f"{r.label}: {vm}: memory by where it lives{note}{more}", "MiB")
             _where(fig, d)
             _state_bands(fig, df)
             figs.append(fig)
@@ -351,8 +354,14 @@ def render(runs: list[Run], title: str) -> str:
             f"<script>{get_plotlyjs()}</script><script>{script}</script></head><body>{''.join(parts)}</body></html>")
 
 
+def page_title(folder: str, scenario: object) -> str:
+    """A run folder's page title: its scenario's name, and the folder's where that differs."""
+    return folder if not isinstance(scenario, str) or scenario == folder else f"{scenario} ({folder})"
+
+
 def write(folder: Path, runs: list[Run] | None = None, title: str | None = None, out: Path | None = None) -> Path:
-    """Writes `report.html` for the run folder (or `out` for other runs), atomically."""
+    """Writes `report.html` for the run folder (or `out` for other runs), atomically; titled by
+    `page_title` unless `title` is given."""
     folder = Path(folder)
     runs = runs if runs is not None else runs_in(folder)
     own = out is None
@@ -362,5 +371,6 @@ def write(folder: Path, runs: list[Run] | None = None, title: str | None = None,
     if own and out.is_dir():
         raise BadRun(f"{out}: a directory, not a report: the run folder's report is written there; move it away")
     # A folder name that is not UTF-8 (its bytes held as surrogates) is shown escaped.
-    write_atomically(out, render(runs, title or folder.name).encode("utf-8", errors="backslashreplace"))
+    title = title or page_title(folder.name, runs[0].summary.get("scenario") if runs else None)
+    write_atomically(out, render(runs, title).encode("utf-8", errors="backslashreplace"))
     return out

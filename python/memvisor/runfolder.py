@@ -148,7 +148,8 @@ class RunFolder:
 
             # Labelled by the folder's final name, not the temporary one it is written under.
             alone = (self.tmp / "timeseries.parquet").exists()
-            report.write(self.tmp, report.runs_in(self.tmp, label=self.path.name) if alone else None, title=self.path.name)
+            runs = report.runs_in(self.tmp, label=self.path.name) if alone else None
+            report.write(self.tmp, runs, title=report.page_title(self.path.name, results[0].name))
         old = self.path.parent / f".{self.path.name}.old-{os.getpid()}"
         if self.path.exists():
             self.path.rename(old)

@@ -218,10 +218,12 @@ def test_a_folder_name_that_is_not_utf8_is_written_and_read(variants, tmp_path):
     (tmp_path / "tiny.toml").write_text(TINY)
     p = memvisor("run", "tiny.toml", "--quiet", "--out", str(bad), cwd=tmp_path)
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    # Titled by its scenario, and by the folder the user named, as written and as rebuilt.
+    assert "<title>tiny (bad\\udcff)</title>" in (bad / "report.html").read_text()
     (bad / "report.html").unlink()
     p = memvisor("report", str(bad), cwd=tmp_path)
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
-    assert "<title>bad\\udcff</title>" in (bad / "report.html").read_text()
+    assert "<title>tiny (bad\\udcff)</title>" in (bad / "report.html").read_text()
     p = memvisor("compare", str(bad), str(variants), "--out", str(tmp_path / "c.html"), cwd=tmp_path)
     assert p.returncode == 0 and "(1.00x)" in p.stdout, p.stderr
 
@@ -277,3 +279,17 @@ def test_a_run_folders_own_files_replace_a_link_never_follow_it(tmp_path):
     write_atomically(tmp_path / "report.html", "new")
     assert victim.read_text() == "keep" and not (tmp_path / "report.html").is_symlink()
     assert (tmp_path / "report.html").read_text() == "new"
+
+
+def test_many_vms_are_drawn_a_dozen_at_a_time_and_say_so():
+    names = [f"web-{i}" for i in range(1, 31)]
+    df = pd.DataFrame({"time_s": [0.0] * 30, "vm": names, "MCTLSZ_MiB": [0.0] * 30, "SWCUR_MiB": [0.0] * 30})
+    # None reclaimed from: the first twelve in the run's order, not by name (web-1, web-10, ...).
+    vms, more = report._shown(df)
+    assert vms == names[:12] and more == " (12 of 30 VMs: those reclaimed from most)"
+    df.loc[df.vm == "web-30", "SWCUR_MiB"] = 5.0
+    assert report._shown(df)[0][0] == "web-30"
+    # Without the esxtop columns the titles still say that these are some of them.
+    vms, more = report._shown(df.drop(columns=["MCTLSZ_MiB", "SWCUR_MiB"]))
+    assert vms == names[:12] and more == " (12 of 30 VMs: the first)"
+    assert report._shown(df[df.vm.isin(names[:3])]) == (names[:3], "")
