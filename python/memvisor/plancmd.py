@@ -18,7 +18,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 MIB = 1 << 20
 PAGE = 4096
-# The most guests --count tries: a [[vm]] table's count is at most 100,000 (scenario/resolve.rs).
+# The most guests --count tries: a [[vm]] table's count is at most 100,000 (scenario/resolve/vm.rs).
 MAX_COUNT = 100_000
 
 
