@@ -505,20 +505,29 @@ impl Host {
 
     /// Backs pages `start..end` of a VM at once (a kernel area its boot touches).
     pub fn back_range(&mut self, vm: u32, start: u32, end: u32) {
-        let v = &mut self.vms[vm as usize];
         let n = (end - start) as u64;
         if n > self.free {
-            let (need, free) = (human_bytes(n * PAGE_SIZE), human_bytes(self.free * PAGE_SIZE));
-            self.fatal.get_or_insert_with(|| {
-                format!(
-                    "host machine memory exhausted while booting VM '{}': its kernel's boot backs {need} at once (its \
-                     kernel_reserved) and {free} is free (the VMs booted before it and every VM's overhead hold the rest; \
-                     fewer or smaller VMs, a larger host, or a smaller overhead or kernel_reserved)",
-                    v.name
-                )
-            });
+            // What holds the rest: VMs are powered on and booted one after another.
+            let mib = |frames: u64| human_bytes(frames * PAGE_SIZE);
+            let on = self.vms.len();
+            let overhead: u64 = self.vms.iter().map(|v| v.overhead_frames).sum();
+            let granted: u64 = self.vms.iter().enumerate().filter(|&(i, _)| i != vm as usize).map(|(_, v)| v.granted).sum();
+            let before = on - 1;
+            let why = format!(
+                "host machine memory exhausted while booting VM '{}': its kernel's boot backs {} at once (its kernel_reserved) \
+                 and {} is free; the hypervisor holds {}, the overhead of the {on} VMs powered on so far {}, and the {before} VMs \
+                 booted before it {} (fewer or smaller VMs, a larger host, or a smaller host.hypervisor, overhead or kernel_reserved)",
+                self.vms[vm as usize].name,
+                mib(n),
+                mib(self.free),
+                mib(self.hypervisor),
+                mib(overhead),
+                mib(granted),
+            );
+            self.fatal.get_or_insert(why);
             return;
         }
+        let v = &mut self.vms[vm as usize];
         v.p2m.set_range(start, end, Entry::new(PageState::Backed));
         self.free -= n;
         v.granted += n;

@@ -1,6 +1,12 @@
 //! `[host]`'s page sharing and transcendent memory: what each profile has, and their settings.
 
-use super::*;
+use toml::Spanned;
+
+use super::Ctx;
+use crate::host::ksm::KsmSettings;
+use crate::host::{HostCosts, HostKsm, HostProfile, PshareSettings, TmemSettings};
+use crate::scenario::ScenarioError;
+use crate::scenario::raw::RawHost;
 
 /// `[host]`'s page-sharing settings: off unless `page_sharing = true`; the rest apply only then.
 /// A KVM host shares with KSM (`[host.ksm]`, running with the kernel's defaults unless told
@@ -67,7 +73,7 @@ pub(super) fn resolve_tmem(c: &Ctx, h: &RawHost, profile: HostProfile, costs: &H
             t.span(),
             "host.tmem",
             format!(
-                "is Xen's transcendent memory, which this host does not have: {} (set host.profile = \"xen\")",
+                "is Xen's transcendent memory, which this host does not have: {}; set host.profile = \"xen\"",
                 c.profile_is(h, profile)
             ),
         );

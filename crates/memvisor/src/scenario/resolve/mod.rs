@@ -3,20 +3,14 @@
 
 use toml::Spanned;
 
-use super::raw::{Qty, RawHost, RawScenario, RawVm, RawWorkload};
+use super::raw::{Qty, RawHost, RawScenario};
 use super::{ScenarioError, Source};
 use crate::devices::{DeviceKind, DeviceSpec};
-use crate::guest::ilwaco::mbuf::PoolKind;
-use crate::guest::{BalloonDriver, CgroupVersion, Costs, GuestConfig, Replacement, Sysctl, Thp, Watermarks};
-use crate::host::ksm::KsmSettings;
-use crate::host::{Content, HostCosts, HostKsm, HostProfile, PshareSettings, TmemSettings};
+use crate::guest::{BalloonDriver, Costs, GuestConfig};
+use crate::host::{HostCosts, HostProfile, PshareSettings, TmemSettings};
 use crate::metrics::MAX_SERIES_ROWS;
 use crate::policy::{ESX_STATE_TABLES, POLICY_NAMES, PolicySpec};
 use crate::units::{self, PAGE_SIZE};
-use crate::workloads::{
-    Arch, Bonnie, Closer, Config, DotnetHeap, FileIo, Idle, KernelBuild, Load, Random, Stress, StressVm, TraceReplay, TreeShape, WebServer,
-    WorkloadEntry, WorkloadSpec,
-};
 
 // One file per part of the scenario; each reads its tables with this module's `Ctx`.
 mod host;
@@ -28,7 +22,6 @@ use host::{resolve_sharing, resolve_tmem};
 use report::{phase_of_column, resolve_report};
 pub(in crate::scenario) use vm::default_shares;
 use vm::resolve_vm;
-use workload::resolve_workload;
 
 /// Host settings.
 #[derive(Clone, Debug, PartialEq)]

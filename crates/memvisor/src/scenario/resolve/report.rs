@@ -1,6 +1,9 @@
 //! `[report]`: the window and the columns a run's report shows.
 
-use super::*;
+use super::{Ctx, ReportSpec};
+use crate::scenario::ScenarioError;
+use crate::scenario::raw::{Qty, RawScenario};
+use crate::units;
 
 pub(super) fn resolve_report(c: &Ctx, raw: &RawScenario, denali: bool) -> Result<ReportSpec, ScenarioError> {
     let mut window_ns = (0, None);

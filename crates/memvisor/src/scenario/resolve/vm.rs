@@ -1,6 +1,15 @@
 //! A `[[vm]]` entry: its memory, guest kernel, balloon, swap, datastores and workloads.
 
-use super::*;
+use toml::Spanned;
+
+use super::workload::resolve_workload;
+use super::{Ctx, DatastoreSpec, VmSpec, page_count};
+use crate::guest::{BalloonDriver, CgroupVersion, Costs, GuestConfig, Replacement, Sysctl, Thp, Watermarks};
+use crate::host::HostProfile;
+use crate::scenario::ScenarioError;
+use crate::scenario::raw::RawVm;
+use crate::units::{self, PAGE_SIZE};
+use crate::workloads::WorkloadSpec;
 
 /// A VM's shares unless set: ESX's "normal", 10 per MB of configured memory.
 pub(in crate::scenario) fn default_shares(memory: u64) -> u64 {

@@ -1,6 +1,17 @@
 //! A `[[vm.workload]]` entry: its kind's parameters, start, memory cgroup and content mix.
 
-use super::*;
+use toml::Spanned;
+
+use super::{Ctx, DEFAULT_BLOCK, page_count};
+use crate::guest::ilwaco::mbuf::PoolKind;
+use crate::host::Content;
+use crate::scenario::ScenarioError;
+use crate::scenario::raw::{Qty, RawWorkload};
+use crate::units::{self, PAGE_SIZE};
+use crate::workloads::{
+    Arch, Bonnie, Closer, Config, DotnetHeap, FileIo, Idle, KernelBuild, Load, Random, Stress, StressVm, TraceReplay, TreeShape, WebServer,
+    WorkloadEntry, WorkloadSpec,
+};
 
 /// Resolves a workload of a VM whose MemTotal is `mem_total` bytes, with `swap_pages` of swap.
 pub(super) fn resolve_workload(
