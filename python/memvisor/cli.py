@@ -14,7 +14,7 @@ from memvisor import _core, api
 from memvisor.atomic import written_through
 from memvisor.console import SKIPPED, USAGE, MemvisorError, OnceGroup, check_output, err, fmt, out, some_of, warn
 from memvisor.signals import Terminated, sigterm_as_interrupt
-from memvisor.runfolder import NotARunFolder, RunFolder, run_folder_around, scenario_of
+from memvisor.runfolder import NotARunFolder, RunFolder, is_run_folder, run_folder_around, scenario_of
 from memvisor.livecmd import manage_cmd, status_cmd
 from memvisor.plancmd import plan_cmd
 from memvisor.sweepcmd import sweep_cmd
@@ -82,8 +82,9 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None
     path = out_dir or Path("runs") / scenarios[0].name
     # A rerun replaces its folder; another scenario's run there is said to go, before the work.
     before = scenario_of(path)
-    if before is not None and before != scenarios[0].name:
-        warn(f"{path} holds a run of scenario '{before}': this run of '{scenarios[0].name}' replaces it")
+    if is_run_folder(path) and before != scenarios[0].name:
+        what = f"a run of scenario '{before}'" if before else "another kind of run (no scenario: manage's or validate's)"
+        warn(f"{path} holds {what}: this run of '{scenarios[0].name}' replaces it")
     try:
         with RunFolder(path) as folder, Progress(
             TextColumn("{task.description}", markup=False),

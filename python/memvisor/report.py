@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -356,7 +357,10 @@ def render(runs: list[Run], title: str) -> str:
 
 def page_title(folder: str, scenario: object) -> str:
     """A run folder's page title: its scenario's name, and the folder's where that differs."""
-    return folder if not isinstance(scenario, str) or scenario == folder else f"{scenario} ({folder})"
+    name = scenario if isinstance(scenario, str) and scenario else None
+    if name is None or name == folder or not folder:
+        return name or folder
+    return f"{name} ({folder})"
 
 
 def write(folder: Path, runs: list[Run] | None = None, title: str | None = None, out: Path | None = None) -> Path:
@@ -371,6 +375,7 @@ def write(folder: Path, runs: list[Run] | None = None, title: str | None = None,
     if own and out.is_dir():
         raise BadRun(f"{out}: a directory, not a report: the run folder's report is written there; move it away")
     # A folder name that is not UTF-8 (its bytes held as surrogates) is shown escaped.
-    title = title or page_title(folder.name, runs[0].summary.get("scenario") if runs else None)
+    # The folder's own name, also for "." (the folder a user stands in).
+    title = title or page_title(Path(os.path.abspath(folder)).name, runs[0].summary.get("scenario") if runs else None)
     write_atomically(out, render(runs, title).encode("utf-8", errors="backslashreplace"))
     return out

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Sequence
 
 from memvisor.api import RunResult
+from memvisor.console import some_of
 
 
 def parquet_bytes(df) -> bytes:
@@ -54,7 +55,7 @@ def scenario_of(path: Path) -> str | None:
     """The scenario whose run the run folder `path` holds, if it is one and says so."""
     try:
         name = json.loads((path / "summary.json").read_text(encoding="utf-8")).get("scenario") if is_run_folder(path) else None
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
     return name if isinstance(name, str) else None
 
@@ -87,14 +88,18 @@ def check_location(path: Path) -> None:
         raise NotARunFolder(f"{path} is {why}; name a folder elsewhere")
 
 
+def is_empty_folder(path: Path) -> bool:
+    """Whether `path` is a folder (not a link to one) with nothing in it."""
+    return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+
+
 def check_replaceable(path: Path) -> None:
     """Refuses (NotARunFolder) a path a run may not write: a run replaces an earlier run's folder
     or an empty folder (made for it), never anything else that happens to be there, and is not put
     where it would be lost (`check_location`). Commands whose work is long or changes the machine
     check it before they start."""
     path = Path(path)
-    empty = path.is_dir() and not path.is_symlink() and not any(path.iterdir())
-    if (path.exists() or path.is_symlink()) and not (is_run_folder(path) or empty):
+    if (path.exists() or path.is_symlink()) and not (is_run_folder(path) or is_empty_folder(path)):
         raise NotARunFolder(f"{path} exists and is not a run folder (it has no summary.json): name a new or empty folder, or an earlier run's")
     check_location(path)
 
@@ -107,17 +112,25 @@ class RunFolder:
         with RunFolder(path) as folder:
             folder.add(result)
             folder.commit([result])
+
+    A new folder, or an earlier run's, is written beside it and renamed into place. An empty folder
+    (made for the run: perhaps a mount point or the working folder, which cannot be renamed) is
+    written in, under a hidden folder whose contents move up when done, `summary.json` last.
     """
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.tmp = self.path.parent / f".{self.path.name}.partial-{os.getpid()}"
+        #: The folder's own name, also where `path` is "." or ends in "..".
+        self.name = Path(os.path.abspath(self.path)).name
+        self.fill = is_empty_folder(self.path)
+        where = self.path if self.fill else Path(os.path.abspath(self.path)).parent
+        self.tmp = where / f".{self.name}.partial-{os.getpid()}"
         self.committed = False
 
     def __enter__(self) -> RunFolder:
         check_replaceable(self.path)
         # Its error names the folder that could not be made, one the user can see.
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.tmp, ignore_errors=True)
         try:
             self.tmp.mkdir()
@@ -139,7 +152,7 @@ class RunFolder:
         _write_one(r, self.tmp / r.variant if r.variant else self.tmp)
 
     def commit(self, results: Sequence[RunResult]) -> Path:
-        """Writes the report of what was added (`report.html`) and renames the folder into place,
+        """Writes the report of what was added (`report.html`) and puts the folder in place,
         replacing an earlier run's."""
         if any(r.variant for r in results):
             (self.tmp / "summary.json").write_text(json.dumps(top_summary(results), indent=2) + "\n", encoding="utf-8")
@@ -148,19 +161,43 @@ class RunFolder:
 
             # Labelled by the folder's final name, not the temporary one it is written under.
             alone = (self.tmp / "timeseries.parquet").exists()
-            runs = report.runs_in(self.tmp, label=self.path.name) if alone else None
-            report.write(self.tmp, runs, title=report.page_title(self.path.name, results[0].name))
-        old = self.path.parent / f".{self.path.name}.old-{os.getpid()}"
-        if self.path.exists():
-            self.path.rename(old)
+            runs = report.runs_in(self.tmp, label=self.name) if alone else None
+            report.write(self.tmp, runs, title=report.page_title(self.name, results[0].name))
+        if self.fill:
+            return self._fill()
+        old = self.tmp.parent / f".{self.name}.old-{os.getpid()}"
+        target = self.tmp.parent / self.name
+        if target.exists():
+            target.rename(old)
         try:
-            self.tmp.rename(self.path)
+            self.tmp.rename(target)
         except BaseException:
-            if old.exists() and not self.path.exists():
-                old.rename(self.path)  # the earlier run stays as it was
+            if old.exists() and not target.exists():
+                old.rename(target)  # the earlier run stays as it was
             raise
         self.committed = True
         shutil.rmtree(old, ignore_errors=True)
+        return self.path
+
+    def _fill(self) -> Path:
+        """Moves what was written up into the empty folder, `summary.json` last: until it is there,
+        the folder is not a run folder. What someone put there meanwhile is left, and the run with
+        it; an interruption puts back what was moved."""
+        others = [e.name for e in self.path.iterdir() if e.name != self.tmp.name]
+        if others:
+            raise NotARunFolder(f"{self.path} is no longer empty ({some_of(sorted(others), 3)} appeared during the run): the run is not written there")
+        names = sorted((e.name for e in self.tmp.iterdir()), key=lambda n: n == "summary.json")
+        moved: list[str] = []
+        try:
+            for n in names:
+                os.rename(self.tmp / n, self.path / n)
+                moved.append(n)
+        except BaseException:
+            for n in reversed(moved):
+                os.rename(self.path / n, self.tmp / n)
+            raise
+        self.committed = True
+        self.tmp.rmdir()
         return self.path
 
     def abandon(self) -> None:

@@ -239,9 +239,18 @@ def test_a_run_replaces_an_earlier_run_but_nothing_else(tmp_path, small_scenario
     (tmp_path / "other.toml").write_text(other)
     r = memvisor("run", "other.toml", "--out", "out", "--quiet", cwd=tmp_path)
     assert r.returncode == 0 and "out holds a run of scenario '" in r.stderr and "this run of 'other-" in r.stderr, r.stderr
-    (tmp_path / "made").mkdir()  # an empty folder made for the run is taken
-    assert memvisor("run", str(small_scenario), "--out", "made", "--quiet", cwd=tmp_path).returncode == 0
-    assert (tmp_path / "made" / "summary.json").is_file()
+    # A run folder of no scenario (manage's, validate's) is said to go too.
+    (tmp_path / "out" / "summary.json").write_text('{"policy": "mom"}')
+    r = memvisor("run", "other.toml", "--out", "out", "--quiet", cwd=tmp_path)
+    assert r.returncode == 0 and "out holds another kind of run (no scenario" in r.stderr, r.stderr
+    # An empty folder made for the run is written in, also the one the command runs in (which
+    # cannot be renamed, as a mount point cannot).
+    made = tmp_path / "made"
+    made.mkdir()
+    r = memvisor("run", str(small_scenario), "--out", ".", "--quiet", cwd=made)
+    assert r.returncode == 0, r.stderr
+    assert (made / "summary.json").is_file() and not any(p.name.startswith(".") for p in made.iterdir())
+    assert "<title>small (made)</title>" in (made / "report.html").read_text()
 
 
 def test_a_scenario_that_is_not_utf8_text_or_is_a_folder_gets_one_error(tmp_path):
@@ -347,9 +356,14 @@ def long_run_writing_its_folder(tmp_path: Path, preexec):
 
 @pytest.mark.parametrize("sig, code, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated"), (signal.SIGHUP, 129, "hung up")])
 def test_interrupted_run_leaves_no_folder(tmp_path, sig, code, word):
-    # SIGINT as a terminal delivers it, also when the suite runs in the background: a shell starts
-    # background jobs with SIGINT ignored, which Python keeps until memvisor installs its handler.
-    with long_run_writing_its_folder(tmp_path, lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as p:
+    # Each signal as a terminal delivers it, also when the suite runs in the background: a shell
+    # starts background jobs with SIGINT ignored, and `nohup` ignores SIGHUP; memvisor keeps an
+    # ignored signal ignored (as the test after this one checks).
+    def as_from_a_terminal():
+        for s in (signal.SIGINT, signal.SIGHUP):
+            signal.signal(s, signal.SIG_DFL)
+
+    with long_run_writing_its_folder(tmp_path, as_from_a_terminal) as p:
         p.send_signal(sig)
         _, stderr = p.communicate(timeout=60)
     assert p.returncode == code, stderr
@@ -965,3 +979,53 @@ def test_trace_options_of_another_format_and_names_of_another_are_said(tmp_path)
     # A cache size given twice would run twice.
     r = memvisor("trace", "bench", "t.mvtrace", "--frames", "2,2", cwd=tmp_path)
     assert r.returncode == 2 and "--frames: 2 given more than once" in r.stderr, r.stderr
+
+
+def test_an_empty_folder_is_filled_whole_or_left_empty(tmp_path, monkeypatch):
+    import os as _os
+
+    from memvisor import runfolder
+
+    made = tmp_path / "made"
+    made.mkdir()
+
+    def written(folder: RunFolder) -> None:
+        (folder.tmp / "timeseries.parquet").write_text("x")
+        (folder.tmp / "summary.json").write_text("{}")
+
+    # Interrupted while moving in: what was moved goes back, and leaving the block removes it all.
+    calls = []
+    real = _os.rename
+
+    def rename(a, b):
+        calls.append(b)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(a, b)
+
+    with pytest.raises(KeyboardInterrupt), RunFolder(made) as folder:
+        written(folder)
+        monkeypatch.setattr(runfolder.os, "rename", rename)
+        folder._fill()
+    monkeypatch.undo()
+    assert list(made.iterdir()) == [], "nothing left that looks like a run"
+    # Something put there during the run: the run is not written over it.
+    with pytest.raises(runfolder.NotARunFolder, match="no longer empty"), RunFolder(made) as folder:
+        written(folder)
+        (made / "notes.txt").write_text("mine")
+        folder._fill()
+    assert sorted(p.name for p in made.iterdir()) == ["notes.txt"]
+    # A summary nested past Python's recursion limit is no run's scenario, not a traceback.
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    (deep / "summary.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert runfolder.scenario_of(deep) is None
+
+
+def test_a_pages_title_names_the_scenario_and_the_folder():
+    from memvisor.report import page_title
+
+    assert page_title("runs-a", "tiny") == "tiny (runs-a)"
+    assert page_title("tiny", "tiny") == "tiny"
+    assert page_title("x", None) == page_title("x", "") == page_title("x", 5) == "x"
+    assert page_title("", "tiny") == "tiny"

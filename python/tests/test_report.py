@@ -228,6 +228,12 @@ def test_a_folder_name_that_is_not_utf8_is_written_and_read(variants, tmp_path):
     assert p.returncode == 0 and "(1.00x)" in p.stdout, p.stderr
 
 
+def test_a_report_rebuilt_from_inside_its_folder_is_titled_by_it(variants):
+    p = memvisor("report", ".", cwd=variants)
+    assert p.returncode == 0, p.stderr
+    assert "<title>tiny (A)</title>" in (variants / "report.html").read_text()
+
+
 def test_a_folder_that_is_not_a_run_folder_is_refused(variants, tmp_path):
     # A folder of run folders (or any folder holding one) is not one: its summary.json marks one.
     shutil.copytree(variants, tmp_path / "many" / "A")

@@ -674,7 +674,7 @@ fn an_error_every_variant_has_names_none_and_an_unchosen_variant_stops_nothing()
     assert!(e.contains("(variant 'a')"), "{e}");
     let b = scenario::load_variants(&two, "two.toml", &sets, &["b".to_string()]).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(b.len(), 1);
-    // A lone variant is named only if the base without it is fine.
+    // A lone variant is named unless the base without it fails the same way.
     let lone = base("").replacen("name = \"t\"", "name = \"t\"\n[[variant]]\nname = \"a\"\nset = { \"vm.g.name\" = \"h\" }", 1);
     let e = scenario::load(&lone, "one.toml", &["host.profile=nope".to_string()]).unwrap_err().to_string();
     assert!(!e.contains("(variant"), "{e}");
