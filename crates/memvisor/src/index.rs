@@ -1,4 +1,5 @@
-//! Dense tables indexed by u32 (pages, frames, slots, processes) share one empty value.
+//! Dense tables indexed by u32 (pages, frames, slots, processes): their one empty value, their growth,
+//! recycled numbers, and the hint that fetches an entry ahead of its use.
 
 /// "No page, frame, slot or owner": the empty value of every dense u32 index table.
 pub const NONE: u32 = u32::MAX;
@@ -36,7 +37,7 @@ impl<T> Recycled<T> {
                 // A freed record lies anywhere in a large table: fetch the next one to be reused
                 // now, so that the next insert does not wait for it.
                 if let Some(&j) = self.free.last() {
-                    crate::prefetch(&self.items[j as usize]);
+                    prefetch(&self.items[j as usize]);
                 }
                 i
             }
@@ -69,4 +70,16 @@ impl<T> std::ops::IndexMut<u32> for Recycled<T> {
     fn index_mut(&mut self, i: u32) -> &mut T {
         &mut self.items[i as usize]
     }
+}
+
+/// Asks the CPU to bring `x`'s cache line in without waiting for it (a hint: no effect on results).
+#[inline(always)]
+pub(crate) fn prefetch<T>(x: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults, whatever the address; this one is a valid reference.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((x as *const T).cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = x;
 }

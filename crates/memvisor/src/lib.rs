@@ -62,15 +62,3 @@ pub mod workloads;
 pub use index::NONE;
 pub use scenario::{Scenario, ScenarioError};
 pub use simulation::{RunResult, Simulation};
-
-/// Asks the CPU to bring `x`'s cache line in without waiting for it (a hint: no effect on results).
-#[inline(always)]
-pub(crate) fn prefetch<T>(x: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults, whatever the address; this one is a valid reference.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>((x as *const T).cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = x;
-}

@@ -115,7 +115,7 @@ impl Guest {
         // (whose page-table entry is cached by now), so that a fault finds both there. Small
         // tables stay cached anyway; there it would only cost time.
         let ahead = (mm.pte.len() >= PREFETCH_MIN_PAGES).then_some(|near: u32, far: u32| {
-            crate::prefetch(&mm.pte[(start + far) as usize]);
+            crate::index::prefetch(&mm.pte[(start + far) as usize]);
             let pte = mm.pte[(start + near) as usize];
             if pte & PTE_SWAP != 0 {
                 swap.prefetch(pte & PTE_MASK);

@@ -191,10 +191,10 @@ impl Lru {
     /// A hint that page `p`'s links are about to be used.
     pub fn prefetch(&self, p: u32) {
         if let Some(l) = self.on.get(p as usize) {
-            crate::prefetch(l);
+            crate::index::prefetch(l);
             let sp = self.slot(p) as usize;
             if let Some(x) = self.links.get(sp) {
-                crate::prefetch(x);
+                crate::index::prefetch(x);
             }
         }
     }
@@ -206,7 +206,7 @@ impl Lru {
     pub fn prefetch_prev(&self, p: u32) -> Option<u32> {
         let q = self.links[self.slot(p) as usize].prev;
         (q >= self.heads).then(|| {
-            crate::prefetch(&self.links[q as usize]);
+            crate::index::prefetch(&self.links[q as usize]);
             q - self.heads
         })
     }

@@ -209,7 +209,7 @@ impl GuestMemory for Guest {
 
     fn prefetch_content(&self, ppn: u32) {
         if let Some(c) = self.pages.get(ppn as usize).map(|d| &d.content) {
-            crate::prefetch(c);
+            crate::index::prefetch(c);
         }
     }
 

@@ -216,7 +216,7 @@ impl Pages {
     #[inline]
     pub fn prefetch(&self, p: u32) {
         if let Some(d) = self.desc.get(p as usize) {
-            crate::prefetch(d);
+            crate::index::prefetch(d);
         }
     }
 

@@ -113,7 +113,7 @@ impl SwapArea {
     #[inline]
     pub fn prefetch(&self, s: u32) {
         if let Some(e) = self.entries.get(s as usize) {
-            crate::prefetch(e);
+            crate::index::prefetch(e);
         }
     }
 

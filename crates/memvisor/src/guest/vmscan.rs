@@ -796,7 +796,7 @@ impl Guest {
         let Some(q) = self.lru.tail(0, LruList::Exact) else { return };
         let (pid, vpn) = (self.pages[q as usize].owner, self.pages[q as usize].index);
         if let Some(pte) = self.procs.get(pid as usize).and_then(|pr| pr.mm.pte.get(vpn as usize)) {
-            crate::prefetch(pte);
+            crate::index::prefetch(pte);
         }
         self.swap.prefetch(self.pages[q as usize].swap);
     }

@@ -144,7 +144,7 @@ impl P2m {
     #[inline]
     pub fn prefetch(&self, ppn: u32) {
         if let Chunk::Dense(a) = &self.chunks[ppn as usize / CHUNK] {
-            crate::prefetch(&a[ppn as usize % CHUNK]);
+            crate::index::prefetch(&a[ppn as usize % CHUNK]);
         }
     }
 

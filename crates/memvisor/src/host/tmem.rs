@@ -475,17 +475,17 @@ impl Tmem {
             for (oid, index) in handles.by_ref().take(PREFETCH_BATCH) {
                 let g = self.lookup(pool, oid, index);
                 if g != NONE {
-                    crate::prefetch(&self.pgps[g]);
+                    crate::index::prefetch(&self.pgps[g]);
                     found[n] = g;
                     n += 1;
                 }
             }
             for &g in &found[..n] {
                 let p = &self.pgps[g];
-                crate::prefetch(&self.pcds[p.pcd]);
+                crate::index::prefetch(&self.pcds[p.pcd]);
                 for q in [p.prev, p.next] {
                     if q != NONE {
-                        crate::prefetch(&self.pgps[q]);
+                        crate::index::prefetch(&self.pgps[q]);
                     }
                 }
             }
