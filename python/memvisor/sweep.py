@@ -83,7 +83,8 @@ def points_from_csv(path: Path) -> list[dict]:
         raise ValueError(f"{path}: byte {e.start}: a points file is UTF-8 text (CSV)") from None
     except csv.Error as e:
         raise ValueError(f"{path}:{reader.line_num}: {e} (a quoted value ends with a quote, before the next comma)") from None
-    lines = [(i, line) for i, line in enumerate(lines, start=1) if any(cell.strip() for cell in line)]
+    # A blank line (spaces at most) is skipped; a row of empty values (",,") is a point without them.
+    lines = [(i, line) for i, line in enumerate(lines, start=1) if len(line) > 1 or (line and line[0].strip())]
     if len(lines) < 2:
         raise ValueError(f"{path}: no points (a header of keys, then a row of values per point)")
     (at, header), rows = lines[0], lines[1:]

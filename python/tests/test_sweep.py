@@ -328,13 +328,14 @@ def test_a_points_file_is_read_as_a_spreadsheet_writes_it_and_refused_when_ambig
     from memvisor.sweep import points_from_csv
 
     f = tmp_path / "p.csv"
-    f.write_bytes(b"\xef\xbb\xbfhost.memory, vm.g.memory\r\n\r\n1GiB, 96MiB\r\n2GiB,128MiB\r\n")
+    f.write_bytes(b"\xef\xbb\xbfhost.memory, vm.g.memory\r\n\r\n1GiB, 96MiB\r\n   \r\n2GiB,128MiB\r\n")
     assert points_from_csv(f) == [{"host.memory": "1GiB", "vm.g.memory": "96MiB"}, {"host.memory": "2GiB", "vm.g.memory": "128MiB"}]
     for content, expect in [
         (b"host.memory,host.memory \n1GiB,2GiB\n", "p.csv:1: a key given twice: host.memory"),
         (b"host.memory,\n1GiB,2\n", "p.csv:1: an empty key"),
         (b"host.memory\n\n1GiB,2GiB\n", "p.csv:3: 2 values for 1 keys"),
         (b"host.memory,seed\n1GiB, \n", "p.csv:2: no value for seed"),
+        (b"host.memory,seed\n1GiB,1\n , \n", "p.csv:3: no value for host.memory, seed"),
         (b"host.memory\n\xff\n", "p.csv: byte 12: a points file is UTF-8 text"),
         (b"host.memory\n", "p.csv: no points"),
         (b"host.memory,seed\n1GiB,1\n2GiB,1\n1GiB ,1\n", "p.csv:4: repeats the point of line 2"),
