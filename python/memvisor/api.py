@@ -251,6 +251,20 @@ class _Stopped(Exception):
     """Raised in a run's thread when another run failed or the user interrupted."""
 
 
+#: How long an interrupted run may take to reach its next step before it is left behind, s: a
+#: step ends within milliseconds, unless a Python policy's `decide` does not return.
+STOP_GRACE_S = 2.0
+
+#: Threads of runs left behind that way (`stuck_runs`).
+_left: list[threading.Thread] = []
+
+
+def stuck_runs() -> int:
+    """How many runs left behind by an interrupt are still running (a policy's `decide` that has
+    not returned): the command's exit must not wait for them."""
+    return sum(t.is_alive() for t in _left)
+
+
 def simulate_all(
     scenarios: Sequence,
     progress_for: Callable[[int], Callable[[float, float | None], None] | None] | None = None,
@@ -275,7 +289,10 @@ def simulate_all(
     stop = threading.Event()
     every = kw.pop("progress", None)  # one callback for all runs, as `run(..., progress=f)` passes it
 
+    threads: dict[int, threading.Thread] = {}
+
     def one(i: int, s) -> RunResult:
+        threads[i] = threading.current_thread()
         shown = progress_for(i) if progress_for else every
 
         def progress(now: float, total: float | None) -> None:
@@ -306,7 +323,10 @@ def simulate_all(
             stop.set()
             for f in futures:
                 f.cancel()
-        pool.shutdown(wait=True)
+        # Interrupted, a run stops at its next step; one whose policy never returns is left.
+        _, held = wait(futures, timeout=STOP_GRACE_S) if got else ((), ())
+        _left.extend(threads[i] for i, f in enumerate(futures) if f in held and i in threads)
+        pool.shutdown(wait=not held)
     if got:
         reraise(got[0])
     if failed is not None:

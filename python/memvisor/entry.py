@@ -2,6 +2,7 @@
 engine) takes a noticeable fraction of a second, and a Ctrl-C then ends it with the one line and
 the status a Ctrl-C during a command gives, not a traceback."""
 
+import os
 import sys
 
 
@@ -11,4 +12,14 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")
         raise SystemExit(130) from None
-    command()
+    try:
+        command()
+    except SystemExit as e:
+        # A run an interrupt could not stop (a Python policy's decide that never returns) would
+        # hold the interpreter's exit for ever; the cleanup on the way out has already run.
+        api = sys.modules.get("memvisor.api")
+        if api is not None and api.stuck_runs():
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(e.code if isinstance(e.code, int) else 1)
+        raise

@@ -153,6 +153,8 @@ def resolve(name: str, base: Path | None = None) -> type:
     c = getattr(mod, cls, None)
     if not isinstance(c, type):
         raise _core.ScenarioError(f"host.policy: '{name}': module '{module}' has no class '{cls}'")
+    if not issubclass(c, Policy):
+        raise _core.ScenarioError(f"host.policy: '{name}': class '{cls}' is not a memvisor.Policy subclass: write class {cls}(memvisor.Policy)")
     return c
 
 

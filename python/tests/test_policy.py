@@ -78,6 +78,16 @@ def test_a_scenario_names_a_python_policy_next_to_it(tmp_path: Path):
     (tmp_path / "mypolicies.py").write_text((tmp_path / "mypolicies.py").read_text().replace("v['id']", "v['id'] + 7"))
     p = subprocess.run([sys.executable, "-m", "memvisor.cli", "run", str(f), "--quiet", "--out", str(tmp_path / "run")], capture_output=True, text=True)
     assert p.returncode == 0 and "decisions of policy 'halve' name VMs the host does not have (#7, #8)" in p.stderr, p.stderr
+    # A class that only looks like a policy, and a module that is not there: scenario mistakes
+    # found as the run starts, with the status of one (2), and no folder.
+    (tmp_path / "mypolicies.py").write_text("class Lookalike:\n    name = 'x'\n    period_s = 1\n    def decide(self, view):\n        return []\n")
+    for policy, expect in [
+        ("python:mypolicies:Lookalike", "class 'Lookalike' is not a memvisor.Policy subclass: write class Lookalike(memvisor.Policy)"),
+        ("python:nosuchmod:X", "cannot import module 'nosuchmod'"),
+    ]:
+        f.write_text(SCENARIO.format(policy=policy))
+        p = subprocess.run([sys.executable, "-m", "memvisor.cli", "run", str(f), "--quiet", "--out", str(tmp_path / "bad")], capture_output=True, text=True)
+        assert p.returncode == 2 and expect in p.stderr and not (tmp_path / "bad").exists(), p.stderr
 
 
 def test_a_balloon_beyond_the_drivers_cap_is_logged_as_capped():
@@ -330,3 +340,33 @@ def test_a_live_backend_view_that_contradicts_itself_is_refused():
     for f in ["balloon_size", "balloon_target", "reservation"]:
         with pytest.raises(ValueError, match=f"VM 'busy' '{f}' is .* bytes, more than its memory"):
             _core.Controller("pressure").tick(Backend(f))
+
+
+def test_a_policy_that_never_returns_does_not_hold_an_interrupt(tmp_path: Path):
+    """Ctrl-C while a policy's decide loops for ever: the run folder goes, and the command ends
+    with the interrupt's status, leaving the stuck run behind rather than waiting for it."""
+    import signal
+    import time
+
+    (tmp_path / "stuck.py").write_text(
+        "import time\nfrom memvisor.policy import Policy\n"
+        "class Forever(Policy):\n    period_s = 1.0\n    def decide(self, view):\n"
+        "        open('deciding', 'w').close()\n        while True:\n            time.sleep(0.05)\n"
+    )
+    (tmp_path / "s.toml").write_text(SCENARIO.format(policy="python:stuck:Forever"))
+    exe = Path(sys.executable).parent / "memvisor"
+    p = subprocess.Popen([str(exe), "run", "s.toml", "--quiet", "--out", "out"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "deciding").exists():
+            assert p.poll() is None and time.monotonic() < deadline, "the policy was never asked"
+            time.sleep(0.02)
+        p.send_signal(signal.SIGINT)
+        _, stderr = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130 and stderr.splitlines() == ["error: interrupted"], (p.returncode, stderr)
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["deciding", "s.toml", "stuck.py"]
