@@ -1,6 +1,9 @@
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -31,6 +34,22 @@ def memvisor(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """Runs the installed `memvisor` command."""
     exe = Path(sys.executable).parent / "memvisor"
     return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def interrupted(p: subprocess.Popen, ready: Callable[[], bool], what: str) -> str:
+    """Sends SIGINT to the command `p` once `ready()` (polled while it runs, for at most 60 s;
+    `what` says what did not happen otherwise) and returns its stderr; killed if it outlives that."""
+    try:
+        deadline = time.monotonic() + 60
+        while not ready():
+            assert p.poll() is None and time.monotonic() < deadline, what
+            time.sleep(0.02)
+        p.send_signal(signal.SIGINT)
+        return p.communicate(timeout=60)[1]
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def pytest_terminal_summary(terminalreporter):

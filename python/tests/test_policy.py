@@ -346,7 +346,8 @@ def test_a_policy_that_never_returns_does_not_hold_an_interrupt(tmp_path: Path):
     """Ctrl-C while a policy's decide loops for ever: the run folder goes, and the command ends
     with the interrupt's status, leaving the stuck run behind rather than waiting for it."""
     import signal
-    import time
+
+    from conftest import interrupted
 
     (tmp_path / "stuck.py").write_text(
         "import time\nfrom memvisor.policy import Policy\n"
@@ -357,16 +358,6 @@ def test_a_policy_that_never_returns_does_not_hold_an_interrupt(tmp_path: Path):
     exe = Path(sys.executable).parent / "memvisor"
     p = subprocess.Popen([str(exe), "run", "s.toml", "--quiet", "--out", "out"], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "deciding").exists():
-            assert p.poll() is None and time.monotonic() < deadline, "the policy was never asked"
-            time.sleep(0.02)
-        p.send_signal(signal.SIGINT)
-        _, stderr = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
+    stderr = interrupted(p, (tmp_path / "deciding").exists, "the policy was never asked")
     assert p.returncode == 130 and stderr.splitlines() == ["error: interrupted"], (p.returncode, stderr)
     assert sorted(x.name for x in tmp_path.iterdir()) == ["deciding", "s.toml", "stuck.py"]
