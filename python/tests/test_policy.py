@@ -142,7 +142,7 @@ def test_python_policy_errors_are_clear():
         def decide(self, view):
             raise RuntimeError("oops")
 
-    with pytest.raises(memvisor.RunError, match=r"policy 'broken' failed: .*test_policy.py:\d+: RuntimeError: oops"):
+    with pytest.raises(memvisor.RunError, match=r"policy 'broken' failed at 0.000 s of the run: .*test_policy.py:\d+: RuntimeError: oops"):
         api.simulate(scenario("static"), policy=Broken)
 
     class Unnamed(memvisor.Policy):
@@ -151,7 +151,7 @@ def test_python_policy_errors_are_clear():
 
     # A policy that gives no name is known by its class's.
     assert Unnamed.name == "Unnamed"
-    with pytest.raises(memvisor.RunError, match=r"policy 'Unnamed' failed: "):
+    with pytest.raises(memvisor.RunError, match=r"policy 'Unnamed' failed at "):
         api.simulate(scenario("static"), policy=Unnamed)
 
     # A field of the wrong type is named, and booleans are not numbers (nor numbers booleans).
@@ -190,8 +190,25 @@ def test_python_policy_errors_are_clear():
         # A state is one of the ESX tables' (esxtop's names), which the time series records.
         ({"vm_id": None, "kind": "memory_state", "state": "normal"}, "memory state 'normal' is not one of: high, soft, hard, low, clear"),
     ]:
-        with pytest.raises(memvisor.RunError, match=f"policy 'once'.*{expect}"):
+        with pytest.raises(memvisor.RunError, match=f"policy 'once'.*decision 0 of 1: {expect}"):
             api.simulate(scenario("static"), policy=returning(d))
+
+    # What decide returned instead of a list is shown; the policy is named once.
+    class Answers(memvisor.Policy):
+        answer = None
+
+        def decide(self, view):
+            return self.answer
+
+    for answer, expect in [(None, "not a NoneType: None"), ({"vm_id": 0}, "not a dict: {'vm_id': 0}"), ((), "not a tuple: ()")]:
+        Answers.answer = answer
+        with pytest.raises(memvisor.RunError) as e:
+            api.simulate(scenario("static"), policy=Answers)
+        assert f"policy 'Answers' failed at 0.000 s of the run: TypeError: decide must return a list of decisions, {expect}" in str(e.value)
+        assert str(e.value).count("Answers") == 1
+    Answers.answer = [[]]
+    with pytest.raises(memvisor.RunError, match="decision 0 of 1: each decision must be a dict"):
+        api.simulate(scenario("static"), policy=Answers)
 
     class NoReason(memvisor.Policy):
         name = "terse"

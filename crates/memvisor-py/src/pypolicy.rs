@@ -48,9 +48,13 @@ impl PyPolicy {
 
     fn call(&self, py: Python<'_>, view: &HostView) -> PyResult<Vec<Decision>> {
         let out = self.obj.bind(py).call_method1("decide", (view_dict(py, view)?,))?;
-        let who = format!("policy '{}'", self.name);
-        let list = out.cast::<PyList>().map_err(|_| pyo3::exceptions::PyTypeError::new_err(format!("{who}: decide must return a list")))?;
-        list.iter().map(|d| decision(&d, &who)).collect()
+        let list = out.cast::<PyList>().map_err(|_| {
+            // What came back, as far as a line shows it.
+            let shown: String = out.repr().map(|r| r.to_string()).unwrap_or_default().chars().take(80).collect();
+            let kind = out.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+            pyo3::exceptions::PyTypeError::new_err(format!("decide must return a list of decisions, not a {kind}: {shown}"))
+        })?;
+        list.iter().enumerate().map(|(i, d)| decision(&d, &format!("decision {i} of {}", list.len()))).collect()
     }
 }
 
@@ -64,7 +68,10 @@ impl Policy for PyPolicy {
     }
 
     fn decide(&mut self, view: &HostView) -> Vec<Decision> {
-        let r = Python::attach(|py| self.call(py, view).map_err(|e| format!("policy '{}' failed: {}{e}", self.name, raised_at(py, &e))));
+        let at = view.time_ns as f64 / 1e9;
+        let r = Python::attach(|py| {
+            self.call(py, view).map_err(|e| format!("policy '{}' failed at {at:.3} s of the run: {}{e}", self.name, raised_at(py, &e)))
+        });
         r.unwrap_or_else(|e| {
             self.error = Some(e);
             Vec::new()
