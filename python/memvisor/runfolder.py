@@ -121,9 +121,10 @@ class RunFolder:
     def __init__(self, path: Path):
         self.path = Path(path)
         #: The folder's own name, also where `path` is "." or ends in "..".
-        self.name = Path(os.path.abspath(self.path)).name
+        absolute = Path(os.path.abspath(self.path))
+        self.name = absolute.name
         self.fill = is_empty_folder(self.path)
-        where = self.path if self.fill else Path(os.path.abspath(self.path)).parent
+        where = self.path if self.fill else absolute.parent
         self.tmp = where / f".{self.name}.partial-{os.getpid()}"
         self.committed = False
 
