@@ -1,5 +1,6 @@
 """Policies written in Python drive a simulated run through the same interface as built-in ones."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -142,8 +143,28 @@ def test_python_policy_errors_are_clear():
         def decide(self, view):
             raise RuntimeError("oops")
 
-    with pytest.raises(memvisor.RunError, match=r"policy 'broken' failed at 0.000 s of the run: .*test_policy.py:\d+: RuntimeError: oops"):
+    with pytest.raises(memvisor.RunError, match=r"policy 'broken' failed at 0.000 s of the run: .*test_policy.py:\d+: RuntimeError: oops") as e:
         api.simulate(scenario("static"), policy=Broken)
+    # Raised in decide itself: one line.
+    assert "\n" not in str(e.value)
+
+    def helper(view):
+        return view["vms"][99]
+
+    class Deeper(memvisor.Policy):
+        name = "deeper"
+
+        def decide(self, view):
+            return helper(view)
+
+    # Raised further in: the line says where, and Python's traceback says how it got there.
+    with pytest.raises(memvisor.RunError) as e:
+        api.simulate(scenario("static"), policy=Deeper)
+    head, *trace = str(e.value).splitlines()
+    assert re.fullmatch(r"policy 'deeper' failed at 0.000 s of the run: .*test_policy.py:\d+: .*IndexError.*", head), head
+    assert trace[0] == "Traceback (most recent call last):"
+    files = [t for t in trace if t.startswith("  File")]
+    assert files[0].endswith(", in decide") and files[-1].endswith(", in helper"), trace
 
     class Unnamed(memvisor.Policy):
         def decide(self, view):

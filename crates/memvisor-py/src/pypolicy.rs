@@ -70,7 +70,10 @@ impl Policy for PyPolicy {
     fn decide(&mut self, view: &HostView) -> Vec<Decision> {
         let at = view.time_ns as f64 / 1e9;
         let r = Python::attach(|py| {
-            self.call(py, view).map_err(|e| format!("policy '{}' failed at {at:.3} s of the run: {}{e}", self.name, raised_at(py, &e)))
+            self.call(py, view).map_err(|e| {
+                let (place, frames) = raised_at(py, &e);
+                format!("policy '{}' failed at {at:.3} s of the run: {place}{e}{frames}", self.name)
+            })
         });
         r.unwrap_or_else(|e| {
             self.error = Some(e);
@@ -84,19 +87,26 @@ impl Policy for PyPolicy {
 }
 
 /// `file:line: ` of the innermost frame an exception passed through (the policy's own code, when
-/// it raised there), or nothing for an error raised in Rust.
-fn raised_at(py: Python<'_>, e: &PyErr) -> String {
-    let Some(tb) = e.traceback(py) else { return String::new() };
-    let mut tb = tb.into_any();
-    while let Ok(next) = tb.getattr("tb_next")
+/// it raised there), or nothing for an error raised in Rust; and, when it passed through more than
+/// `decide` itself (a helper, a library), Python's traceback of those frames on the lines after.
+fn raised_at(py: Python<'_>, e: &PyErr) -> (String, String) {
+    let Some(tb) = e.traceback(py) else { return (String::new(), String::new()) };
+    let mut last = tb.clone().into_any();
+    let mut frames = 1;
+    while let Ok(next) = last.getattr("tb_next")
         && !next.is_none()
     {
-        tb = next;
+        last = next;
+        frames += 1;
     }
     let at = || -> PyResult<String> {
-        let file: String = tb.getattr("tb_frame")?.getattr("f_code")?.getattr("co_filename")?.extract()?;
-        let line: u32 = tb.getattr("tb_lineno")?.extract()?;
+        let file: String = last.getattr("tb_frame")?.getattr("f_code")?.getattr("co_filename")?.extract()?;
+        let line: u32 = last.getattr("tb_lineno")?.extract()?;
         Ok(format!("{file}:{line}: "))
     };
-    at().unwrap_or_default()
+    let trace = || -> PyResult<String> {
+        let lines: Vec<String> = py.import("traceback")?.call_method1("format_tb", (&tb,))?.extract()?;
+        Ok(format!("\nTraceback (most recent call last):\n{}", lines.concat().trim_end()))
+    };
+    (at().unwrap_or_default(), if frames > 1 { trace().unwrap_or_default() } else { String::new() })
 }
