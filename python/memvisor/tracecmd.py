@@ -101,7 +101,7 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
 @click.argument("dest", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--from", "src_fmt", type=click.Choice(FORMATS), help="Input format (default: detected).")
 @click.option("--to", "dst_fmt", type=click.Choice(["native", "oracleGeneral"]), default="native", show_default=True,
-              help="native: memvisor's own (zstd-compressed, reads told from writes); oracleGeneral: libCacheSim's binary format (every reference a read).")
+              help="native: memvisor's own (zstd-compressed, reads told from writes); oracleGeneral: libCacheSim's binary format (every reference a read; zstd-compressed when DEST ends in .zst).")
 @click.option("--instructions", is_flag=True, help="lackey input: keep instruction fetches.")
 @click.option("--obj-id-col", type=click.IntRange(min=1, max=2**32 - 1), default=2, show_default=True, help="csv input: 1-based object id column.")
 @click.option("--delimiter", default=",", show_default=True, help="csv input: field separator.")
@@ -118,6 +118,10 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
                             f"and this name would be read as {read_as}; name it so", USAGE)
     if dst_fmt == "native":
         _refuse_native_named_oracle(dest, "DEST", read_as)
+    zst = dest.name.lower().endswith(".zst")
+    if zst and dst_fmt == "native":
+        raise MemvisorError(f"DEST {dest}: a name ending in .zst says one zstd frame, and a native trace has a header "
+                            "before its compressed records; name it .mvtrace", USAGE)
     # An input format's own options given for another are said to be ignored.
     try:
         with open(source, "rb") as f:
@@ -132,7 +136,7 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
         t = read_trace(source, fmt, instructions=instructions, obj_id_col=obj_id_col, delimiter=delimiter)
     except (_core.TraceError, ValueError) as e:
         raise MemvisorError(str(e), 1) from None
-    data = t.to_native() if dst_fmt == "native" else t.to_oracle_general()
+    data = t.to_native() if dst_fmt == "native" else t.to_oracle_general(zstd=zst)
     write_atomically(written_through(dest), bytes(data))
     # What was written: oracleGeneral keeps every reference as a read (no need to read it back).
     info = dict(t.info())

@@ -73,6 +73,16 @@ def test_convert_info_and_replay_from_the_command_line(traces, tmp_path):
     # The table gives what was written: oracleGeneral has no writes.
     row = next(x for x in r.stdout.splitlines() if x.startswith("│"))
     assert row.split("│")[2].strip() == f"{info['references']:,}" and row.split("│")[3].strip() == "0", r.stdout
+    # Named .zst, it is one zstd frame of the same records, as libCacheSim's tools expect.
+    r = run_cli("trace", "convert", "prog.mvtrace", "prog.oracleGeneral.zst", "--to", "oracleGeneral", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    z = (tmp_path / "prog.oracleGeneral.zst").read_bytes()
+    assert z[:4] == b"\x28\xb5\x2f\xfd" and len(z) < (tmp_path / "prog.oracleGeneral").stat().st_size
+    assert bytes(memvisor.traces.read_trace(tmp_path / "prog.oracleGeneral.zst").to_native()) == bytes(back.to_native())
+    # A native trace has its own header: a .zst name would promise a bare zstd frame.
+    r = run_cli("trace", "convert", "prog.oracleGeneral", "p.mvtrace.zst", cwd=tmp_path)
+    assert r.returncode == 2 and "DEST p.mvtrace.zst: a name ending in .zst says one zstd frame" in r.stderr, r.stderr
+    assert not (tmp_path / "p.mvtrace.zst").exists()
     # An oracleGeneral trace is known by its name: one the other commands would read as another
     # format is refused, and nothing is written.
     for name, taken in [("og.mvtrace", "native"), ("og.csv", "csv"), ("og.trace", "lackey")]:

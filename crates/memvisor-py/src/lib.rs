@@ -71,9 +71,12 @@ impl Trace {
         pyo3::types::PyBytes::new(py, &memvisor::trace::write_native(&self.inner))
     }
 
-    /// Encodes libCacheSim's oracleGeneral format.
-    fn to_oracle_general<'py>(&self, py: Python<'py>) -> Bound<'py, pyo3::types::PyBytes> {
-        pyo3::types::PyBytes::new(py, &memvisor::trace::write_oracle_general(&self.inner))
+    /// Encodes libCacheSim's oracleGeneral format, zstd-compressed if `zstd`.
+    #[pyo3(signature = (zstd = false))]
+    fn to_oracle_general<'py>(&self, py: Python<'py>, zstd: bool) -> Bound<'py, pyo3::types::PyBytes> {
+        let bytes =
+            if zstd { memvisor::trace::write_oracle_general_zst(&self.inner) } else { memvisor::trace::write_oracle_general(&self.inner) };
+        pyo3::types::PyBytes::new(py, &bytes)
     }
 
     /// References, reads, writes, distinct pages, footprint.

@@ -84,6 +84,12 @@ pub fn write_oracle_general(t: &Trace) -> Vec<u8> {
     out
 }
 
+/// Writes a trace as oracleGeneral in one zstd frame, as libCacheSim's `.oracleGeneral.zst` traces
+/// come (at the native format's level).
+pub fn write_oracle_general_zst(t: &Trace) -> Vec<u8> {
+    zstd::stream::encode_all(&write_oracle_general(t)[..], super::native::LEVEL).expect("zstd into memory")
+}
+
 /// How to read a csv trace (libCacheSim's `obj-id-col`, `delimiter`, `has-header`).
 #[derive(Clone, Debug)]
 pub struct CsvOptions {
@@ -211,6 +217,9 @@ mod tests {
         let t = b.finish();
         let bytes = write_oracle_general(&t);
         assert_eq!(read_oracle_general(&zstd::stream::encode_all(&bytes[..], 3).unwrap()).unwrap(), t);
+        let z = write_oracle_general_zst(&t);
+        assert!(super::is_zstd(&z) && z.len() < bytes.len());
+        assert_eq!(zstd::stream::decode_all(&z[..]).unwrap(), bytes);
         let csv: String = t.refs().iter().enumerate().map(|(i, &r)| format!("{i},{}\r\n", t.original_pages()[r as usize])).collect();
         assert_eq!(read_csv(csv.as_bytes(), &CsvOptions::default()).unwrap(), t);
     }

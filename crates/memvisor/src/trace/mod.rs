@@ -10,7 +10,7 @@ mod libcachesim;
 mod native;
 
 pub use lackey::LackeyReader;
-pub use libcachesim::{CsvOptions, read_csv, read_oracle_general, write_oracle_general};
+pub use libcachesim::{CsvOptions, read_csv, read_oracle_general, write_oracle_general, write_oracle_general_zst};
 pub use native::{read_native, write_native};
 
 use std::collections::HashMap;

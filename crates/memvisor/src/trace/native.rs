@@ -14,7 +14,7 @@ use super::{ID_MASK, Trace, TraceError};
 const MAGIC: &[u8; 8] = b"MVTRACE1";
 const HEADER: usize = 24;
 /// zstd level: 3 is the library default, a good ratio at hundreds of MB/s.
-const LEVEL: i32 = 3;
+pub(super) const LEVEL: i32 = 3;
 
 /// Encodes a trace.
 pub fn write_native(t: &Trace) -> Vec<u8> {
