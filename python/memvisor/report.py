@@ -301,7 +301,8 @@ def _charts(runs: list[Run]) -> list[str]:
             pts = [(label, t) for label, v, t in runtimes if v == vm]
             fig.add_trace(go.Bar(x=[p[0] for p in pts], y=[p[1] for p in pts], name=vm))
         figs.insert(0, fig)
-    return [f.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False}) for f in figs]
+    # Ids by place, not plotly's random ones: the same runs give the same page, byte for byte.
+    return [f.to_html(full_html=False, include_plotlyjs=False, div_id=f"chart-{i}", config={"displaylogo": False}) for i, f in enumerate(figs)]
 
 
 def _table(header: list[str], rows: list[list], cls: str = "") -> str:
