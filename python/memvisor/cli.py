@@ -108,10 +108,11 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None
                 bar.update(task, completed=s.duration_s or 1, total=s.duration_s or 1)
                 folder.add(r)
             final = folder.commit(results)
-    except _core.ScenarioError as e:
-        # Found only as the run starts (a Python policy's module or class): still the scenario's.
+    except (_core.ScenarioError, _core.TraceError) as e:
+        # Found only as the run starts (a Python policy's module or class, a trace file's records):
+        # still the scenario's.
         raise MemvisorError(str(e), USAGE) from None
-    except (_core.RunError, _core.TraceError) as e:
+    except _core.RunError as e:
         raise MemvisorError(str(e), 1) from None
     except NotARunFolder as e:
         raise MemvisorError(str(e), USAGE) from None

@@ -135,7 +135,7 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
     try:
         t = read_trace(source, fmt, instructions=instructions, obj_id_col=obj_id_col, delimiter=delimiter)
     except (_core.TraceError, ValueError) as e:
-        raise MemvisorError(str(e), 1) from None
+        raise MemvisorError(str(e), USAGE) from None
     data = t.to_native() if dst_fmt == "native" else t.to_oracle_general(zstd=zst)
     write_atomically(written_through(dest), bytes(data))
     # What was written: oracleGeneral keeps every reference as a read (no need to read it back).
@@ -153,7 +153,7 @@ def info(source: Path, as_json: bool) -> None:
     try:
         i = dict(read_trace(source).info())
     except _core.TraceError as e:
-        raise MemvisorError(str(e), 1) from None
+        raise MemvisorError(str(e), USAGE) from None
     if as_json:
         click.echo(json.dumps(i))
     else:
@@ -221,8 +221,11 @@ def replay(source: Path, frames: int, mode: str, loops: int, compute_ns: int, as
     """Replay a trace in a one-guest simulated host with FRAMES page frames for the process."""
     try:
         t = read_trace(source)
+    except _core.TraceError as e:
+        raise MemvisorError(str(e), USAGE) from None
+    try:
         res = replay_trace(t, source.name, frames, mode, loops, compute_ns)
-    except (_core.TraceError, _core.RunError, ReplayKilled) as e:
+    except (_core.RunError, ReplayKilled) as e:
         raise MemvisorError(str(e), 1) from None
     except ReplayTooLong as e:
         raise MemvisorError(str(e), USAGE) from None
@@ -293,7 +296,7 @@ def bench_cmd(source: Path, sizes: tuple[int, ...], repeats: int) -> None:
     try:
         t = read_trace(source)
     except _core.TraceError as e:
-        raise MemvisorError(str(e), 1) from None
+        raise MemvisorError(str(e), USAGE) from None
     try:
         rows = peer_compare(t, source.name, list(sizes), repeats)
     except (_core.RunError, ReplayKilled) as e:

@@ -112,28 +112,35 @@ def test_corrupt_traces_get_a_located_error(traces, tmp_path):
     data = bytes(t.to_native())
     (tmp_path / "cut.mvtrace").write_bytes(data[: len(data) - 7])
     r = run_cli("trace", "info", "cut.mvtrace", cwd=tmp_path)
-    assert r.returncode == 1 and "byte 24" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "byte 24" in r.stderr and "Traceback" not in r.stderr
     (tmp_path / "cut.oracleGeneral").write_bytes(oracle_general([1, 2, 3])[:60])
     r = run_cli("trace", "info", "cut.oracleGeneral", cwd=tmp_path)
-    assert r.returncode == 1 and "byte 48" in r.stderr
+    assert r.returncode == 2 and "byte 48" in r.stderr
     (tmp_path / "bad.lackey").write_text(" L 1000,4\n Q oops\n")
     r = run_cli("trace", "info", "bad.lackey", cwd=tmp_path)
-    assert r.returncode == 1 and "line 2" in r.stderr
+    assert r.returncode == 2 and "line 2" in r.stderr
     # A native trace cut inside its header is one, by its name or by the start of its magic.
     (tmp_path / "empty.mvtrace").write_bytes(b"")
     (tmp_path / "cut12").write_bytes(data[:12])
     (tmp_path / "cut4").write_bytes(data[:4])  # inside the magic itself
     for f in ["empty.mvtrace", "cut12", "cut4"]:
         r = run_cli("trace", "info", f, cwd=tmp_path)
-        assert r.returncode == 1 and "truncated: a native trace header is 24 bytes" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert r.returncode == 2 and "truncated: a native trace header is 24 bytes" in r.stderr and "Traceback" not in r.stderr, r.stderr
     # Nothing to replay is an error, whether the file is empty or its one line was a header.
     (tmp_path / "empty.lackey").write_bytes(b"")
     (tmp_path / "header.csv").write_text("time,obj,size\n")
     for f in ["empty.lackey", "header.csv"]:
         r = run_cli("trace", "info", f, cwd=tmp_path)
-        assert r.returncode == 1 and "holds no references" in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert r.returncode == 2 and "holds no references" in r.stderr and "Traceback" not in r.stderr, r.stderr
     r = run_cli("trace", "info", ".", cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    # A scenario's trace cut short is the same mistake, found as its run starts: nothing ran.
+    from conftest import SMALL
+
+    (tmp_path / "s.toml").write_text(SMALL.replace('{ kind = "file-io", size = "64MiB", read = true }', '{ kind = "trace", file = "cut.mvtrace" }'))
+    r = run_cli("run", "s.toml", "--quiet", "--out", "out", cwd=tmp_path)
+    assert r.returncode == 2 and "byte 24" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
     # A device would be read without end: refused at once, from the API as from a scenario.
     import pytest
 
