@@ -17,7 +17,7 @@ from memvisor import _core
 from memvisor import tracecmd
 from memvisor.tracecmd import peer_compare
 
-from conftest import interrupted
+from conftest import SMALL, interrupted
 from conftest import memvisor as run_cli
 
 
@@ -135,8 +135,6 @@ def test_corrupt_traces_get_a_located_error(traces, tmp_path):
     r = run_cli("trace", "info", ".", cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     # A scenario's trace cut short is the same mistake, found as its run starts: nothing ran.
-    from conftest import SMALL
-
     (tmp_path / "s.toml").write_text(SMALL.replace('{ kind = "file-io", size = "64MiB", read = true }', '{ kind = "trace", file = "cut.mvtrace" }'))
     r = run_cli("run", "s.toml", "--quiet", "--out", "out", cwd=tmp_path)
     assert r.returncode == 2 and "byte 24" in r.stderr and "Traceback" not in r.stderr, r.stderr
