@@ -23,7 +23,8 @@ MAX_COUNT = 100_000
 
 
 def _mib(v: int) -> str:
-    return f"{v // MIB}MiB" if v % MIB == 0 else f"{v // PAGE} pages"
+    """A probed size as a scenario would take it: MiB, or KiB for a range that began off a MiB."""
+    return f"{v // MIB}MiB" if v % MIB == 0 else f"{v // 1024}KiB"
 
 
 @click.command("plan")
@@ -34,7 +35,8 @@ def _mib(v: int) -> str:
 @click.option("--host-memory", "ask_host_memory", is_flag=True, help="Find the smallest host memory (baseline: --max).")
 @click.option("--count", "group", metavar="VM", help="Find the largest count of VM group VM (baseline: --min, default 1).")
 @click.option("--min", "lo", metavar="SIZE|N", help="The range's low end (a size; a count for --count).")
-@click.option("--max", "hi", metavar="SIZE|N", help="The range's high end.")
+@click.option("--max", "hi", metavar="SIZE|N",
+              help="The range's high end, the baseline for sizes (default: the scenario's host memory, or the VM's memory for --reservation).")
 @click.option("--step", type=ByteSize(), default="64MiB", show_default=True, help="Grid step for sizes.")
 @click.option("--seeds", type=IntList(min=0, max=2**63 - 1), default="1,2,3", show_default=True, help="Seeds run at every probed value.")
 @click.option("--variant", help="The variant to plan for, in a case or scenario that has several.")
@@ -56,7 +58,9 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
     question = "reservation" if ask_reservation else "host-memory" if ask_host_memory else None
     if group is not None and ctx.get_parameter_source("step") is not click.core.ParameterSource.DEFAULT:
         raise MemvisorError("--step is a size step; --count steps by one guest", USAGE)
-    if step < PAGE or step % PAGE:
+    if step < PAGE:
+        raise MemvisorError(f"--step {step}B: the grid step is at least one page (4KiB)", USAGE)
+    if step % PAGE:
         raise MemvisorError(f"--step {step}B: the grid step is a whole number of pages (4KiB): sizes are whole pages", USAGE)
     if variant is not None and not variant.strip():
         raise MemvisorError("--variant: empty; name one of the variants", USAGE)
@@ -138,6 +142,9 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
     if lo_v >= hi_v:
         default = "" if hi else f"; --max defaults to the scenario's {'host memory' if key == 'host.memory' else 'VM memory'}"
         raise MemvisorError(f"--min must be below --max ({fmt(lo_v)} >= {fmt(hi_v)}{default})", USAGE)
+    if grid_step > hi_v - lo_v:
+        raise MemvisorError(f"--step {fmt(grid_step)}: wider than the range ({fmt(lo_v)} to {fmt(hi_v)}), so the answer could only "
+                            "be one of its ends; a step a fraction of the range", USAGE)
     try:
         refuse_sets_of(sets, [key], "is the value plan searches for")
         refuse_sets_of(sets, ["seed"], "is set by plan, to each of --seeds in turn")

@@ -77,7 +77,7 @@ def test_plan_command_prints_the_answer_and_its_runs(tmp_path: Path):
     assert p.returncode == 0 and "answer: host.memory = 1536MiB" in p.stdout, p.stdout + p.stderr
     p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", str(spec), "--vm", "batch", "--slowdown", "2", "--host-memory",
                         "--min", "1GiB", "--max", "2GiB", "--step", "0B"], capture_output=True, text=True)
-    assert p.returncode == 2 and "--step 0B: the grid step is a whole number of pages (4KiB)" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert p.returncode == 2 and "--step 0B: the grid step is at least one page (4KiB)" in p.stderr and "Traceback" not in p.stderr, p.stderr
     assert _core.parse_bytes("1280MiB") == 1280 * MIB
     # What plan sets itself (the searched value, the seed) is not also taken from --set.
     for extra, expect in [("seed=3", "seed is set by plan, to each of --seeds in turn"), ("host.memory=3GiB", "host.memory is the value plan searches for")]:
@@ -103,7 +103,9 @@ def test_plan_refuses_bad_questions_by_the_option_given(tmp_path: Path):
         (["--reservation", "--max", "1GiB"], "--max 1024MiB: above batch's memory (512MiB)"),
         (["--host-memory", "--min", "2GiB"], "--max defaults to the scenario's host memory"),
         (["--host-memory", "--min", "256MiB", "--max", ""], "--max: empty"),
-        (["--host-memory", "--min", "256MiB", "--step", "1B"], "--step 1B: the grid step is a whole number of pages"),
+        (["--host-memory", "--min", "256MiB", "--step", "1B"], "--step 1B: the grid step is at least one page"),
+        # A step past the range's width leaves only its ends to answer with.
+        (["--host-memory", "--min", "256MiB", "--max", "512MiB", "--step", "1GiB"], "--step 1024MiB: wider than the range (256MiB to 512MiB)"),
         (["--host-memory", "--min", "256MiB", "--step", "5000B"], "--step 5000B: the grid step is a whole number of pages"),
         (["--count", "web", "--max", "3", "--step", "1B"], "--step is a size step"),
         (["--host-memory", "--min", "256MiB", "--variant", ""], "--variant: empty"),
@@ -126,6 +128,14 @@ def test_plan_refuses_bad_questions_by_the_option_given(tmp_path: Path):
     p = subprocess.run([sys.executable, "-m", "memvisor.cli", "plan", "nfs-balloon", "--vm", "small", "--slowdown", "2", "--host-memory", "--min", "2GiB"],
                        capture_output=True, text=True)
     assert p.returncode == 2 and "choose one with --variant (4GiB, 4GiB-full-reservation, 8GiB, small-alone)" in p.stderr, p.stderr
+
+
+def test_probed_sizes_are_shown_as_a_scenario_takes_them():
+    from memvisor.plancmd import _mib
+
+    # 512MB is whole pages but not whole MiB: shown in KiB, which --set takes, never in pages.
+    assert (_mib(512 * MIB), _mib(512_000_000)) == ("512MiB", "500000KiB")
+    assert _core.parse_bytes(_mib(512_000_000)) == 512_000_000
 
 
 def test_a_grid_of_billions_is_bisected_without_being_built():

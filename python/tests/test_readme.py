@@ -1,7 +1,10 @@
 """The README's "Writing a scenario" section stays true: its template is a valid scenario, and the
 mistake it shows gets the error it prints, line and column included."""
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import memvisor
@@ -44,3 +47,21 @@ def test_the_time_series_columns_named_are_the_columns():
     # Names in backticks, less the pool kinds that `summary.json`'s part of the row names.
     named = set(re.findall(r"`([A-Za-z0-9_/]+)`", row)) - {"EP", "PP"}
     assert len(named) > 40 and named <= columns, sorted(named - columns)
+
+
+def test_the_plan_example_prints_what_is_shown(tmp_path):
+    """The capacity question's table, reasons and answer, word for word (the table's borders and
+    padding left to the terminal, here a wide one)."""
+    part = section("Writing a scenario")
+    part = part[part.index("### Capacity questions: `memvisor plan`") :]
+    (tmp_path / "plan.toml").write_text(re.search(r"```toml\n(.*?)```", part, re.S).group(1))
+    shown = re.search(r"```\n\$ (memvisor plan .*?)\n(.*?)```", part, re.S)
+    exe = Path(sys.executable).parent / "memvisor"
+    r = subprocess.run([str(exe), *shown.group(1).split()[1:]], cwd=tmp_path, capture_output=True, text=True,
+                       env={**os.environ, "COLUMNS": "200"}, timeout=600)
+    assert r.returncode == 0, r.stderr
+
+    def words(out: str) -> list[str]:
+        return re.sub(r"[│┃━┏┓┡┩└┘┳╇┻┷─]", " ", out).split()
+
+    assert words(r.stdout) == words(shown.group(2)), r.stdout

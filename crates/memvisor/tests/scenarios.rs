@@ -204,6 +204,19 @@ fn a_boot_past_the_hosts_free_frames_names_what_holds_them() {
 }
 
 #[test]
+fn a_first_vm_that_cannot_boot_is_told_so_in_the_singular() {
+    // Its kernel fits the host, but not beside its own overhead.
+    let text = one_guest(
+        "100MiB",
+        "name = \"g\"\nmemory = \"256MiB\"\noverhead = \"60MiB\"\nworkload = { kind = \"idle\", footprint = \"16MiB\" }",
+        "duration = \"2s\"",
+    );
+    let s = scenario::load(&text, "ok.toml", &[]).unwrap_or_else(|e| panic!("{e}")).remove(0);
+    let e = memvisor::Simulation::new(&s).err().expect("cannot boot");
+    assert!(e.contains("the overhead of the 1 VM powered on so far") && e.contains("and no VM was booted before it (fewer"), "{e}");
+}
+
+#[test]
 fn a_xen_guest_must_boot_in_the_memory_it_starts_with() {
     let xen = |vm: &str, host: &str| {
         one_guest("2GiB", &format!("name = \"g\"\n{vm}\nworkload = {{ kind = \"idle\", footprint = \"8MiB\" }}\n"), "duration = \"1s\"")

@@ -512,17 +512,21 @@ impl Host {
             let on = self.vms.len();
             let overhead: u64 = self.vms.iter().map(|v| v.overhead_frames).sum();
             let granted: u64 = self.vms.iter().enumerate().filter(|&(i, _)| i != vm as usize).map(|(_, v)| v.granted).sum();
-            let before = on - 1;
+            let vms = |n: usize| if n == 1 { "1 VM".to_string() } else { format!("{n} VMs") };
+            let booted = match on - 1 {
+                0 => "no VM was booted before it".to_string(),
+                b => format!("the {} booted before it {}", vms(b), mib(granted)),
+            };
             let why = format!(
                 "host machine memory exhausted while booting VM '{}': its kernel's boot backs {} at once (its kernel_reserved) \
-                 and {} is free; the hypervisor holds {}, the overhead of the {on} VMs powered on so far {}, and the {before} VMs \
-                 booted before it {} (fewer or smaller VMs, a larger host, or a smaller host.hypervisor, overhead or kernel_reserved)",
+                 and {} is free; the hypervisor holds {}, the overhead of the {} powered on so far {}, and {booted} (fewer or \
+                 smaller VMs, a larger host, or a smaller host.hypervisor, overhead or kernel_reserved)",
                 self.vms[vm as usize].name,
                 mib(n),
                 mib(self.free),
                 mib(self.hypervisor),
+                vms(on),
                 mib(overhead),
-                mib(granted),
             );
             self.fatal.get_or_insert(why);
             return;
