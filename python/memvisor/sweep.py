@@ -275,6 +275,21 @@ def refuse_foreign_out(out: Path) -> None:
                          "(one with its runs/ store or sweep.parquet)")
 
 
+def replaced_sweep(out: Path, scenario: str) -> str | None:
+    """The scenario an earlier sweep's `sweep.parquet` in `out` was of, if it was another's (or
+    cannot be told), so that replacing it is said; None when it was this scenario's or is absent."""
+    import pandas as pd
+
+    table = out / "sweep.parquet"
+    if not table.is_file():
+        return None
+    try:
+        names = pd.read_parquet(table, columns=["scenario"])["scenario"].dropna().unique().tolist()
+    except (OSError, ValueError, KeyError):  # an older sweep's table, without the column, or a damaged one
+        return "an unknown scenario"
+    return None if names == [scenario] else ", ".join(f"'{n}'" for n in names) or "an unknown scenario"
+
+
 class StoreError(ValueError):
     """A sweep store's entry that is not a finished run's result."""
 
@@ -409,7 +424,7 @@ def _long(grid: Grid, results: list):
     for point, per in zip(points, grid.scenarios):
         for s in per:
             ok, res = next(it)
-            base = {**point, "variant": s.variant}
+            base = {"scenario": s.name, **point, "variant": s.variant}
             if ok:
                 rows.extend({**base, **r, "error": None} for r in res)
             else:

@@ -36,7 +36,8 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     import pandas as pd
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from memvisor.sweep import JUMP, StoreError, failed_cells, input_files, plan_points, points_from_csv, product, refuse_foreign_out, run_points, warnings_of
+    from memvisor.sweep import (JUMP, StoreError, failed_cells, input_files, plan_points, points_from_csv, product, refuse_foreign_out,
+                                replaced_sweep, run_points, warnings_of)
     from memvisor.atomic import write_atomically, written_through
 
     if scheduler is not None:
@@ -79,6 +80,9 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     key = grid.key
     for w in warnings_of(grid):
         warn(w)
+    if out_dir is not None and (other := replaced_sweep(out_dir, grid.scenarios[0][0].name)) is not None:
+        warn(f"--out {out_dir}: its sweep.parquet is of {other}, and this sweep of '{grid.scenarios[0][0].name}' replaces it "
+             "(the runs/ store keeps both sweeps' runs)")
     try:
         with Progress(
             TextColumn("{task.description}", markup=False),

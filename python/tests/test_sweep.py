@@ -203,7 +203,7 @@ def test_a_grid_gives_a_row_per_run_and_vm_equal_to_the_runs_done_one_by_one(tmp
     table, runs = run_points(plan_points(spec, points, column="runtime_s"), jobs=2)
     assert len(table) == 4 and table.index.name == "vm.g.memory × host.memory"
     assert len(runs) == 4 * 2, "a row per point, variant and VM"
-    assert list(runs.columns[:4]) == ["vm.g.memory", "host.memory", "variant", "vm"]
+    assert list(runs.columns[:5]) == ["scenario", "vm.g.memory", "host.memory", "variant", "vm"]
     for p in points:
         for r in memvisor.run(spec, sets=[f"{k}={v}" for k, v in p.items()]):
             row = runs[(runs["vm.g.memory"] == p["vm.g.memory"]) & (runs["host.memory"] == p["host.memory"]) & (runs.variant == r.variant)]
@@ -393,3 +393,18 @@ def test_a_policy_that_fails_to_import_fails_its_cells_with_a_store(tmp_path):
     r = run_cli("sweep", "s.toml", "--vary", "vm.g.memory=96MiB", "--out", "out", "--csv", "t.csv", "--quiet", cwd=tmp_path)
     assert r.returncode == 1 and "Traceback" not in r.stderr + r.stdout, r.stderr
     assert "cells show a failed run" in r.stderr and "SyntaxError" in r.stdout, r.stdout
+
+
+def test_a_sweep_of_another_scenario_into_the_same_out_says_it_replaces_the_table(tmp_path):
+    (tmp_path / "a.toml").write_text(SMALL)
+    (tmp_path / "b.toml").write_text(SMALL.replace('name = "small"', 'name = "other"'))
+    vary = ("--vary", "vm.g.memory=96MiB", "--out", "out", "--quiet")
+    r = run_cli("sweep", "a.toml", *vary, cwd=tmp_path)
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    assert pd.read_parquet(tmp_path / "out" / "sweep.parquet").scenario.tolist() == ["small"]
+    # The same scenario again: its own table, nothing to say.
+    r = run_cli("sweep", "a.toml", *vary, cwd=tmp_path)
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    r = run_cli("sweep", "b.toml", *vary, cwd=tmp_path)
+    assert r.returncode == 0 and "--out out: its sweep.parquet is of 'small', and this sweep of 'other' replaces it" in r.stderr, r.stderr
+    assert pd.read_parquet(tmp_path / "out" / "sweep.parquet").scenario.tolist() == ["other"]
