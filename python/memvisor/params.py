@@ -63,6 +63,26 @@ class ByteSize(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
+class Duration(click.ParamType):
+    """A duration with a unit, as in scenarios (`250us`, `2ms`), in nanoseconds, at most `max_ns`."""
+
+    name = "duration"
+
+    def __init__(self, max_ns: int, max_text: str):
+        self.max_ns, self.max_text = max_ns, max_text
+
+    def convert(self, value, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            ns = _core.parse_duration_ns(str(value))
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+        if ns > self.max_ns:
+            self.fail(f"'{value}' is longer than {self.max_text}", param, ctx)
+        return ns
+
+
 class KeyValues(click.ParamType):
     """A scenario key and the values to give it in turn, e.g. `vm.g.memory=256MiB,512MiB`."""
 

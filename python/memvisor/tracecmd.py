@@ -17,7 +17,7 @@ from rich.table import Table
 from memvisor import _core
 from memvisor.api import as_text, simulate
 from memvisor.console import USAGE, MemvisorError, OnceGroup, check_output, describe_status, out, refuse_twice, warn
-from memvisor.params import IntList
+from memvisor.params import Duration, IntList
 from memvisor.atomic import write_atomically, written_through
 from memvisor.traces import FORMATS, detect_format, read_trace
 
@@ -184,7 +184,7 @@ def replay_trace(t, name: str, frames: int, mode: str, loops: int = 1, compute_n
     name = as_text(name)
     refs = dict(t.info())["references"]
     if refs * loops * compute_ns > MAX_REPLAY_NS:
-        raise ReplayTooLong(f"--loops {loops} of {refs:,} references with --compute {compute_ns} ns between them is "
+        raise ReplayTooLong(f"--loops {loops} of {refs:,} references with --compute {compute_ns}ns between them is "
                          f"{refs * loops * compute_ns / 31_557_600e9:.3g} years of simulated time; a run is at most a century")
     text = _core.replay_scenario(name, t.n_pages, frames, mode, loops, compute_ns)
     (s,) = _core.load(text, f"replay:{name}")
@@ -215,7 +215,8 @@ def replay_trace(t, name: str, frames: int, mode: str, loops: int = 1, compute_n
 @click.option("--mode", type=click.Choice(["exact-lru", "linux"]), default="exact-lru", show_default=True,
               help="exact-lru: every reference moves its page to the head of one recency list (libCacheSim's LRU); linux: the guest kernel's active and inactive lists and accessed bits.")
 @click.option("--loops", type=click.IntRange(min=1, max=2**32 - 1), default=1, show_default=True, help="Replay the trace this many times in a row.")
-@click.option("--compute", "compute_ns", type=click.IntRange(min=0, max=MAX_COMPUTE_NS), default=0, help="CPU ns between references.")
+@click.option("--compute", "compute_ns", type=Duration(MAX_COMPUTE_NS, "an hour"), default="0ns", show_default=True,
+              help="CPU time between references, with a unit as in scenarios (250ns, 1us).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def replay(source: Path, frames: int, mode: str, loops: int, compute_ns: int, as_json: bool) -> None:
     """Replay a trace in a one-guest simulated host with FRAMES page frames for the process."""

@@ -298,6 +298,9 @@ def test_error_and_warning_lines_print_brackets_and_colons_as_they_are(capsys):
     (["trace", "replay", "t.csv", "--frames", "1099511627776"], "'--frames'"),
     (["trace", "replay", "t.csv", "--frames", "4", "--loops", "4294967297"], "'--loops'"),
     (["trace", "replay", "t.csv", "--frames", "4", "--compute", "18446744073709551615"], "'--compute'"),
+    # A duration takes a unit, as in scenarios, and an hour at most.
+    (["trace", "replay", "t.csv", "--frames", "4", "--compute", "5"], "'--compute': '5' has no unit"),
+    (["trace", "replay", "t.csv", "--frames", "4", "--compute", "2h"], "'--compute': '2h' is longer than an hour"),
 ])
 def test_bad_lists_get_a_usage_error_naming_the_option(tmp_path, args, option):
     (tmp_path / "t.csv").write_text("time,obj,size\n0,1,4096\n")

@@ -137,6 +137,12 @@ fn parse_bytes(s: &str) -> PyResult<u64> {
     memvisor::units::parse_bytes(s).map_err(PyValueError::new_err)
 }
 
+/// Parses a duration with a unit ("30s", "250us") into nanoseconds.
+#[pyfunction]
+fn parse_duration_ns(s: &str) -> PyResult<u64> {
+    memvisor::units::parse_duration_ns(s).map_err(PyValueError::new_err)
+}
+
 /// A size for people, as the engine prints them ("355.2 MiB", "8 KiB").
 #[pyfunction]
 fn human_bytes(b: u64) -> String {
@@ -458,6 +464,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(replay_scenario, m)?)?;
     m.add_function(wrap_pyfunction!(guest_pages_for, m)?)?;
     m.add_function(wrap_pyfunction!(parse_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_duration_ns, m)?)?;
     m.add_function(wrap_pyfunction!(human_bytes, m)?)?;
     m.add("TraceError", m.py().get_type::<TraceError>())?;
     m.add_function(wrap_pyfunction!(load, m)?)?;
