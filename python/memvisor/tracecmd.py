@@ -240,7 +240,7 @@ def replay(source: Path, frames: int, mode: str, loops: int, compute_ns: int, as
 
 def peer_compare(t, name: str, sizes: list[int], repeats: int = 1) -> list[dict]:
     """The same trace through memvisor's exact-LRU guest and libCacheSim's LRU at each size; the
-    speeds are medians of `repeats` runs of each, alternating.
+    speeds are medians of `repeats` runs of each, alternating, after one untimed run of each.
 
     The two sides' timings cover different work, so each is labelled with what it covers:
     memvisor's replay alone (`run_s`, the scenario built and loaded beforehand) and the whole
@@ -256,6 +256,10 @@ def peer_compare(t, name: str, sizes: list[int], repeats: int = 1) -> list[dict]
         og.write_bytes(bytes(t.to_oracle_general()))
         reader = lcs.TraceReader(trace=str(og), trace_type=lcs.TraceType.ORACLE_GENERAL_TRACE)
         n = dict(t.info())["references"]
+        # Each side once, untimed: one-off start-up (the first run's setup, the trace file read
+        # into the page cache) would otherwise count against whichever size is listed first.
+        replay_trace(t, name, sizes[0], "exact-lru")
+        lcs.LRU(cache_size=sizes[0] * 4096).process_trace(reader)
         for c in sizes:
             replay_s, whole_s, peer_s = [], [], []
             for _ in range(repeats):
