@@ -16,7 +16,7 @@ def output_problem(path: Path) -> str | None:
     if not path.name:
         return "a file name is needed"
     if not path.parent.is_dir():
-        return f"the folder {path.parent} does not exist"
+        return f"{path.parent} is not a folder" if path.parent.exists() else f"the folder {path.parent} does not exist"
     if path.is_symlink() and not path.exists():
         return "is a link to nothing: it is not followed"
     if path.exists() and not path.is_file():

@@ -325,9 +325,10 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
         raise MemvisorError(f"--out {out_path}: inside a run folder ({around}); write the overlaid report elsewhere", USAGE)
     # The default's folder is made (just before the report is written), as a run's `runs/` is; a
     # folder given is not (a typo would make one anywhere).
+    given = click.get_current_context().get_parameter_source("out_path") is not click.core.ParameterSource.DEFAULT
     default = out_path == _COMPARE_OUT and not out_path.parent.exists()
     if not default:
-        check_output(out_path, "--out")
+        check_output(out_path, "--out" if given else "the default --out")
     # It replaces an earlier report, never a file of another kind (a scenario named by mistake).
     if out_path.is_file() and not report.is_report_page(out_path):
         raise MemvisorError(f"--out {out_path}: exists and is not a report memvisor wrote; name a new file or an earlier report", USAGE)

@@ -277,6 +277,9 @@ def test_compare_writes_only_a_file_in_a_folder_that_exists(run_folder, tmp_path
     assert (tmp_path / "link.html").is_symlink() and target.read_text().startswith("<!DOCTYPE html>")
     (tmp_path / "dangling.html").symlink_to(tmp_path / "nowhere" / "x.html")
     _bad_input(memvisor("compare", str(run_folder), "--out", "dangling.html", cwd=tmp_path), "is a link to nothing")
+    # A file where the default's folder would be: said as such, and of the default.
+    (tmp_path / "runs").write_text("")
+    _bad_input(memvisor("compare", str(run_folder), cwd=tmp_path), "the default --out runs/compare.html: runs is not a folder")
 
 
 def test_a_run_folders_own_files_replace_a_link_never_follow_it(tmp_path):
