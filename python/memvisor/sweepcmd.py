@@ -111,9 +111,15 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
             write_atomically(out_dir / "sweep.parquet", parquet_bytes(runs))
         except OSError as e:
             raise MemvisorError(f"--out {out_dir}: {e.strerror or e}", 1) from None
+    # A failed run's error is said once, not in every cell it empties: numbered under the table,
+    # and in the csv's own column, so that the value columns stay numbers.
+    failed = failed_cells(df)
+    errors = list(dict.fromkeys(x for _, _, x in failed))
     if csv_path is not None:
+        table = df.map(lambda x: None if isinstance(x, str) and x in errors else x)
+        table["error"] = ["; ".join(dict.fromkeys(x for x in row if isinstance(x, str) and x in errors)) or None for row in df.itertuples(index=False)]
         try:
-            write_atomically(written_through(csv_path), df.to_csv())
+            write_atomically(written_through(csv_path), table.to_csv())
         except OSError as e:
             raise MemvisorError(f"--csv {csv_path}: {e.strerror or e}", 1) from None
     cols = [c for c in df.columns if c != JUMP]
@@ -123,13 +129,14 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     t = Table(Column(key, overflow="fold"), *cols, *jump, title=f"{spec}: {grid.column}" + ("" if grid.scenarios[0][0].variant is None else f" of {vm or 'the first VM'}"),
               caption="-: the VM's work had not finished when the run ended, a process of it was killed by the OOM killer, or the VM is not in that run" if unfinished else None)
     for value, row in df.iterrows():
-        cells = [Text(x, style="red") if isinstance(x, str) else fmt(None if pd.isna(x) else x) for x in (row[c] for c in cols)]
+        cells = [Text(f"failed ({errors.index(x) + 1})", style="red") if isinstance(x, str) else fmt(None if pd.isna(x) else x) for x in (row[c] for c in cols)]
         t.add_row(str(value), *cells, *(row[c] for c in jump))
     out.print(t)
+    for i, e in enumerate(errors, 1):
+        out.print(Text(f"({i}) {e}", style="red"))
     if csv_path is not None:
         out.print(f"csv: {csv_path}")
     if out_dir is not None:
         out.print(f"runs: {out_dir / 'sweep.parquet'} ({len(runs)} rows)")
-    failed = failed_cells(df)
     if failed:
-        raise MemvisorError(f"{len(failed)} of {len(df) * len(cols)} cells show a failed run", 1)
+        raise MemvisorError(f"{int(runs.error.notna().sum())} of {grid.runs} runs failed", 1)

@@ -132,11 +132,20 @@ def test_a_failing_point_shows_in_its_cells_and_the_others_are_filled(tmp_path):
     write(tmp_path)
     r = run_cli("sweep", "s.toml", "--vary", "host.memory=64MiB,1GiB", "--csv", "t.csv", "--quiet", cwd=tmp_path)
     assert r.returncode == 1, r.stderr
-    assert r.stderr.splitlines() == ["error: 2 of 4 cells show a failed run"], r.stderr
-    assert "admission control refuses" in r.stdout and "Traceback" not in r.stdout + r.stderr
+    assert r.stderr.splitlines() == ["error: 2 of 4 runs failed"], r.stderr
+    # Each error once, under the table, its cells pointing at it.
+    assert r.stdout.count("admission control refuses") == 1 and "failed (1)" in r.stdout and "Traceback" not in r.stdout + r.stderr
+    assert any(line.startswith("(1) admission control refuses to power on VM 'g'") for line in r.stdout.splitlines()), r.stdout
+    # In the csv the value columns stay numbers; the error has its own column.
     csv = pd.read_csv(tmp_path / "t.csv", index_col=0)
-    assert all(csv.loc["64MiB", c].startswith("admission control refuses to power on VM 'g'") for c in ["32MiB-file", "96MiB-file"])
-    assert all(float(csv.loc["1GiB", c]) > 0 for c in ["32MiB-file", "96MiB-file"])
+    assert csv["32MiB-file"].dtype == float and csv["96MiB-file"].dtype == float
+    assert csv.loc["64MiB", ["32MiB-file", "96MiB-file"]].isna().all() and csv.loc["64MiB", "error"].startswith("admission control refuses")
+    assert all(csv.loc["1GiB", c] > 0 for c in ["32MiB-file", "96MiB-file"]) and pd.isna(csv.loc["1GiB", "error"])
+    # Without variants a failed run empties every VM's cell, and counts once.
+    (tmp_path / "two.toml").write_text(SMALL + SMALL[SMALL.index("[[vm]]"):].replace('name = "g"', 'name = "h"'))
+    r = run_cli("sweep", "two.toml", "--vary", "host.memory=64MiB,1GiB", "--quiet", cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr.splitlines() == ["error: 1 of 2 runs failed"], r.stderr
+    assert r.stdout.count("failed (1)") == 2 and r.stdout.count("admission control refuses") == 1, r.stdout
 
 
 def test_biggest_jump_names_the_pair_and_the_factor():
@@ -392,7 +401,7 @@ def test_a_policy_that_fails_to_import_fails_its_cells_with_a_store(tmp_path):
     write(tmp_path, VARIANTS.replace("[host]", '[host]\npolicy = "python:pol:P"'))
     r = run_cli("sweep", "s.toml", "--vary", "vm.g.memory=96MiB", "--out", "out", "--csv", "t.csv", "--quiet", cwd=tmp_path)
     assert r.returncode == 1 and "Traceback" not in r.stderr + r.stdout, r.stderr
-    assert "cells show a failed run" in r.stderr and "SyntaxError" in r.stdout, r.stdout
+    assert "runs failed" in r.stderr and "SyntaxError" in r.stdout, r.stdout
 
 
 def test_a_sweep_of_another_scenario_into_the_same_out_says_it_replaces_the_table(tmp_path):
