@@ -441,7 +441,8 @@ def biggest_jump(labels: Sequence[str], values: Sequence) -> str:
     """Of the neighbouring columns, the pair whose values differ by the largest factor, e.g.
     `6→7 ×12.4` (a fall shows a factor below 1). From zero the factor is infinite, so such a pair
     wins, shown with its values (`4→5 0→14,342.4`; the largest such value if there are several).
-    Pairs of zeros, failed runs, missing and negative values are skipped; `-` if no pair is left."""
+    Pairs of zeros, failed runs, missing and negative values are skipped; `-` if no pair is left, or
+    if no value changes."""
     best: tuple[tuple, str] | None = None
     for (a, x), (b, y) in zip(zip(labels, values), zip(labels[1:], values[1:])):
         if not (_number(x) and _number(y)):
@@ -455,7 +456,7 @@ def biggest_jump(labels: Sequence[str], values: Sequence) -> str:
             rank, text = (0, hi / lo), f"×{_factor(y / x)}"
         if best is None or rank > best[0]:
             best = rank, f"{_pair(a, b)} {text}"
-    return "-" if best is None else best[1]
+    return "-" if best is None or best[0] == (0, 1.0) else best[1]
 
 
 def _number(v) -> bool:

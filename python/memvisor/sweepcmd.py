@@ -123,10 +123,13 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
         except OSError as e:
             raise MemvisorError(f"--csv {csv_path}: {e.strerror or e}", 1) from None
     cols = [c for c in df.columns if c != JUMP]
+    # Without --vm, each run's first VM: named as the first run has it.
+    first = grid.scenarios[0][0].vm_names[:1]
+    first_vm = "each run's first VM" + (f" ({first[0]} in the first)" if first else "")
     jump = [JUMP] if JUMP in df.columns else []
     unfinished = grid.column == "runtime_s" and any(not isinstance(x, str) and pd.isna(x) for c in cols for x in df[c])
     # The key can be long (vm.kali.workload.desktop.active): folded, never cut short.
-    t = Table(Column(key, overflow="fold"), *cols, *jump, title=f"{spec}: {grid.column}" + ("" if grid.scenarios[0][0].variant is None else f" of {vm or 'the first VM'}"),
+    t = Table(Column(key, overflow="fold"), *cols, *jump, title=f"{spec}: {grid.column}" + ("" if grid.scenarios[0][0].variant is None else f" of {vm or first_vm}"),
               caption="-: the VM's work had not finished when the run ended, a process of it was killed by the OOM killer, or the VM is not in that run" if unfinished else None)
     for value, row in df.iterrows():
         cells = [Text(f"failed ({errors.index(x) + 1})", style="red") if isinstance(x, str) else fmt(None if pd.isna(x) else x) for x in (row[c] for c in cols)]

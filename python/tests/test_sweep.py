@@ -69,7 +69,7 @@ def test_the_table_does_not_depend_on_the_number_of_workers(tmp_path):
         tables.append((r.stdout.replace(f"j{jobs}.csv", ""), (tmp_path / f"j{jobs}.csv").read_text()))
     assert tables[0] == tables[1]
     csv = pd.read_csv(tmp_path / "j1.csv", index_col=0)
-    assert list(csv.index) == ["96MiB", "128MiB", "256MiB"] and list(csv.columns) == ["32MiB-file", "96MiB-file", JUMP]
+    assert list(csv.index) == ["96MiB", "128MiB", "256MiB"] and list(csv.columns) == ["32MiB-file", "96MiB-file", JUMP, "error"]
 
 
 def test_the_csv_goes_only_over_a_file(tmp_path):
@@ -154,6 +154,7 @@ def test_biggest_jump_names_the_pair_and_the_factor():
     assert biggest_jump(names, [1.0, 1.5, 3.0, 37.2, 40.0]) == "6→7 ×12.4"
     assert biggest_jump(names, [40.0, 20.0, "failed", 1.0, None]) == "4→5 ×0.5"
     assert biggest_jump(names, [0.0] * 5) == "-"
+    assert biggest_jump(names, [2.0] * 5) == "-", "no change is no jump"
     assert biggest_jump(["vm-a", "vm-b"], [1.0, 250.0]) == "a→b ×250"
     assert biggest_jump(["1-instance", "2-instances"], [1.0, 2.0]) == "1-instance→2-instances ×2.00"
 
