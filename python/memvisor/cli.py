@@ -319,6 +319,10 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
 
     if not out_path.name:
         raise MemvisorError("--out: give the file the overlaid report is written to, e.g. runs/compare.html", USAGE)
+    seen: dict[Path, Path] = {}
+    for p in runs:
+        if (twin := seen.setdefault(p.resolve(), p)) is not p:
+            raise MemvisorError(f"{p}: the same folder as {twin}, given before; give each run folder once", USAGE)
     # A run folder's files are the run's, and a rerun replaces all inside it: the overlay goes elsewhere.
     around = run_folder_around(out_path)
     if around is not None:
@@ -340,10 +344,14 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
         raise MemvisorError(str(e), USAGE) from None
     loaded = [r for rs in per_folder for r in rs]
     # Each run is set against the first folder's run of the same variant, or its one run if it has
-    # no variants; a variant it lacks has no ratios (another variant's figures are no base).
+    # no variants; a variant it lacks has no ratios (another variant's figures are no base). Two
+    # folders of one run each (two variants' own folders) are set against each other, as asked.
     first_folder = per_folder[0]
     base_of = {r.variant: r for r in first_folder}
-    bases = [None] * len(first_folder) + [base_of.get(r.variant, base_of.get(None)) for r in loaded[len(first_folder):]]
+    bases = [None] * len(first_folder)
+    for folder in per_folder[1:]:
+        alone = len(first_folder) == 1 and len(folder) == 1
+        bases += [first_folder[0] if alone else base_of.get(r.variant, base_of.get(None)) for r in folder]
     # The runtime first, once (it is often a report column too).
     keys = list(dict.fromkeys(["runtime_s"] + [k for r in loaded for vm in r.summary.get("vms", []) for k in (vm.get("report") or {})]))
     unfinished = _unfinished(keys, [(f"{r.label}/{vm['name']}", vm) for r in loaded for vm in r.summary.get("vms", []) if vm.get("runtime_s") is None])

@@ -208,6 +208,12 @@ def test_compare_takes_no_ratio_against_another_variant(variants, tmp_path):
     p = memvisor("compare", str(variants), str(variants / "v2"), "--out", str(tmp_path / "c.html"), cwd=tmp_path)
     assert p.returncode == 0 and "no ratios" not in p.stdout, p.stdout
     assert {line.split("│")[1].strip() for line in p.stdout.splitlines() if "(1.00x)" in line} == {"v2"}, p.stdout
+    # Two variants' own folders, given alone, are set against each other.
+    p = memvisor("compare", str(variants / "v1"), str(variants / "v2"), "--out", str(tmp_path / "c.html"), cwd=tmp_path)
+    assert p.returncode == 0 and "no ratios" not in p.stdout and "x)" in p.stdout.split("│ v2")[1], p.stdout
+    # A folder given twice is refused: its rows would be set against themselves.
+    _bad_input(memvisor("compare", str(variants), str(variants) + "/", "--out", str(tmp_path / "c.html"), cwd=tmp_path),
+               "the same folder as", "give each run folder once")
 
 
 def test_a_directory_where_the_report_goes_is_named(variants, tmp_path):
