@@ -46,9 +46,19 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
         except ImportError:
             raise MemvisorError("--scheduler needs Dask: pip install 'memvisor[dask]'", USAGE) from None
         try:
-            get_address_host_port(scheduler)
+            host, port = get_address_host_port(scheduler)
         except ValueError as e:
             raise MemvisorError(f"--scheduler {scheduler}: {e}; give a scheduler's address, e.g. tcp://10.0.0.5:8786", USAGE) from None
+        # A port that refuses the connection is said at once (Dask's client would wait out its
+        # 30 s timeout); one that does not answer is left to that timeout.
+        import socket
+
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+        except ConnectionRefusedError:
+            raise MemvisorError(f"--scheduler {scheduler}: connection refused (no scheduler listens there)", 1) from None
+        except OSError:
+            pass
     if bool(varies) == bool(points_file):
         raise MemvisorError("give the grid as --vary KEY=V1,V2 (repeatable) or as --points FILE, one of the two", USAGE)
     # What is written inside a run folder goes when that run is run again.

@@ -125,6 +125,9 @@ def test_a_bad_key_or_value_gets_one_located_error_before_anything_runs(tmp_path
     # An address no scheduler can have (no port): a usage error, not Dask's traceback mid-sweep.
     r = run_cli("sweep", "s.toml", "--vary", "vm.g.memory=128MiB", "--scheduler", "nonsense", "--out", "o", cwd=tmp_path)
     assert r.returncode == 2 and "--scheduler nonsense: missing port number" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    # A port that refuses the connection is said at once, not after Dask's 30 s timeout.
+    r = run_cli("sweep", "s.toml", "--vary", "vm.g.memory=128MiB", "--scheduler", "tcp://127.0.0.1:1", cwd=tmp_path)
+    assert r.returncode == 1 and "--scheduler tcp://127.0.0.1:1: connection refused" in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
 
 
