@@ -52,6 +52,8 @@ def test_a_python_policy_decides_exactly_as_its_rust_twin():
     assert len(rust.decisions) >= 5
     assert rust.decisions[cols].equals(py.decisions[cols])
     assert set(py.decisions["policy"]) == {"pressure.py"}
+    # The summary names the policy that decided, as the log does.
+    assert (py.summary["host"]["policy"], rust.summary["host"]["policy"]) == ("pressure.py", "pressure")
     # Its scenario.toml says which policy ran, not only the host.policy it replaced.
     assert py.scenario_toml.startswith("# Run with the Python policy memvisor.examples.pressure.Pressure ('pressure.py') passed to memvisor.run")
     assert not rust.scenario_toml.startswith("# Run with")

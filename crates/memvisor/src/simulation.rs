@@ -416,7 +416,8 @@ impl VmHost {
             host: HostSummary {
                 memory_mib: mib(self.world.host.total_frames()),
                 free_mib: mib(self.world.host.free_frames()),
-                policy: s.host.policy.name.clone(),
+                // The policy that decided: a Python one given to the run stands in for the scenario's.
+                policy: self.controller.policy_name().to_string(),
                 cpus: cpus.map(|(n, _)| n),
                 cpu_busy_s: cpus.map(|(_, busy)| busy as f64 / 1e9),
                 cpu_utilisation_percent: cpus.map(|(n, busy)| 100.0 * busy as f64 / (n as f64 * self.world.now.max(1) as f64)),
