@@ -194,3 +194,14 @@ def test_a_policy_object_silences_what_the_scenarios_own_policy_would_ignore(sma
             memvisor.run(str(small_scenario), sets, policy=policy)
         notes = [str(w.message) for w in caught if "vm.g.limit is kept by" in str(w.message)]
         assert bool(notes) == said, (policy, notes)
+
+
+def test_the_api_errors_are_memvisors_and_cross_processes():
+    """Raised in a worker process (a sweep's, Dask's), an error is pickled back: its class must be
+    importable by the name it carries."""
+    import pickle
+
+    for cls in (memvisor.ScenarioError, memvisor.RunError, memvisor._core.TraceError):
+        assert cls.__module__ == "memvisor._core"
+        e = pickle.loads(pickle.dumps(cls("x: bad")))
+        assert type(e) is cls and str(e) == "x: bad"

@@ -13,9 +13,9 @@ mod convert;
 mod live;
 mod pypolicy;
 
-create_exception!(_core, ScenarioError, PyValueError, "A scenario file or override is invalid.");
-create_exception!(_core, RunError, PyRuntimeError, "A run could not start or could not continue.");
-create_exception!(_core, TraceError, PyValueError, "A trace file is corrupt, truncated or malformed.");
+create_exception!(memvisor._core, ScenarioError, PyValueError, "A scenario file or override is invalid.");
+create_exception!(memvisor._core, RunError, PyRuntimeError, "A run could not start or could not continue.");
+create_exception!(memvisor._core, TraceError, PyValueError, "A trace file is corrupt, truncated or malformed.");
 
 fn trace_err(e: memvisor::trace::TraceError) -> PyErr {
     TraceError::new_err(e.to_string())
