@@ -126,15 +126,24 @@ pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
         h.stats.unballooned_total as f64,
         h.stats.host_wait.ns_at(sim.now()) as f64 / 1e6,
         sim.blocked_ns(i) as f64 / 1e6,
-        mib(g.available()),
-        mib(g.lru_len(LruList::Standby)),
-        mib(g.lru_len(LruList::Modified)),
-        mib(g.working_set()),
-        g.low_memory() as u8 as f64,
-        g.balloon_pool_bytes() as f64 / 1024.0,
     ]);
-    let clr = g.clr_heap().unwrap_or_default();
-    v.extend([(clr.loh_bytes as f64) / (1 << 20) as f64, clr.gen0 as f64, clr.gen1 as f64, clr.gen2 as f64]);
+    // perfmon's Memory counters exist on a Windows guest only; elsewhere they are missing (NaN),
+    // not zero. The working set is also a Linux guest's processes' RSS.
+    let windows = g.windows();
+    let perfmon = |x: f64| if windows { x } else { f64::NAN };
+    v.extend([
+        perfmon(mib(g.available())),
+        perfmon(mib(g.lru_len(LruList::Standby))),
+        perfmon(mib(g.lru_len(LruList::Modified))),
+        mib(g.working_set()),
+        perfmon(g.low_memory() as u8 as f64),
+        perfmon(g.balloon_pool_bytes() as f64 / 1024.0),
+    ]);
+    // The .NET Memory counters, of a guest running a managed process; missing otherwise.
+    match g.clr_heap() {
+        Some(clr) => v.extend([(clr.loh_bytes as f64) / (1 << 20) as f64, clr.gen0 as f64, clr.gen1 as f64, clr.gen2 as f64]),
+        None => v.extend([f64::NAN; 4]),
+    }
     // The VM's datastore's device: time requests (of every VM on it) waited in its queue, so far.
     v.push(sim.datastores()[g.datastore() as usize].device.stats().queue_wait_ns as f64 / 1e6);
     // Page sharing (esxtop's SHRD, ZERO, SHRDSVD, COWH; the host's PSHARE common on every row).
