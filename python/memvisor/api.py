@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import operator
 import os
+import re
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -41,7 +42,8 @@ class RunResult:
         """The report table: one row per VM with the scenario's report columns."""
         import pandas as pd
 
-        return pd.DataFrame(self.report_rows())
+        # A value a run has none of (a phase that never ran) is missing, so the columns stay numbers.
+        return pd.DataFrame(self.report_rows()).fillna(float("nan")).infer_objects()
 
 
 def cases() -> list[tuple[str, str]]:
@@ -96,6 +98,10 @@ def read_scenario_text(spec: str | dict) -> tuple[str, str]:
     if text is not None:
         return text, f"case:{spec}"
     path = Path(spec)
+    if "\n" in spec or (re.match(r"\s*[\w.-]+\s*=\s*\S", spec) and not path.exists() and not spec.endswith(".toml")):
+        # The text of a scenario, not a name: read as one it would be a file name too long to be.
+        raise _core.ScenarioError("this looks like a scenario's TOML text: load takes a case name, a file path or a dict "
+                                  "(tomllib.loads(text) gives the dict)")
     if path.is_file():
         folder = path.resolve().parent
         if as_text(folder) != str(folder):
@@ -119,10 +125,14 @@ def read_scenario_text(spec: str | dict) -> tuple[str, str]:
     raise _core.ScenarioError(f"{shown}: no such case or file ({hint}cases: {', '.join(names)})")
 
 
-def load(spec: str | dict, sets: Sequence[str] = (), variants: Sequence[str] = ()) -> list:
+def load(spec: str | dict, sets: Sequence[str] | None = (), variants: Sequence[str] | None = ()) -> list:
     """Loads a case, a scenario file or a scenario dict; one resolved scenario per variant (per
     variant named in `variants`, if any: the others are not resolved, so their problems do not
-    stop these; a name that is not a variant is a ScenarioError listing them)."""
+    stop these; a name that is not a variant is a ScenarioError listing them). `sets` are
+    'key=value' overrides; None for either is none."""
+    # None, as Python's optional arguments have it, is none given.
+    sets = () if sets is None else sets
+    variants = () if variants is None else variants
     if isinstance(variants, (str, bytes)):
         raise TypeError(f"variants must be a list of names, not the string {variants!r}")
     variants = list(variants)

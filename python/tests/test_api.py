@@ -40,6 +40,15 @@ def test_report_rows_are_the_one_source_of_report_rows(small_scenario):
     assert top_summary([r])["variants"][0]["vms"] == rows
 
 
+
+def test_a_report_value_a_run_lacks_is_missing_and_its_column_stays_numeric():
+    # small-alone's VM only reads: bonnie's write and rewrite phases never run.
+    (r,) = memvisor.run("nfs-balloon", variants=["small-alone"], sets=["duration=20s"])
+    df = r.report()
+    assert r.report_rows()[0]["rewrite_KiB/s"] is None
+    assert df["rewrite_KiB/s"].dtype == float and df["rewrite_KiB/s"].isna().all()
+
+
 def test_variants_side_by_side_give_what_they_give_one_at_a_time(small_scenario):
     text = small_scenario.read_text() + "".join(
         f'\n[[variant]]\nname = "m{m}"\nset = {{ "vm.g.memory" = "{m}MiB" }}\n' for m in (96, 128, 192)
@@ -162,6 +171,22 @@ def test_wrong_arguments_are_named(small_scenario):
     for policy in ("pressure", 5, object):
         with pytest.raises(TypeError, match="policy= takes a memvisor.Policy subclass or instance.*host.policy=NAME"):
             memvisor.run(str(small_scenario), policy=policy)
+
+    class HalfOne:
+        def decide(self, view):
+            return []
+
+    # A class with decide but not the rest is pointed to memvisor.Policy, which gives the rest.
+    with pytest.raises(memvisor.ScenarioError, match=r"a Python policy needs `name`: subclass memvisor.Policy, which gives it one"):
+        memvisor.run(str(small_scenario), policy=HalfOne)
+    # A scenario's TOML text is not a name: said so, not "file name too long".
+    text = small_scenario.read_text()
+    for t in (text, 'name = "x"'):
+        with pytest.raises(_core.ScenarioError, match="this looks like a scenario's TOML text: load takes a case name, a file path or a dict"):
+            memvisor.load(t)
+    # None, as Python's optional arguments have it, is none given.
+    assert [s.variant for s in memvisor.load(str(small_scenario), sets=None, variants=None)] == [s.variant for s in memvisor.load(str(small_scenario))]
+    assert repr(memvisor.load("nfs-balloon", variants=["8GiB"])[0]) == "<Scenario 'nfs-balloon' variant '8GiB'>"
 
 
 def test_run_takes_the_variants_it_is_asked_for_and_names_the_ones_it_lacks():

@@ -130,7 +130,7 @@ def test_python_policy_errors_are_clear():
         api.simulate(scenario("static"), policy=Never)
     # A period that rounds to no time at all would never let the run advance; one past the clock's
     # 64-bit nanoseconds would silently mean once; True is not 1 s.
-    for period, shown in [(1e-12, "got 1e-12"), (1e300, r"got 1e\+300"), (True, "not a boolean")]:
+    for period, shown in [(1e-12, "got 1e-12"), (1e300, r"got 1e\+300"), (True, "not a boolean"), ("5s", "got '5s'")]:
         Never.period_s = period
         with pytest.raises(memvisor.ScenarioError, match=f"period_s must be seconds from 0.001 to 1.8e10, or None, {shown}"):
             api.simulate(scenario("static"), policy=Never)

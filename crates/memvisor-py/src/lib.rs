@@ -187,6 +187,14 @@ impl Scenario {
         &self.inner.name
     }
 
+    /// `<Scenario 'name' variant 'v'>`: which run it is, as a list of them prints.
+    fn __repr__(&self) -> String {
+        match &self.inner.variant {
+            Some(v) => format!("<Scenario '{}' variant '{v}'>", self.inner.name),
+            None => format!("<Scenario '{}'>", self.inner.name),
+        }
+    }
+
     /// Variant name, or None.
     #[getter]
     fn variant(&self) -> Option<&str> {

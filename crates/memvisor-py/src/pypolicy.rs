@@ -20,7 +20,8 @@ impl PyPolicy {
     /// policy that lacks one is refused as a scenario error naming what is wrong.
     pub fn new(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
         let bad = |m: String| crate::ScenarioError::new_err(format!("host.policy: {m}"));
-        let attr = |a: &str| obj.getattr(a).map_err(|_| bad(format!("a Python policy needs `{a}` (see memvisor.Policy)")));
+        let attr =
+            |a: &str| obj.getattr(a).map_err(|_| bad(format!("a Python policy needs `{a}`: subclass memvisor.Policy, which gives it one")));
         let name: String = attr("name")?.extract().map_err(|_| bad("its `name` must be a string".into()))?;
         if name.trim().is_empty() {
             return Err(bad("its `name` must not be empty (decisions are logged under it)".into()));
@@ -34,11 +35,12 @@ impl PyPolicy {
         if p.is_instance_of::<pyo3::types::PyBool>() {
             return Err(bad(format!("{must}, not a boolean")));
         }
-        let period: Option<f64> = p.extract().map_err(|_| bad(must.clone()))?;
+        let shown = || p.repr().map(|r| r.to_string()).unwrap_or_default();
+        let period: Option<f64> = p.extract().map_err(|_| bad(format!("{must}, got {}", shown())))?;
         if let Some(p) = period
             && !(p >= 1e-3 && p * 1e9 < u64::MAX as f64)
         {
-            return Err(bad(format!("{must}, got {}", attr("period_s")?.repr()?)));
+            return Err(bad(format!("{must}, got {}", shown())));
         }
         if !attr("decide")?.is_callable() {
             return Err(bad(format!("policy '{name}': decide must be a method")));
