@@ -198,8 +198,19 @@ def sweep(
 ) -> pd.DataFrame:
     """Runs every variant of `spec` (a case or scenario file) with `key` set to each value; see
     `run_points` for the table. `vm` names the VM whose report value fills the cells (default: the
-    first; without variants, every VM has a column unless `vm` names one)."""
-    return run_points(plan(spec, key, values, column, sets, vm), jobs, progress)[0]
+    first; without variants, every VM has a column unless `vm` names one). Scenario warnings (a
+    swept key a variant sets itself) are Python warnings, as `memvisor.run` gives them. Its worker
+    processes import the calling script anew: a script runs it under `if __name__ == "__main__":`.
+    A failed run's cell holds its error (a string)."""
+    import warnings
+
+    if isinstance(values, (str, bytes)):
+        # A lone string would be swept a character at a time.
+        raise TypeError(f"values must be a list of values, not one string: values=[{values!r}]")
+    grid = plan(spec, key, values, column, sets, vm)
+    for w in warnings_of(grid):
+        warnings.warn(w, stacklevel=2)
+    return run_points(grid, jobs, progress)[0]
 
 
 @functools.cache

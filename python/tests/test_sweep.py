@@ -59,6 +59,19 @@ def test_without_variants_a_column_per_vm(tmp_path):
     assert list(only.columns) == ["h"] and only["h"].equals(df["h"])
 
 
+def test_the_python_sweep_takes_a_list_and_warns_as_run_does(tmp_path):
+    import warnings
+
+    spec = str(write(tmp_path))
+    with pytest.raises(TypeError, match=r"values must be a list of values, not one string: values=\['96MiB'\]"):
+        sweep(spec, "vm.g.memory", "96MiB")
+    # A key every variant sets for itself: the sweep's value is overridden, and said so.
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        sweep(spec, "vm.g.workload.file-io.size", ["64MiB"], jobs=1)
+    assert any("vm.g.workload.file-io.size" in str(w.message) for w in seen), [str(w.message) for w in seen]
+
+
 def test_the_table_does_not_depend_on_the_number_of_workers(tmp_path):
     write(tmp_path)
     tables = []
