@@ -40,9 +40,10 @@ def _raise_terminated(signum: int, frame) -> None:
 
 
 def _stopping() -> list[int]:
-    """The stopping signals this process acts on: SIGHUP only if it is not ignored, so that a
-    command started under `nohup` outlives its terminal."""
-    return [s for s in STOPPING if not (s == signal.SIGHUP and signal.getsignal(s) == signal.SIG_IGN)]
+    """The stopping signals this process acts on: those it was not started with ignored, so that a
+    command under `nohup` outlives its terminal, and one started in the background by a script
+    (SIGINT ignored) is not stopped by the terminal's Ctrl-C."""
+    return [s for s in STOPPING if signal.getsignal(s) != signal.SIG_IGN]
 
 
 @contextmanager

@@ -391,12 +391,14 @@ def test_a_signal_after_the_folder_is_in_place_says_the_run_is_complete(tmp_path
     assert (tmp_path / "done" / "summary.json").is_file() and (tmp_path / "done" / "report.html").is_file()
 
 
-def test_under_nohup_the_terminal_closing_does_not_end_a_run(tmp_path):
-    """SIGHUP ignored (as `nohup` leaves it) stays ignored: the run goes on, and SIGTERM still ends it."""
-    with long_run_writing_its_folder(tmp_path, lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN)) as p:
-        p.send_signal(signal.SIGHUP)
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGINT])
+def test_a_signal_started_ignored_does_not_end_a_run(tmp_path, sig):
+    """SIGHUP ignored (as `nohup` leaves it), or SIGINT (as a script's background job has it),
+    stays ignored: the run goes on, and SIGTERM still ends it."""
+    with long_run_writing_its_folder(tmp_path, lambda: signal.signal(sig, signal.SIG_IGN)) as p:
+        p.send_signal(sig)
         time.sleep(1)
-        assert p.poll() is None, "SIGHUP ended a run started with it ignored"
+        assert p.poll() is None, f"{sig.name} ended a run started with it ignored"
         p.send_signal(signal.SIGTERM)
         _, stderr = p.communicate(timeout=60)
     assert p.returncode == 143 and stderr.splitlines() == ["error: terminated"], stderr
