@@ -466,7 +466,7 @@ mod tests {
                 sim.vm_host().engine_only = engine_only;
                 sim.run().unwrap();
                 let r = sim.results();
-                (r.summary.to_json(), r.series.values, r.decisions.len(), sim.now())
+                (r.summary.to_json(), r.series.bits(), r.decisions.len(), sim.now())
             };
             let (a, b) = (run(false), run(true));
             assert!(a.0.contains("pswpin"));

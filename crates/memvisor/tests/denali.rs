@@ -121,7 +121,7 @@ fn same_scenario_and_seed_same_result() {
         let mut sim = Simulation::new(&scenario(200, "64MiB", "list")).unwrap();
         sim.run().unwrap();
         let r = sim.results();
-        (r.summary.to_json(), r.series.values)
+        (r.summary.to_json(), r.series.bits())
     };
     assert_eq!(run(), run());
 }

@@ -535,7 +535,7 @@ fn same_scenario_and_seed_give_identical_results() {
         let s = scenario::load(text, "x", &sets).unwrap().remove(0);
         let sim = common::run(&s);
         let r = sim.results();
-        (r.summary.to_json(), r.series.values.clone())
+        (r.summary.to_json(), r.series.bits())
     };
     let (a, b) = (run(), run());
     assert!(a.0.contains("pswpin"), "summary carries the counters");
@@ -556,7 +556,7 @@ fn the_scenario_seed_drives_random_workloads() {
         );
         let sim = common::run(&common::scenario(&text));
         let r = sim.results();
-        (format!("{:?}", r.summary.vms[0].counters), r.series.values.clone())
+        (format!("{:?}", r.summary.vms[0].counters), r.series.bits())
     };
     let (a, b, c) = (run(1, ""), run(1, ""), run(2, ""));
     assert_eq!(a, b, "same seed, different runs");
@@ -581,7 +581,7 @@ fn a_run_stepped_at_odd_instants_equals_one_run() {
     let stepped = sim.results();
     assert!(stepped.summary.to_json().contains("pswpin"), "summary carries the counters");
     assert!(sim.world().guests()[0].counters().get(memvisor::guest::Counter::PswpIn) > 1_000, "the run must page");
-    assert_eq!((whole.summary.to_json(), whole.series.values), (stepped.summary.to_json(), stepped.series.values));
+    assert_eq!((whole.summary.to_json(), whole.series.bits()), (stepped.summary.to_json(), stepped.series.bits()));
 }
 
 #[test]

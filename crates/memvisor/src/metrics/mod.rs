@@ -139,7 +139,7 @@ pub fn row(sim: &SimulatedHost, i: usize) -> Vec<f64> {
         perfmon(g.low_memory() as u8 as f64),
         perfmon(g.balloon_pool_bytes() as f64 / 1024.0),
     ]);
-    // The .NET Memory counters, of a guest running a managed process; missing otherwise.
+    // Missing rather than zero where no managed process runs: no collection is not zero collections.
     match g.clr_heap() {
         Some(clr) => v.extend([(clr.loh_bytes as f64) / (1 << 20) as f64, clr.gen0 as f64, clr.gen1 as f64, clr.gen2 as f64]),
         None => v.extend([f64::NAN; 4]),
@@ -204,6 +204,12 @@ pub struct TimeSeries {
 }
 
 impl TimeSeries {
+    /// The values as bit patterns, the form in which two runs' series are the same run: a missing
+    /// counter is NaN, which equals nothing, not even itself.
+    pub fn bits(&self) -> Vec<Vec<u64>> {
+        self.values.iter().map(|c| c.iter().map(|x| x.to_bits()).collect()).collect()
+    }
+
     /// Appends one row per VM.
     pub fn sample(&mut self, now: u64, sim: &SimulatedHost) {
         if self.values.is_empty() {
