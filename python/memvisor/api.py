@@ -42,8 +42,11 @@ class RunResult:
         """The report table: one row per VM with the scenario's report columns."""
         import pandas as pd
 
-        # A value a run has none of (a phase that never ran) is missing, so the columns stay numbers.
-        return pd.DataFrame(self.report_rows()).fillna(float("nan")).infer_objects()
+        # A value a run has none of (a phase that never ran) is NaN, so the columns stay numbers.
+        df = pd.DataFrame(self.report_rows())
+        for c in self.summary["report_columns"]:
+            df[c] = pd.to_numeric(df[c])
+        return df
 
 
 def cases() -> list[tuple[str, str]]:
@@ -100,8 +103,8 @@ def read_scenario_text(spec: str | dict) -> tuple[str, str]:
     path = Path(spec)
     if "\n" in spec or (re.match(r"\s*[\w.-]+\s*=\s*\S", spec) and not path.exists() and not spec.endswith(".toml")):
         # The text of a scenario, not a name: read as one it would be a file name too long to be.
-        raise _core.ScenarioError("this looks like a scenario's TOML text: load takes a case name, a file path or a dict "
-                                  "(tomllib.loads(text) gives the dict)")
+        raise _core.ScenarioError("this looks like a scenario's TOML text, not a case name or a file: save it as a .toml "
+                                  "file (from Python, a dict also serves: tomllib.loads(text))")
     if path.is_file():
         folder = path.resolve().parent
         if as_text(folder) != str(folder):
@@ -130,7 +133,7 @@ def load(spec: str | dict, sets: Sequence[str] | None = (), variants: Sequence[s
     variant named in `variants`, if any: the others are not resolved, so their problems do not
     stop these; a name that is not a variant is a ScenarioError listing them). `sets` are
     'key=value' overrides; None for either is none."""
-    # None, as Python's optional arguments have it, is none given.
+    # Python's usual way to leave an optional argument out.
     sets = () if sets is None else sets
     variants = () if variants is None else variants
     if isinstance(variants, (str, bytes)):

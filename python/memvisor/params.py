@@ -72,8 +72,8 @@ class Duration(click.ParamType):
         self.max_ns, self.max_text = max_ns, max_text
 
     def convert(self, value, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
+        if str(value).strip() == "0":
+            return 0  # no time needs no unit
         try:
             ns = _core.parse_duration_ns(str(value))
         except ValueError as e:

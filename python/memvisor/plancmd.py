@@ -22,7 +22,7 @@ PAGE = 4096
 MAX_COUNT = 100_000
 
 
-def _mib(v: int) -> str:
+def _size(v: int) -> str:
     """A probed size as a scenario would take it: MiB, or KiB for a range that began off a MiB."""
     return f"{v // MIB}MiB" if v % MIB == 0 else f"{v // 1024}KiB"
 
@@ -125,7 +125,7 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
     elif question == "reservation":
         if vm not in vms:
             raise MemvisorError(f"--reservation sets one VM's reservation, but '{vm}' is one of a group whose VMs share their settings: give it a [[vm]] of its own", USAGE)
-        key, fmt, high = f"vm.{vm}.reservation", _mib, True
+        key, fmt, high = f"vm.{vm}.reservation", _size, True
         mem = _core.parse_bytes(str(vms[vm]["memory"]))
         lo_v, hi_v = size(lo or "0B", "--min"), size(hi, "--max") if hi else mem
         if hi_v > mem:
@@ -133,7 +133,7 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
         grid_step = step
         what = f"the smallest reservation of '{vm}'"
     else:
-        key, fmt, high = "host.memory", _mib, True
+        key, fmt, high = "host.memory", _size, True
         if not lo:
             raise MemvisorError("--host-memory needs --min (the smallest host to try)", USAGE)
         lo_v, hi_v = size(lo, "--min"), size(hi, "--max") if hi else _core.parse_bytes(str(resolved["host"]["memory"]))
@@ -142,9 +142,11 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
     if lo_v >= hi_v:
         default = "" if hi else f"; --max defaults to the scenario's {'host memory' if key == 'host.memory' else 'VM memory'}"
         raise MemvisorError(f"--min must be below --max ({fmt(lo_v)} >= {fmt(hi_v)}{default})", USAGE)
+    # A step as wide as the range asks only whether --min will do; a wider one could not be meant.
     if grid_step > hi_v - lo_v:
-        raise MemvisorError(f"--step {fmt(grid_step)}: wider than the range ({fmt(lo_v)} to {fmt(hi_v)}), so the answer could only "
-                            "be one of its ends; a step a fraction of the range", USAGE)
+        given = "" if click.get_current_context().get_parameter_source("step") is not click.core.ParameterSource.DEFAULT else " (the default)"
+        raise MemvisorError(f"--step {fmt(grid_step)}{given}: wider than the range ({fmt(lo_v)} to {fmt(hi_v)}), so the answer "
+                            "could only be one of its ends; give a --step a fraction of the range", USAGE)
     try:
         refuse_sets_of(sets, [key], "is the value plan searches for")
         refuse_sets_of(sets, ["seed"], "is set by plan, to each of --seeds in turn")

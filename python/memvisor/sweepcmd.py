@@ -31,8 +31,8 @@ from memvisor.runfolder import inside_run_folder, parquet_bytes
 def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_dir, csv_path, quiet) -> None:
     """Run every variant of a case or scenario file at each point of a grid of overrides; show one
     report value of the first VM or --vm (without variants: of each VM, or of --vm) as a table, a row per point, with
-    the biggest jump between neighbouring variants. A run that fails shows its error in its cell;
-    the others go on, and the exit status is then 1."""
+    the biggest jump between neighbouring variants. A run that fails shows `failed (n)` in its
+    cells and its error under the table; the others go on, and the exit status is then 1."""
     import pandas as pd
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -49,16 +49,6 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
             host, port = get_address_host_port(scheduler)
         except ValueError as e:
             raise MemvisorError(f"--scheduler {scheduler}: {e}; give a scheduler's address, e.g. tcp://10.0.0.5:8786", USAGE) from None
-        # A port that refuses the connection is said at once (Dask's client would wait out its
-        # 30 s timeout); one that does not answer is left to that timeout.
-        import socket
-
-        try:
-            socket.create_connection((host, port), timeout=1).close()
-        except ConnectionRefusedError:
-            raise MemvisorError(f"--scheduler {scheduler}: connection refused (no scheduler listens there)", 1) from None
-        except OSError:
-            pass
     if bool(varies) == bool(points_file):
         raise MemvisorError("give the grid as --vary KEY=V1,V2 (repeatable) or as --points FILE, one of the two", USAGE)
     # What is written inside a run folder goes when that run is run again.
@@ -93,6 +83,17 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     if out_dir is not None and (other := replaced_sweep(out_dir, grid.scenarios[0][0].name)) is not None:
         warn(f"--out {out_dir}: its sweep.parquet is of {other}, and this sweep of '{grid.scenarios[0][0].name}' replaces it "
              "(the runs/ store keeps both sweeps' runs)")
+    if scheduler is not None:
+        # A port that refuses the connection is said at once (Dask's client would wait out its
+        # 30 s timeout); one that does not answer is left to that timeout. Usage mistakes first.
+        import socket
+
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+        except ConnectionRefusedError:
+            raise MemvisorError(f"--scheduler {scheduler}: connection refused (no scheduler listens there)", 1) from None
+        except OSError:
+            pass
     try:
         with Progress(
             TextColumn("{task.description}", markup=False),
@@ -127,13 +128,14 @@ def sweep_cmd(spec, varies, points_file, column, vm, sets, jobs, scheduler, out_
     errors = list(dict.fromkeys(x for _, _, x in failed))
     if csv_path is not None:
         table = df.map(lambda x: None if isinstance(x, str) and x in errors else x)
-        table["error"] = ["; ".join(dict.fromkeys(x for x in row if isinstance(x, str) and x in errors)) or None for row in df.itertuples(index=False)]
+        # Its own column, named apart from a VM or variant that is itself called "error".
+        table["error" if "error" not in table.columns else "run_error"] = ["; ".join(dict.fromkeys(x for x in row if isinstance(x, str) and x in errors)) or None for row in df.itertuples(index=False)]
         try:
             write_atomically(written_through(csv_path), table.to_csv())
         except OSError as e:
             raise MemvisorError(f"--csv {csv_path}: {e.strerror or e}", 1) from None
     cols = [c for c in df.columns if c != JUMP]
-    # Without --vm, each run's first VM: named as the first run has it.
+    # Runs may differ in their first VM (a variant without it): the first run's names one.
     first = grid.scenarios[0][0].vm_names[:1]
     first_vm = "each run's first VM" + (f" ({first[0]} in the first)" if first else "")
     jump = [JUMP] if JUMP in df.columns else []

@@ -45,6 +45,9 @@ def _refuse_native_named_oracle(path: Path, option: str, read_as: str | None = N
     if (read_as or detect_format(path, b"")) == "oracleGeneral":
         raise MemvisorError(f"{option} {path}: a name ending in .oracleGeneral or .bin says libCacheSim's format, and this "
                             "trace is written native; name it .mvtrace (or convert it --to oracleGeneral)", USAGE)
+    if path.name.lower().endswith(".zst"):
+        raise MemvisorError(f"{option} {path}: a name ending in .zst says one zstd frame, and a native trace has a header "
+                            "before its compressed records; name it .mvtrace", USAGE)
 
 
 @trace.command()
@@ -119,9 +122,6 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
     if dst_fmt == "native":
         _refuse_native_named_oracle(dest, "DEST", read_as)
     zst = dest.name.lower().endswith(".zst")
-    if zst and dst_fmt == "native":
-        raise MemvisorError(f"DEST {dest}: a name ending in .zst says one zstd frame, and a native trace has a header "
-                            "before its compressed records; name it .mvtrace", USAGE)
     # An input format's own options given for another are said to be ignored.
     try:
         with open(source, "rb") as f:
@@ -184,7 +184,7 @@ def replay_trace(t, name: str, frames: int, mode: str, loops: int = 1, compute_n
     name = as_text(name)
     refs = dict(t.info())["references"]
     if refs * loops * compute_ns > MAX_REPLAY_NS:
-        raise ReplayTooLong(f"--loops {loops} of {refs:,} references with --compute {compute_ns}ns between them is "
+        raise ReplayTooLong(f"--loops {loops} of {refs:,} references with --compute {compute_ns / 1e9:g}s between them is "
                          f"{refs * loops * compute_ns / 31_557_600e9:.3g} years of simulated time; a run is at most a century")
     text = _core.replay_scenario(name, t.n_pages, frames, mode, loops, compute_ns)
     (s,) = _core.load(text, f"replay:{name}")

@@ -182,7 +182,7 @@ def test_wrong_arguments_are_named(small_scenario):
     # A scenario's TOML text is not a name: said so, not "file name too long".
     text = small_scenario.read_text()
     for t in (text, 'name = "x"'):
-        with pytest.raises(_core.ScenarioError, match="this looks like a scenario's TOML text: load takes a case name, a file path or a dict"):
+        with pytest.raises(_core.ScenarioError, match="this looks like a scenario's TOML text, not a case name or a file: save it as a .toml file"):
             memvisor.load(t)
     # None, as Python's optional arguments have it, is none given.
     assert [s.variant for s in memvisor.load(str(small_scenario), sets=None, variants=None)] == [s.variant for s in memvisor.load(str(small_scenario))]

@@ -106,6 +106,7 @@ def test_plan_refuses_bad_questions_by_the_option_given(tmp_path: Path):
         (["--host-memory", "--min", "256MiB", "--step", "1B"], "--step 1B: the grid step is at least one page"),
         # A step past the range's width leaves only its ends to answer with.
         (["--host-memory", "--min", "256MiB", "--max", "512MiB", "--step", "1GiB"], "--step 1024MiB: wider than the range (256MiB to 512MiB)"),
+        (["--reservation", "--min", "480MiB"], "--step 64MiB (the default): wider than the range (480MiB to 512MiB)"),
         (["--host-memory", "--min", "256MiB", "--step", "5000B"], "--step 5000B: the grid step is a whole number of pages"),
         (["--count", "web", "--max", "3", "--step", "1B"], "--step is a size step"),
         (["--host-memory", "--min", "256MiB", "--variant", ""], "--variant: empty"),
@@ -131,11 +132,11 @@ def test_plan_refuses_bad_questions_by_the_option_given(tmp_path: Path):
 
 
 def test_probed_sizes_are_shown_as_a_scenario_takes_them():
-    from memvisor.plancmd import _mib
+    from memvisor.plancmd import _size
 
     # 512MB is whole pages but not whole MiB: shown in KiB, which --set takes, never in pages.
-    assert (_mib(512 * MIB), _mib(512_000_000)) == ("512MiB", "500000KiB")
-    assert _core.parse_bytes(_mib(512_000_000)) == 512_000_000
+    assert (_size(512 * MIB), _size(512_000_000)) == ("512MiB", "500000KiB")
+    assert _core.parse_bytes(_size(512_000_000)) == 512_000_000
 
 
 def test_a_grid_of_billions_is_bisected_without_being_built():

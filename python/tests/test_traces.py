@@ -98,6 +98,8 @@ def test_convert_info_and_replay_from_the_command_line(traces, tmp_path):
     r = run_cli("trace", "replay", "prog.mvtrace", "--frames", "20", "--mode", "linux", "--json", cwd=tmp_path)
     assert json.loads(r.stdout)["references"] == info["references"]
     # CPU time between references, with a unit: each reference then takes at least that long.
+    r = run_cli("trace", "replay", "prog.mvtrace", "--frames", "20", "--compute", "0", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
     r = run_cli("trace", "replay", "prog.mvtrace", "--frames", "20", "--compute", "1us", "--json", cwd=tmp_path)
     assert r.returncode == 0 and json.loads(r.stdout)["sim_time_s"] >= info["references"] * 1e-6, r.stdout + r.stderr
 
@@ -241,3 +243,6 @@ def test_record_runs_a_program_under_lackey(tmp_path):
     assert r.returncode == 2 and "./data.txt: not executable" in r.stderr and not (tmp_path / "x.mvtrace").exists(), r.stderr
     r = run_cli("trace", "record", "-o", "nowhere/x.mvtrace", "--", "/bin/true", cwd=tmp_path)
     assert r.returncode == 2 and "the folder nowhere does not exist" in r.stderr
+    # A native trace is not one zstd frame: a .zst name is refused here too.
+    r = run_cli("trace", "record", "-o", "x.mvtrace.zst", "--", "/bin/true", cwd=tmp_path)
+    assert r.returncode == 2 and "-o x.mvtrace.zst: a name ending in .zst says one zstd frame" in r.stderr and not (tmp_path / "x.mvtrace.zst").exists()
