@@ -162,6 +162,11 @@ def test_a_failing_point_shows_in_its_cells_and_the_others_are_filled(tmp_path):
     r = run_cli("sweep", "two.toml", "--vary", "host.memory=64MiB,1GiB", "--quiet", cwd=tmp_path)
     assert r.returncode == 1 and r.stderr.splitlines() == ["error: 1 of 2 runs failed"], r.stderr
     assert r.stdout.count("failed (1)") == 2 and r.stdout.count("admission control refuses") == 1, r.stdout
+    # A VM itself named "error" keeps its column; the runs' errors go beside it.
+    (tmp_path / "e.toml").write_text(SMALL.replace('name = "g"', 'name = "error"'))
+    r = run_cli("sweep", "e.toml", "--vary", "host.memory=64MiB,1GiB", "--csv", "e.csv", "--quiet", cwd=tmp_path)
+    csv = pd.read_csv(tmp_path / "e.csv", index_col=0)
+    assert r.returncode == 1 and csv.loc["1GiB", "error"] > 0 and csv.loc["64MiB", "run_error"].startswith("admission control"), csv
 
 
 def test_biggest_jump_names_the_pair_and_the_factor():
