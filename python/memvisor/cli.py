@@ -12,7 +12,7 @@ from rich.table import Column, Table
 
 from memvisor import _core, api
 from memvisor.atomic import written_through
-from memvisor.console import SKIPPED, USAGE, MemvisorError, OnceGroup, check_output, err, fmt, out, some_of, warn
+from memvisor.console import SKIPPED, USAGE, MemvisorError, OnceGroup, check_output, err, fmt, given, out, some_of, warn
 from memvisor.signals import Terminated, sigterm_as_interrupt
 from memvisor.runfolder import NotARunFolder, RunFolder, is_run_folder, run_folder_around, scenario_of
 from memvisor.livecmd import manage_cmd, status_cmd
@@ -329,10 +329,9 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
         raise MemvisorError(f"--out {out_path}: inside a run folder ({around}); write the overlaid report elsewhere", USAGE)
     # The default's folder is made (just before the report is written), as a run's `runs/` is; a
     # folder given is not (a typo would make one anywhere).
-    given = click.get_current_context().get_parameter_source("out_path") is not click.core.ParameterSource.DEFAULT
     default = out_path == _COMPARE_OUT and not out_path.parent.exists()
     if not default:
-        check_output(out_path, "--out" if given else "the default --out")
+        check_output(out_path, "--out" if given("out_path") else "the default --out")
     # It replaces an earlier report, never a file of another kind (a scenario named by mistake).
     if out_path.is_file() and not report.is_report_page(out_path):
         raise MemvisorError(f"--out {out_path}: exists and is not a report memvisor wrote; name a new file or an earlier report", USAGE)

@@ -77,6 +77,11 @@ def describe_status(returncode: int) -> str:
     return f"status {returncode}"
 
 
+def given(name: str) -> bool:
+    """Whether the running command's parameter `name` came from the user, not its default."""
+    return click.get_current_context().get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+
+
 def check_output(path, option: str) -> None:
     """Refuses an output file a user named that cannot be written (`atomic.output_problem`), before
     the work rather than after it: `error: OPTION PATH: why`."""

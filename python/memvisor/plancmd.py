@@ -8,7 +8,7 @@ import click
 from rich.table import Table
 
 from memvisor import _core, api
-from memvisor.console import USAGE, MemvisorError, out, some_of
+from memvisor.console import USAGE, MemvisorError, given, out, some_of
 from memvisor.params import ByteSize, IntList, Number
 
 try:
@@ -53,10 +53,10 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
 
     asked = [q for q, on in [("--reservation", ask_reservation), ("--host-memory", ask_host_memory), ("--count", group is not None)] if on]
     if len(asked) != 1:
-        given = f" (given: {' and '.join(asked)})" if asked else ""
-        raise MemvisorError(f"ask one question: --reservation, --host-memory or --count VM{given}", USAGE)
+        listed = f" (given: {' and '.join(asked)})" if asked else ""
+        raise MemvisorError(f"ask one question: --reservation, --host-memory or --count VM{listed}", USAGE)
     question = "reservation" if ask_reservation else "host-memory" if ask_host_memory else None
-    if group is not None and ctx.get_parameter_source("step") is not click.core.ParameterSource.DEFAULT:
+    if group is not None and given("step"):
         raise MemvisorError("--step is a size step; --count steps by one guest", USAGE)
     if step < PAGE:
         raise MemvisorError(f"--step {step}B: the grid step is at least one page (4KiB)", USAGE)
@@ -144,8 +144,8 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
         raise MemvisorError(f"--min must be below --max ({fmt(lo_v)} >= {fmt(hi_v)}{default})", USAGE)
     # A step as wide as the range asks only whether --min will do; a wider one could not be meant.
     if grid_step > hi_v - lo_v:
-        given = "" if click.get_current_context().get_parameter_source("step") is not click.core.ParameterSource.DEFAULT else " (the default)"
-        raise MemvisorError(f"--step {fmt(grid_step)}{given}: wider than the range ({fmt(lo_v)} to {fmt(hi_v)}), so the answer "
+        tag = "" if given("step") else " (the default)"
+        raise MemvisorError(f"--step {fmt(grid_step)}{tag}: wider than the range ({fmt(lo_v)} to {fmt(hi_v)}), so the answer "
                             "could only be one of its ends; give a --step a fraction of the range", USAGE)
     try:
         refuse_sets_of(sets, [key], "is the value plan searches for")
@@ -154,13 +154,13 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
         raise MemvisorError(str(e), USAGE) from None
     # The range's ends as the scenario takes them, before any run: a value it refuses (a host of 0
     # bytes) is the option's error, not a failed probe's.
-    for opt, v, given in [("--min", lo_v, lo), ("--max", hi_v, hi)]:
-        if given:
+    for opt, v, text in [("--min", lo_v, lo), ("--max", hi_v, hi)]:
+        if text:
             setting = f"{key}={fmt(v)}"
             try:
                 api.load(spec, [*sets, setting], [variant] if variant else [])
             except _core.ScenarioError as e:
-                raise MemvisorError(f"{opt} {given}: {str(e).removeprefix(f'--set {setting}: ')}", USAGE) from None
+                raise MemvisorError(f"{opt} {text}: {str(e).removeprefix(f'--set {setting}: ')}", USAGE) from None
     planner = Planner(spec, vm, key, list(sets), list(seeds), jobs, fmt, variant)
     try:
         a = search(planner, lo_v, hi_v, grid_step, slowdown, generous_high=high)

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from memvisor import _core
 from memvisor.api import as_text, simulate
-from memvisor.console import USAGE, MemvisorError, OnceGroup, check_output, describe_status, out, refuse_twice, warn
+from memvisor.console import USAGE, MemvisorError, OnceGroup, check_output, describe_status, given, out, refuse_twice, warn
 from memvisor.params import Duration, IntList
 from memvisor.atomic import write_atomically, written_through
 from memvisor.traces import FORMATS, detect_format, read_trace
@@ -128,9 +128,8 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
             fmt = src_fmt or detect_format(source, f.read(8))
     except OSError:
         fmt = src_fmt  # read_trace says why
-    ctx = click.get_current_context()
     for param, opt, own in (("instructions", "--instructions", "lackey"), ("obj_id_col", "--obj-id-col", "csv"), ("delimiter", "--delimiter", "csv")):
-        if fmt is not None and fmt != own and ctx.get_parameter_source(param) != click.core.ParameterSource.DEFAULT:
+        if fmt is not None and fmt != own and given(param):
             warn(f"{opt} is for {own} input, and {source} is read as {fmt}: it is ignored")
     try:
         t = read_trace(source, fmt, instructions=instructions, obj_id_col=obj_id_col, delimiter=delimiter)
