@@ -342,6 +342,11 @@ def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
     except (FileNotFoundError, report.BadRun) as e:
         raise MemvisorError(str(e), USAGE) from None
     loaded = [r for rs in per_folder for r in rs]
+    # A variant's folder given beside the folder holding it would be set against itself.
+    reached: dict = {}
+    for r in loaded:
+        if (twin := reached.setdefault(r.path.resolve(), r)) is not r:
+            raise MemvisorError(f"{r.label}: the same run as {twin.label}, given before; give each run once", USAGE)
     # Each run is set against the first folder's run of the same variant, or its one run if it has
     # no variants; a variant it lacks has no ratios (another variant's figures are no base). Two
     # folders of one run each (two variants' own folders) are set against each other, as asked.

@@ -205,9 +205,14 @@ def test_compare_takes_no_ratio_against_another_variant(variants, tmp_path):
     assert rows == {"B/v1"}, p.stdout
     assert "B/v3: no ratios (A has no variant v3)" in p.stdout
     # A variant's folder given by itself is set against the same variant (its summary names it).
-    p = memvisor("compare", str(variants), str(variants / "v2"), "--out", str(tmp_path / "c.html"), cwd=tmp_path)
+    c = tmp_path / "C"
+    shutil.copytree(variants, c)
+    p = memvisor("compare", str(variants), str(c / "v2"), "--out", str(tmp_path / "c.html"), cwd=tmp_path)
     assert p.returncode == 0 and "no ratios" not in p.stdout, p.stdout
     assert {line.split("│")[1].strip() for line in p.stdout.splitlines() if "(1.00x)" in line} == {"v2"}, p.stdout
+    # ... but not beside the folder holding it: it would be set against itself.
+    _bad_input(memvisor("compare", str(variants), str(variants / "v2"), "--out", str(tmp_path / "c.html"), cwd=tmp_path),
+               "v2: the same run as A/v2, given before", "give each run once")
     # Two variants' own folders, given alone, are set against each other.
     p = memvisor("compare", str(variants / "v1"), str(variants / "v2"), "--out", str(tmp_path / "c.html"), cwd=tmp_path)
     assert p.returncode == 0 and "no ratios" not in p.stdout and "x)" in p.stdout.split("│ v2")[1], p.stdout
