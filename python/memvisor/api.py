@@ -132,7 +132,36 @@ def load(spec: str | dict, sets: Sequence[str] | None = (), variants: Sequence[s
     """Loads a case, a scenario file or a scenario dict; one resolved scenario per variant (per
     variant named in `variants`, if any: the others are not resolved, so their problems do not
     stop these; a name that is not a variant is a ScenarioError listing them). `sets` are
-    'key=value' overrides; None for either is none."""
+    'key=value' overrides; None for either is none. Errors name an override as `sets entry
+    'key=value'`; the scenarios' `warnings` name it as the command line does (`--set key=value`)."""
+    sets = () if sets is None else sets
+    if not isinstance(sets, (str, bytes, dict)):
+        sets = list(sets)  # read once (a generator), for the call and its message
+    try:
+        return load_scenarios(spec, sets, variants)
+    except _core.ScenarioError as e:
+        raise _core.ScenarioError(api_words(str(e), sets)) from None
+
+
+def api_words(message: str, sets: Sequence[str] = (), vary: tuple[str, Sequence[str]] | None = None) -> str:
+    """A message of the engine's or the commands', which name overrides as the command line gives
+    them (`--set key=value`, `--vary key=value`), in the words of the Python call that gave them:
+    `sets` entries and a sweep's (`vary`: its key and) `values`."""
+    named = [(f"--set {x}", f"sets entry {x!r}") for x in sets if isinstance(x, str)]
+    # A warning names the key alone.
+    named += [(f"--set {x.split('=', 1)[0].strip()} ", f"the sets entry for {x.split('=', 1)[0].strip()} ") for x in sets if isinstance(x, str)]
+    if vary is not None:
+        key, values = vary
+        named += [(f"--vary {key}={v}", f"values entry {v!r} of {key}") for v in values]
+        named += [(f"--vary {key}:", f"values of {key}:"), (f"--vary {key} ", f"the values of {key} ")]
+    # Longest first: `--set a=10` holds `--set a=1`.
+    for cli, api in sorted(named, key=lambda n: len(n[0]), reverse=True):
+        message = message.replace(cli, api)
+    return message
+
+
+def load_scenarios(spec: str | dict, sets: Sequence[str] | None = (), variants: Sequence[str] | None = ()) -> list:
+    """`load`, for the commands: errors name overrides by their command-line options."""
     # Python's usual way to leave an optional argument out.
     sets = () if sets is None else sets
     variants = () if variants is None else variants
@@ -369,7 +398,7 @@ def run(
     # A policy object replaces the scenario's host.policy: what that policy would ignore is moot.
     moot = {w for s in scenarios for w in s.policy_warnings} if policy is not None else set()
     for w in dict.fromkeys(w for s in scenarios for w in s.warnings if w not in moot):
-        warnings.warn(w, stacklevel=2)
+        warnings.warn(api_words(w, sets), stacklevel=2)
     return simulate_all(
         scenarios, jobs=jobs, policy=policy, progress=progress, step_s=step_s, check_invariants=check_invariants, traces=traces
     )

@@ -74,7 +74,7 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     try:
-        scenarios = api.load(spec, sets, variants)
+        scenarios = api.load_scenarios(spec, sets, variants)
     except _core.ScenarioError as e:
         raise MemvisorError(str(e), USAGE) from None
     for w in dict.fromkeys(w for s in scenarios for w in s.warnings):

@@ -70,7 +70,7 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
         if v is not None and not v.strip():
             raise MemvisorError(f"{opt}: empty; give a size (a count with --count)", USAGE)
     try:
-        scenarios = api.load(spec, sets, [variant] if variant else [])
+        scenarios = api.load_scenarios(spec, sets, [variant] if variant else [])
     except _core.ScenarioError as e:
         raise MemvisorError(str(e), USAGE) from None
     if len(scenarios) != 1:
@@ -158,7 +158,7 @@ def plan_cmd(ctx, spec, vm, slowdown, ask_reservation, ask_host_memory, group, l
         if text:
             setting = f"{key}={fmt(v)}"
             try:
-                api.load(spec, [*sets, setting], [variant] if variant else [])
+                api.load_scenarios(spec, [*sets, setting], [variant] if variant else [])
             except _core.ScenarioError as e:
                 raise MemvisorError(f"{opt} {text}: {str(e).removeprefix(f'--set {setting}: ')}", USAGE) from None
     planner = Planner(spec, vm, key, list(sets), list(seeds), jobs, fmt, variant)

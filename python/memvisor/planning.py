@@ -96,7 +96,7 @@ class Planner:
         tasks, owners = [], []
         for v in new:
             for seed in self.seeds:
-                scenarios = api.load(self.spec, [*self.sets, f"{self.key}={self.fmt(v)}", f"seed={seed}"], [self.variant] if self.variant else [])
+                scenarios = api.load_scenarios(self.spec, [*self.sets, f"{self.key}={self.fmt(v)}", f"seed={seed}"], [self.variant] if self.variant else [])
                 if len(scenarios) != 1:
                     raise _core.ScenarioError(one_scenario(self.spec, scenarios))
                 tasks.append((scenarios[0].to_toml(), self.origin, self.vm))

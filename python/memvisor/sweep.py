@@ -144,7 +144,7 @@ def plan_points(spec: str, points: Sequence[dict], column: str | None = None, se
     refuse_sets_of(sets, keys, "is varied by the sweep: vary it or set it, not both")
     _, origin = api.read_scenario_text(spec)
     try:
-        scenarios = [api.load(spec, [*sets, *(f"{k}={v}" for k, v in p.items())]) for p in points]
+        scenarios = [api.load_scenarios(spec, [*sets, *(f"{k}={v}" for k, v in p.items())]) for p in points]
     except _core.ScenarioError as e:
         msg = str(e)
         for k in keys:
@@ -207,9 +207,13 @@ def sweep(
     if isinstance(values, (str, bytes)):
         # A lone string would be swept a character at a time.
         raise TypeError(f"values must be a list of values, not one string: values=[{values!r}]")
-    grid = plan(spec, key, values, column, sets, vm)
+    values = list(values)
+    try:
+        grid = plan(spec, key, values, column, sets, vm)
+    except (_core.ScenarioError, ValueError) as e:
+        raise type(e)(api.api_words(str(e), sets, (key, values))) from None
     for w in warnings_of(grid):
-        warnings.warn(w, stacklevel=2)
+        warnings.warn(api.api_words(w, sets, (key, values)), stacklevel=2)
     return run_points(grid, jobs, progress)[0]
 
 

@@ -163,6 +163,11 @@ def test_wrong_arguments_are_named(small_scenario):
         memvisor.load(str(small_scenario), sets=[1])
     with pytest.raises(TypeError, match="sets must be a list"):
         memvisor.load(str(small_scenario), sets={"duration": "5s"})
+    # Overrides are named as the call gave them, not as the command line's --set.
+    with pytest.raises(_core.ScenarioError, match=r"^sets entry 'vm.g.memory=lots': vm.g.memory: 'lots' does not start with a number"):
+        memvisor.load(str(small_scenario), sets=(x for x in ["vm.g.memory=lots"]))
+    with pytest.raises(_core.ScenarioError, match=r"^sets entry 'duration=2s': duration: also set by sets entry 'duration=1s'; give each value once$"):
+        memvisor.run(str(small_scenario), sets=["duration=1s", "duration=2s"])
     with pytest.raises(_core.ScenarioError, match=r"<dict>: vm\[1\].memory: not a scenario value: Object of type 'set'"):
         memvisor.load({"name": "x", "vm": [{"name": "g"}, {"memory": {1, 2}}]})
     for jobs in (0, -3, 1.5, "2", True):

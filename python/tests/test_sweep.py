@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 import memvisor
+from memvisor import _core
 from conftest import SMALL, memvisor as run_cli
 from memvisor.sweep import JUMP, biggest_jump, failed_cells, sweep
 
@@ -70,6 +71,15 @@ def test_the_python_sweep_takes_a_list_and_warns_as_run_does(tmp_path):
         warnings.simplefilter("always")
         sweep(spec, "vm.g.workload.file-io.size", ["64MiB"], jobs=1)
     assert any("vm.g.workload.file-io.size" in str(w.message) for w in seen), [str(w.message) for w in seen]
+    # In the call's words: its values and sets, not the command line's --vary and --set.
+    assert all("--" not in str(w.message) for w in seen) and any("the values of vm.g.workload.file-io.size" in str(w.message) for w in seen), \
+        [str(w.message) for w in seen]
+    with pytest.raises(_core.ScenarioError, match=r"^values entry 'lots' of vm.g.memory: vm.g.memory: 'lots' does not start with a number"):
+        sweep(spec, "vm.g.memory", ["96MiB", "lots"])
+    with pytest.raises(_core.ScenarioError, match=r"^sets entry 'vm.g.memory=1GiB': vm.g.memory is varied by the sweep"):
+        sweep(spec, "vm.g.memory", ["96MiB"], sets=["vm.g.memory=1GiB"])
+    with pytest.raises(ValueError, match=r"^values of vm.g.memory: 96MiB and 0.09375GiB are the same point once resolved"):
+        sweep(spec, "vm.g.memory", ["96MiB", "0.09375GiB"])
 
 
 def test_the_table_does_not_depend_on_the_number_of_workers(tmp_path):
