@@ -134,13 +134,19 @@ def load(spec: str | dict, sets: Sequence[str] | None = (), variants: Sequence[s
     stop these; a name that is not a variant is a ScenarioError listing them). `sets` are
     'key=value' overrides; None for either is none. Errors name an override as `sets entry
     'key=value'`; the scenarios' `warnings` name it as the command line does (`--set key=value`)."""
-    sets = () if sets is None else sets
-    if not isinstance(sets, (str, bytes, dict)):
-        sets = list(sets)  # read once (a generator), for the call and its message
+    sets = listed(sets)
     try:
         return load_scenarios(spec, sets, variants)
     except _core.ScenarioError as e:
         raise _core.ScenarioError(api_words(str(e), sets)) from None
+
+
+def listed(sets):
+    """`sets` read once (a generator), for the call and its messages; None is none. A string or a
+    dict is left for `load_scenarios` to refuse."""
+    if sets is None:
+        return []
+    return sets if isinstance(sets, (str, bytes, dict)) else list(sets)
 
 
 def api_words(message: str, sets: Sequence[str] = (), vary: tuple[str, Sequence[str]] | None = None) -> str:
@@ -394,6 +400,7 @@ def run(
     reported as a warning (UserWarning)."""
     import warnings
 
+    sets = listed(sets)
     scenarios = load(spec, sets, variants)
     # A policy object replaces the scenario's host.policy: what that policy would ignore is moot.
     moot = {w for s in scenarios for w in s.policy_warnings} if policy is not None else set()

@@ -207,7 +207,7 @@ def sweep(
     if isinstance(values, (str, bytes)):
         # A lone string would be swept a character at a time.
         raise TypeError(f"values must be a list of values, not one string: values=[{values!r}]")
-    values = list(values)
+    values, sets = list(values), api.listed(sets)
     try:
         grid = plan(spec, key, values, column, sets, vm)
     except (_core.ScenarioError, ValueError) as e:
