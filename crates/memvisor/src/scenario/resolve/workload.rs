@@ -25,73 +25,14 @@ pub(super) fn resolve_workload(
     let r = w.get_ref();
     let kind = r.kind.get_ref().as_str();
     let f = |field: &str| format!("vm.{vm}.workload.{kind}.{field}");
-    let allowed: &[&str] = match kind {
-        "stress" => &["instances", "pages", "passes"],
-        "file-io" => &["size", "block", "fsync", "read"],
-        "idle" => &["footprint", "active", "period"],
-        "trace" => &["file", "loops", "compute"],
-        "random" => &["pages", "touches", "seed", "write", "compute", "distribution"],
-        "stress-vm" => &["workers", "bytes", "keep", "rounds"],
-        "bonnie" => &["size"],
-        "dotnet-heap" => &["live", "object", "cycles", "replace_percent", "visit"],
-        "kernel-build" => &["tree", "arch", "config", "jobs", "builds", "units", "compute"],
-        "web-server" => {
-            &["pool", "rate", "clients", "think", "zipf", "document", "compute", "rtt", "path", "close", "msl", "mbufs", "clusters"]
-        }
-        _ => {
-            return c.err(
-                r.kind.span(),
-                &format!("vm.{vm}.workload.kind"),
-                format!("'{kind}' is not one of: {}", WorkloadSpec::KINDS.join(", ")),
-            );
-        }
+    let Some(allowed) = kind_fields(kind) else {
+        return c.err(
+            r.kind.span(),
+            &format!("vm.{vm}.workload.kind"),
+            format!("'{kind}' is not one of: {}", WorkloadSpec::KINDS.join(", ")),
+        );
     };
-    let present: [(&str, Option<std::ops::Range<usize>>); 43] = [
-        ("instances", r.instances.as_ref().map(|x| x.span())),
-        ("pages", r.pages.as_ref().map(|x| x.span())),
-        ("passes", r.passes.as_ref().map(|x| x.span())),
-        ("size", r.size.as_ref().map(|x| x.span())),
-        ("block", r.block.as_ref().map(|x| x.span())),
-        ("fsync", r.fsync.as_ref().map(|x| x.span())),
-        ("read", r.read.as_ref().map(|x| x.span())),
-        ("footprint", r.footprint.as_ref().map(|x| x.span())),
-        ("active", r.active.as_ref().map(|x| x.span())),
-        ("period", r.period.as_ref().map(|x| x.span())),
-        ("file", r.file.as_ref().map(|x| x.span())),
-        ("loops", r.loops.as_ref().map(|x| x.span())),
-        ("compute", r.compute.as_ref().map(|x| x.span())),
-        ("touches", r.touches.as_ref().map(|x| x.span())),
-        ("distribution", r.distribution.as_ref().map(|x| x.span())),
-        ("seed", r.seed.as_ref().map(|x| x.span())),
-        ("write", r.write.as_ref().map(|x| x.span())),
-        ("workers", r.workers.as_ref().map(|x| x.span())),
-        ("bytes", r.bytes.as_ref().map(|x| x.span())),
-        ("keep", r.keep.as_ref().map(|x| x.span())),
-        ("rounds", r.rounds.as_ref().map(|x| x.span())),
-        ("live", r.live.as_ref().map(|x| x.span())),
-        ("object", r.object.as_ref().map(|x| x.span())),
-        ("cycles", r.cycles.as_ref().map(|x| x.span())),
-        ("replace_percent", r.replace_percent.as_ref().map(|x| x.span())),
-        ("visit", r.visit.as_ref().map(|x| x.span())),
-        ("tree", r.tree.as_ref().map(|x| x.span())),
-        ("arch", r.arch.as_ref().map(|x| x.span())),
-        ("jobs", r.jobs.as_ref().map(|x| x.span())),
-        ("builds", r.builds.as_ref().map(|x| x.span())),
-        ("units", r.units.as_ref().map(|x| x.span())),
-        ("pool", r.pool.as_ref().map(|x| x.span())),
-        ("rate", r.rate.as_ref().map(|x| x.span())),
-        ("clients", r.clients.as_ref().map(|x| x.span())),
-        ("think", r.think.as_ref().map(|x| x.span())),
-        ("zipf", r.zipf.as_ref().map(|x| x.span())),
-        ("document", r.document.as_ref().map(|x| x.span())),
-        ("rtt", r.rtt.as_ref().map(|x| x.span())),
-        ("path", r.path.as_ref().map(|x| x.span())),
-        ("close", r.close.as_ref().map(|x| x.span())),
-        ("msl", r.msl.as_ref().map(|x| x.span())),
-        ("mbufs", r.mbufs.as_ref().map(|x| x.span())),
-        ("clusters", r.clusters.as_ref().map(|x| x.span())),
-    ];
-    for (field, span) in present {
+    for (field, span) in kind_specific_fields(r) {
         if let Some(span) = span
             && !allowed.contains(&field)
         {
@@ -438,4 +379,103 @@ pub(super) fn resolve_workload(
         mix,
         memory_limit,
     })
+}
+
+/// The fields a workload of `kind` takes besides those every workload takes; None for a kind that
+/// does not exist.
+fn kind_fields(kind: &str) -> Option<&'static [&'static str]> {
+    Some(match kind {
+        "stress" => &["instances", "pages", "passes"],
+        "file-io" => &["size", "block", "fsync", "read"],
+        "idle" => &["footprint", "active", "period"],
+        "trace" => &["file", "loops", "compute"],
+        "random" => &["pages", "touches", "seed", "write", "compute", "distribution"],
+        "stress-vm" => &["workers", "bytes", "keep", "rounds"],
+        "bonnie" => &["size"],
+        "dotnet-heap" => &["live", "object", "cycles", "replace_percent", "visit"],
+        "kernel-build" => &["tree", "arch", "config", "jobs", "builds", "units", "compute"],
+        "web-server" => {
+            &["pool", "rate", "clients", "think", "zipf", "document", "compute", "rtt", "path", "close", "msl", "mbufs", "clusters"]
+        }
+        _ => return None,
+    })
+}
+
+/// Every kind-specific field of a workload, with where it was given (None: not given).
+fn kind_specific_fields(r: &RawWorkload) -> [(&'static str, Option<std::ops::Range<usize>>); 44] {
+    [
+        ("instances", r.instances.as_ref().map(|x| x.span())),
+        ("pages", r.pages.as_ref().map(|x| x.span())),
+        ("passes", r.passes.as_ref().map(|x| x.span())),
+        ("size", r.size.as_ref().map(|x| x.span())),
+        ("block", r.block.as_ref().map(|x| x.span())),
+        ("fsync", r.fsync.as_ref().map(|x| x.span())),
+        ("read", r.read.as_ref().map(|x| x.span())),
+        ("footprint", r.footprint.as_ref().map(|x| x.span())),
+        ("active", r.active.as_ref().map(|x| x.span())),
+        ("period", r.period.as_ref().map(|x| x.span())),
+        ("file", r.file.as_ref().map(|x| x.span())),
+        ("loops", r.loops.as_ref().map(|x| x.span())),
+        ("compute", r.compute.as_ref().map(|x| x.span())),
+        ("touches", r.touches.as_ref().map(|x| x.span())),
+        ("distribution", r.distribution.as_ref().map(|x| x.span())),
+        ("seed", r.seed.as_ref().map(|x| x.span())),
+        ("write", r.write.as_ref().map(|x| x.span())),
+        ("workers", r.workers.as_ref().map(|x| x.span())),
+        ("bytes", r.bytes.as_ref().map(|x| x.span())),
+        ("keep", r.keep.as_ref().map(|x| x.span())),
+        ("rounds", r.rounds.as_ref().map(|x| x.span())),
+        ("live", r.live.as_ref().map(|x| x.span())),
+        ("object", r.object.as_ref().map(|x| x.span())),
+        ("cycles", r.cycles.as_ref().map(|x| x.span())),
+        ("replace_percent", r.replace_percent.as_ref().map(|x| x.span())),
+        ("visit", r.visit.as_ref().map(|x| x.span())),
+        ("tree", r.tree.as_ref().map(|x| x.span())),
+        ("arch", r.arch.as_ref().map(|x| x.span())),
+        ("jobs", r.jobs.as_ref().map(|x| x.span())),
+        ("builds", r.builds.as_ref().map(|x| x.span())),
+        ("units", r.units.as_ref().map(|x| x.span())),
+        ("pool", r.pool.as_ref().map(|x| x.span())),
+        ("rate", r.rate.as_ref().map(|x| x.span())),
+        ("clients", r.clients.as_ref().map(|x| x.span())),
+        ("think", r.think.as_ref().map(|x| x.span())),
+        ("zipf", r.zipf.as_ref().map(|x| x.span())),
+        ("document", r.document.as_ref().map(|x| x.span())),
+        ("rtt", r.rtt.as_ref().map(|x| x.span())),
+        ("path", r.path.as_ref().map(|x| x.span())),
+        ("close", r.close.as_ref().map(|x| x.span())),
+        ("msl", r.msl.as_ref().map(|x| x.span())),
+        ("mbufs", r.mbufs.as_ref().map(|x| x.span())),
+        ("clusters", r.clusters.as_ref().map(|x| x.span())),
+        ("config", r.config.as_ref().map(|x| x.span())),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A field a kind takes but the presence check does not list would be accepted, and ignored,
+    /// on every other kind (`config` was, on a stress workload).
+    #[test]
+    fn every_kind_specific_field_is_checked_for_presence() {
+        let r: RawWorkload = toml::from_str("kind = \"idle\"").unwrap();
+        let checked: Vec<&str> = kind_specific_fields(&r).iter().map(|(n, _)| *n).collect();
+        let taken: Vec<&str> = WorkloadSpec::KINDS.iter().flat_map(|k| kind_fields(k).expect("a kind's fields")).copied().collect();
+        for f in &taken {
+            assert!(checked.contains(f), "{f} is taken by a kind but not checked for presence");
+        }
+        for f in &checked {
+            assert!(taken.contains(f), "{f} is checked but no kind takes it");
+        }
+    }
+
+    #[test]
+    fn a_field_of_another_kind_is_refused() {
+        let text = "name = \"t\"\nduration = \"1s\"\n[host]\nmemory = \"1GiB\"\n[[datastore]]\nname = \"d\"\ndevice = \"ssd\"\n\
+                    [[vm]]\nname = \"g\"\nmemory = \"128MiB\"\ndatastore = \"d\"\n\
+                    workload = { kind = \"stress\", pages = 100, config = \"rhel5\" }\n";
+        let e = crate::scenario::load(text, "t.toml", &[]).unwrap_err().to_string();
+        assert!(e.starts_with("t.toml:12:53: vm.g.workload.stress.config: a 'stress' workload has no field 'config'"), "{e}");
+    }
 }
