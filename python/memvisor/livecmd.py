@@ -37,10 +37,12 @@ def _pairs(items: tuple[str, ...], option: str) -> dict[str, str]:
 
 
 def _size(v, where: str) -> int:
-    if isinstance(v, bool):
-        raise MemvisorError(f"{where}: a size (bytes, or a string with a unit such as \"1GiB\"), not {v!r}", USAGE)
+    """A size with its unit, as scenarios and the command line take it: a bare number (bytes? MiB?)
+    is refused, not guessed."""
+    if not isinstance(v, str):
+        raise MemvisorError(f"{where}: a size with a unit, as a string such as \"1GiB\", not {v!r}", USAGE)
     try:
-        return v if isinstance(v, int) and v >= 0 else _core.parse_bytes(str(v))
+        return _core.parse_bytes(v)
     except ValueError as e:
         raise MemvisorError(f"{where}: {e}", USAGE) from None
 
@@ -92,7 +94,7 @@ def load_config(path: Path) -> tuple[dict, list]:
         shares = t.get("shares")
         if shares is not None and (isinstance(shares, bool) or not isinstance(shares, int) or shares <= 0):
             raise MemvisorError(f"{where}.shares: must be a positive integer, got {shares!r}", USAGE)
-        vms.append(VmSpec(t["name"], t["qmp"], _size(t.get("floor", 0), f"{where}.floor"), shares))
+        vms.append(VmSpec(t["name"], t["qmp"], _size(t["floor"], f"{where}.floor") if "floor" in t else 0, shares))
     return raw, vms
 
 

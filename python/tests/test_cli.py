@@ -471,7 +471,11 @@ def test_run_can_pick_variants(tmp_path, small_scenario):
     ("period = nan\n", "period: seconds, a number of at least 0.1, not nan"),
     ("timeout = 'x'\n", "timeout: seconds, a number of at least 0.01, not 'x'"),
     ("host_memory = true\n", "host_memory: a size"),
-    ("host_memory = 0\n", "host_memory: must be larger than zero"),
+    ("host_memory = '0B'\n", "host_memory: must be larger than zero"),
+    # A bare number is no size: bytes or MiB would be a guess (4096 bytes: a host with no room).
+    ("host_memory = 4096\n", "host_memory: a size with a unit, as a string such as \"1GiB\", not 4096"),
+    ("host_memory = '4096'\n", "host_memory: '4096' has no unit"),
+    ("[[vm]]\nname = 'a'\nqmp = '/x'\nfloor = 448\n", "vm[0].floor: a size with a unit, as a string such as \"1GiB\", not 448"),
     ("vm = [1]\n", "vm: a [[vm]] table per VM"),
     ("[[vm]]\nname = 'a'\nqmp = '/x'\nshares = true\n", "vm[0].shares: must be a positive integer"),
     ("[[vm]]\nname = 'a'\nqmp = '/x'\n[[vm]]\nname = 'a'\nqmp = '/y'\n", "VM a listed twice"),
