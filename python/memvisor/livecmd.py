@@ -137,7 +137,7 @@ _config_opt = click.option("--config", type=click.Path(dir_okay=False, path_type
 @_floor_opt
 @_config_opt
 @click.option("--period", type=Number(min=0.1), help="Seconds between rounds (default: the policy's own).")
-@click.option("--dry-run", is_flag=True, help="Print what would be done and why; change nothing.")
+@click.option("--dry-run", is_flag=True, help="Apply no decision: print what would be done and why. Observing still sets each guest's statistics interval (put back on exit) and clears the QEMU process's referenced bits each round.")
 @click.option("--ksm", "manage_ksm", is_flag=True, default=None, help="Let the policy set KSM (restored when the manager stops).")
 @click.option("--timeout", type=Number(min=0.01), help="Seconds a VM's monitor may take to answer (default 1).")
 @click.option("--rounds", type=click.IntRange(min=1), help="Stop after this many rounds (default: until SIGINT, SIGTERM or SIGHUP).")
@@ -230,7 +230,8 @@ def _manager_running(run: Path) -> bool:
 @_config_opt
 def status_cmd(run, vm, config) -> None:
     """The live host's current state: from a running manager's run folder RUN, or observed once
-    from the listed VMs (their QMP sockets must be free)."""
+    from the listed VMs (their QMP sockets must be free; each guest's statistics interval is set
+    for the reading and put back)."""
     if run is not None:
         if vm or config:
             raise MemvisorError("give a manage run folder, or VMs to observe (--vm, --config), not both", USAGE)
