@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -126,6 +127,22 @@ def _vm_options(vm: tuple[str, ...], floor: tuple[str, ...], config: Path | None
     return raw, specs
 
 
+def _rounds(n) -> str:
+    return f"{n} round{'' if n == 1 else 's'}"
+
+
+def _check_sockets(specs: list) -> None:
+    """A mistyped path is never going to answer: refused, where a VM whose socket is there but
+    silent is waited for (round after round by a manager)."""
+    for s in specs:
+        try:
+            is_socket = stat.S_ISSOCK(os.stat(s.qmp).st_mode)
+        except OSError:
+            raise MemvisorError(f"VM {s.name}: no QMP socket at {s.qmp} (the path of its QEMU's -qmp unix:PATH,server)", USAGE) from None
+        if not is_socket:
+            raise MemvisorError(f"VM {s.name}: {s.qmp} is not a socket (give the path of its QEMU's -qmp unix:PATH,server)", USAGE)
+
+
 _vm_opt = click.option("--vm", multiple=True, metavar="NAME=QMP_SOCKET", help="A VM, by its QMP socket (repeatable; the allow-list: no other VM is touched).")
 _floor_opt = click.option("--floor", multiple=True, metavar="NAME=SIZE", help="Never shrink VM NAME below SIZE, whatever the policy says.")
 _config_opt = click.option("--config", type=click.Path(dir_okay=False, path_type=Path), help="A TOML file: policy, period, ksm, timeout, host_memory, [[vm]] name/qmp/floor/shares.")
@@ -177,11 +194,7 @@ def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, 
         check_location(path)
     except NotARunFolder as e:
         raise MemvisorError(f"--out {e}", USAGE) from None
-    # A mistyped path is never going to answer: refused, where a VM that is there but silent is
-    # waited for round after round.
-    for s in specs:
-        if not os.path.exists(s.qmp):
-            raise MemvisorError(f"VM {s.name}: no QMP socket at {s.qmp} (the path of its QEMU's -qmp unix:PATH,server)", USAGE)
+    _check_sockets(specs)
 
     def started() -> None:
         err.print(f"managing {', '.join(s.name for s in specs)} with '{policy}'{' (dry run)' if dry_run else ''}; run folder {path}", highlight=False)
@@ -193,7 +206,7 @@ def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, 
     targets = summary["balloon_targets_bytes"]
     left = "; ".join(f"{k} {fmt(v >> 20)} MiB" + (f", target {fmt(targets[k] >> 20)} MiB" if targets.get(k) not in (None, v) else "")
                      for k, v in summary["balloons_left_bytes"].items())
-    err.print(f"{summary['stop']} after {summary['rounds']} rounds; balloons left where they are ({left or 'none reachable'})", highlight=False)
+    err.print(f"{summary['stop']} after {_rounds(summary['rounds'])}; balloons left where they are ({left or 'none reachable'})", highlight=False)
     for r in summary["restored"]:
         err.print(r if r.startswith(NOT_RESTORED) else f"restored {r}", highlight=False)
 
@@ -244,6 +257,8 @@ def status_cmd(run, vm, config) -> None:
         except FileNotFoundError:
             if not run.is_dir():
                 raise MemvisorError(f"{run}: no such folder (give the folder `memvisor manage --out` writes)", USAGE) from None
+            if (run / "summary.json").is_file() and not (run / "manage.json").is_file():
+                raise MemvisorError(f"{run}: a simulated run's folder; status reads the folder `memvisor manage --out` writes", USAGE) from None
             raise MemvisorError(f"{run}: no status.json (is it a manage run folder?)", USAGE) from None
         except (OSError, ValueError, TypeError) as e:  # a folder, not UTF-8, not JSON, not an object
             raise MemvisorError(f"{run / 'status.json'}: not a manager's status ({e})", USAGE) from None
@@ -253,7 +268,7 @@ def status_cmd(run, vm, config) -> None:
         if (run / "summary.json").exists():
             try:
                 s = json.loads((run / "summary.json").read_text(encoding="utf-8"))
-                how = f": {s['stop']} after {s['rounds']} rounds" if isinstance(s, dict) and {"stop", "rounds"} <= set(s) else ""
+                how = f": {s['stop']} after {_rounds(s['rounds'])}" if isinstance(s, dict) and {"stop", "rounds"} <= set(s) else ""
             except (OSError, ValueError):
                 how = ""
             out.print(f"the manager has stopped{how}; this was its last round, not the host's state now", highlight=False)
@@ -262,7 +277,10 @@ def status_cmd(run, vm, config) -> None:
     else:
         from memvisor.live.livehost import LiveHost
 
+        if not vm and not config:
+            raise MemvisorError("give a manage run folder (RUN), or VMs to observe (--vm NAME=QMP_SOCKET, --config FILE)", USAGE)
         _, specs = _vm_options(vm, (), config)
+        _check_sockets(specs)
         host = LiveHost(specs, dry_run=True, observe_only=True)
         try:
             host.observe()

@@ -511,8 +511,15 @@ def test_manage_and_status_refuse_what_is_not_theirs(tmp_path, small_scenario):
     assert r.returncode == 2 and "not both" in r.stderr, r.stderr
     r = memvisor("status", "nope", cwd=tmp_path)
     assert r.returncode == 2 and "nope: no such folder" in r.stderr, r.stderr
+    r = memvisor("status", "sim", cwd=tmp_path)
+    assert r.returncode == 2 and "sim: a simulated run's folder; status reads the folder `memvisor manage --out` writes" in r.stderr, r.stderr
     # Observing VMs none of which answers is a failure a script can see.
-    r = memvisor("status", "--vm", "a=/nonexistent.sock", cwd=tmp_path)
+    silent = socket.socket(socket.AF_UNIX)
+    silent.bind(str(tmp_path / "silent.sock"))  # there, but not listening: connections are refused
+    try:
+        r = memvisor("status", "--vm", "a=silent.sock", cwd=tmp_path)
+    finally:
+        silent.close()
     assert r.returncode == 1 and "no listed VM answered" in r.stderr, r.stdout + r.stderr
 
 
@@ -728,6 +735,16 @@ def test_manage_refuses_a_zero_host_memory_and_a_folder_another_manager_runs_in(
     r = memvisor("manage", "pressure", "--vm", "a=/nonexistent.sock", "--dry-run", "--rounds", "1", "--out", "o", cwd=tmp_path)
     assert r.returncode == 2 and "VM a: no QMP socket at /nonexistent.sock" in r.stderr, r.stderr
     assert not (tmp_path / "o").exists()
+    # Nor is a path that is there but not a socket (a folder ran ten minutes of rounds unanswered);
+    # status refuses both as manage does.
+    (tmp_path / "afile").write_text("")
+    for path, why in (("/nonexistent.sock", "no QMP socket at /nonexistent.sock"), (str(tmp_path), "is not a socket"), ("afile", "afile is not a socket")):
+        for cmd in (["manage", "pressure", "--dry-run", "--rounds", "1", "--out", "o"], ["status"]):
+            r = memvisor(*cmd, "--vm", f"a={path}", cwd=tmp_path)
+            assert r.returncode == 2 and "VM a: " in r.stderr and why in r.stderr and "Traceback" not in r.stderr, (cmd, r.stderr)
+    assert not (tmp_path / "o").exists()
+    r = memvisor("status", cwd=tmp_path)
+    assert r.returncode == 2 and "give a manage run folder (RUN), or VMs to observe" in r.stderr, r.stderr
     # A dry run with the default folder of a running manager (runs/manage-POLICY) truncated its
     # decisions.jsonl under it and removed its status.json.
     run = tmp_path / "runs" / "manage-pressure"
@@ -804,6 +821,9 @@ def test_status_says_when_the_manager_is_no_longer_running(tmp_path):
     (run / "summary.json").write_text(json.dumps({"stop": "stopped on SIGTERM", "rounds": 7}))
     r = memvisor("status", "run", cwd=tmp_path)
     assert r.returncode == 0 and "the manager has stopped: stopped on SIGTERM after 7 rounds" in r.stdout, r.stdout
+    (run / "summary.json").write_text(json.dumps({"stop": "rounds done", "rounds": 1}))
+    r = memvisor("status", "run", cwd=tmp_path)
+    assert r.returncode == 0 and "rounds done after 1 round;" in r.stdout, r.stdout
 
 
 def test_a_socket_given_by_a_relative_path_finds_its_process(tmp_path, monkeypatch):
