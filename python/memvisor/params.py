@@ -63,6 +63,35 @@ class ByteSize(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
+class MiB(click.ParamType):
+    """A size with a unit, as in scenarios, of a whole number of MiB (what QEMU's -m and a memory
+    cgroup's limit here are set in), at least `min` MiB; `many`: comma-separated sizes. Gives MiB."""
+
+    name = "size"
+
+    def __init__(self, min: int, many: bool = False):
+        self.min, self.many = min, many
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "SIZE,SIZE,..." if self.many else "SIZE"
+
+    def convert(self, value, param: click.Parameter | None, ctx: click.Context | None):
+        if isinstance(value, (int, tuple)):
+            return value
+        out = []
+        for item in str(value).split(",") if self.many else [str(value)]:
+            try:
+                b = _core.parse_bytes(item.strip())
+            except ValueError as e:
+                self.fail(str(e) if self.many is False else f"{value!r}: {e}; give sizes separated by commas", param, ctx)
+            if b % (1 << 20):
+                self.fail(f"'{item.strip()}' is not a whole number of MiB", param, ctx)
+            if b >> 20 < self.min:
+                self.fail(f"'{item.strip()}' is below {self.min}MiB, the least allowed", param, ctx)
+            out.append(b >> 20)
+        return tuple(out) if self.many else out[0]
+
+
 class Duration(click.ParamType):
     """A duration with a unit, as in scenarios (`250us`, `2ms`), in nanoseconds, at most `max_ns`."""
 

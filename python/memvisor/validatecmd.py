@@ -11,7 +11,7 @@ from rich.table import Table
 
 from memvisor import _core
 from memvisor.console import SKIPPED, USAGE, MemvisorError, OnceGroup, err, fmt, out, refuse_twice
-from memvisor.params import ByteSize, IntList
+from memvisor.params import MiB, ByteSize
 from memvisor.runfolder import NotARunFolder, check_replaceable
 
 
@@ -21,11 +21,17 @@ def validate() -> None:
 
 
 def _check_out(out_dir: Path) -> None:
-    """A validation's --out, checked before it touches the machine, not after."""
+    """A validation's --out, checked before it touches the machine, not after: an earlier
+    validation's folder is replaced, a simulated or managed run's is not."""
     try:
         check_replaceable(out_dir)
     except NotARunFolder as e:
         raise MemvisorError(f"--out {e}", USAGE) from None
+    if any((out_dir / f).exists() for f in ("report.html", "scenario.toml", "manage.json")):
+        raise MemvisorError(f"--out {out_dir}: holds a simulated or managed run (a validation writes no report.html): name a new folder or an earlier validation's", USAGE)
+
+
+_OUT_HELP = "Run folder: new, empty or an earlier validation's (replaced)."
 
 
 def meminfo_mib(field: str = "MemTotal") -> int:
@@ -39,9 +45,9 @@ def meminfo_mib(field: str = "MemTotal") -> int:
 
 
 @validate.command("linux-paging")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-linux-paging"), show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-linux-paging"), show_default=True, help=_OUT_HELP)
 @click.option("--working-set", type=ByteSize(), default="96MiB", show_default=True, help="Memory each pattern touches.")
-@click.option("--limits", "limit_list", type=IntList(min=1), default=None, help="Memory limits in MiB, comma-separated [default: 25, 42, 58, 75 and 95 % of the working set].")
+@click.option("--limits", "limit_list", type=MiB(min=1, many=True), default=None, help="Memory cgroup limits, whole MiB, comma-separated, e.g. 24MiB,48MiB [default: 25, 42, 58, 75 and 95 % of the working set].")
 @click.option("--passes", type=click.IntRange(min=1), default=5, show_default=True, help="stress: passes over the pages.")
 @click.option("--touches", type=click.IntRange(min=0), default=200_000, show_default=True, help="random, zipf: references after the first pass.")
 @click.option("--repeats", type=click.IntRange(min=1), default=5, show_default=True, help="Kernel runs per point (their min..max is the band).")
@@ -50,8 +56,10 @@ def meminfo_mib(field: str = "MemTotal") -> int:
 def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...] | None, passes: int, touches: int, repeats: int, pattern_list: str, cgroup_root: Path) -> None:
     """Run page-touching patterns in real memory cgroups with swap, several times each, and as a
     process in a memory cgroup of the simulated guest; compare major faults (against the kernel's
-    band), swap traffic and refault counters. Needs root, a memory cgroup controller and swap-file
-    support; without them it says what is missing and exits with status 77."""
+    band), swap traffic and refault counters. It compiles the patterns' program (cc), makes and
+    turns on a swap file (mkswap, swapon) and makes memory cgroups, and undoes all three. Needs
+    root, a memory cgroup controller and swap-file support; without them it says what is missing
+    and exits with status 77."""
     from memvisor import validate as v
 
     _check_out(out_dir)
@@ -61,16 +69,17 @@ def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...] | 
         raise MemvisorError(f"--working-set {given}: from 1MiB to this machine's memory ({machine:,}MiB)", USAGE)
     big = [x for x in limit_list or () if x > machine]
     if big:
-        raise MemvisorError(f"--limits {big[0]}: above this machine's memory ({machine:,}MiB); the kernel side runs here", USAGE)
+        raise MemvisorError(f"--limits {big[0]}MiB: above this machine's memory ({machine:,}MiB); the kernel side runs here", USAGE)
     patterns = tuple(p.strip() for p in pattern_list.split(",") if p.strip())
     unknown = [p for p in patterns if p not in v.PATTERNS]
     if unknown or not patterns:
         raise click.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(v.PATTERNS)}", param_hint="--patterns")
     # A point given twice would run twice and its miss count twice against "at most one miss per pattern".
-    refuse_twice("--limits", limit_list or ())
+    refuse_twice("--limits", [f"{x}MiB" for x in limit_list or ()])
     refuse_twice("--patterns", patterns)
     if limit_list is None:
-        limit_list = tuple(max(1, round((working_set >> 20) * pct / 100)) for pct in (25, 42, 58, 75, 95))
+        # Once each: a small working set rounds several shares to one limit.
+        limit_list = tuple(dict.fromkeys(max(1, round((working_set >> 20) * pct / 100)) for pct in (25, 42, 58, 75, 95)))
     missing = v.missing_prerequisites(cgroup_root)
     if missing:
         raise MemvisorError("validate linux-paging cannot run on this machine; it needs:", SKIPPED, details=missing)
@@ -106,8 +115,8 @@ def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...] | 
 
 
 @validate.command("ksm")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-ksm"), show_default=True)
-@click.option("--mixes", "mix_list", default=None, help="Content mixes to run, comma-separated [default: all].")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-ksm"), show_default=True, help=_OUT_HELP)
+@click.option("--mixes", "mix_list", default=None, help="Content mixes to run, comma-separated: zero, image, chains, mixed-sizes [default: all].")
 @click.option("--scans", type=click.IntRange(min=3), default=3, show_default=True, help="Full scans at least after the processes are ready (above 4, smart scan's skips show).")
 def ksm_cmd(out_dir: Path, mix_list: str | None, scans: int) -> None:
     """Run processes whose pages follow declared content mixes under this machine's KSM, and the
@@ -147,31 +156,33 @@ def ksm_cmd(out_dir: Path, mix_list: str | None, scans: int) -> None:
 
 
 @validate.command("balloon")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-balloon"), show_default=True)
-@click.option("--memory", type=click.IntRange(min=128), default=512, show_default=True, help="Guest memory, MiB.")
-@click.option("--size", type=click.IntRange(min=64), default=256, show_default=True, help="Guest size the balloon leaves, MiB.")
-@click.option("--swap", type=click.IntRange(min=16), default=256, show_default=True, help="Swap on a virtio disk, MiB.")
-@click.option("--hog", type=click.IntRange(min=1), default=320, show_default=True, help="Memory memhog touches, MiB.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-balloon"), show_default=True, help=_OUT_HELP)
+@click.option("--memory", type=MiB(min=128), default="512MiB", show_default=True, help="Guest memory, whole MiB.")
+@click.option("--size", type=MiB(min=64), default="256MiB", show_default=True, help="Guest size the balloon leaves, whole MiB.")
+@click.option("--swap", type=MiB(min=16), default="256MiB", show_default=True, help="Swap on a virtio disk, whole MiB.")
+@click.option("--hog", type=MiB(min=1), default="320MiB", show_default=True, help="Memory memhog touches, whole MiB.")
 @click.option("--passes", type=click.IntRange(min=1), default=3, show_default=True, help="memhog's passes over it.")
 def balloon_cmd(out_dir: Path, memory: int, size: int, swap: int, hog: int, passes: int) -> None:
     """Inflate the balloon of a real guest (QEMU) and of its simulated twin, run the same
     page-touching program in both, and compare major faults, swap traffic and free memory read from
     the guest itself; the live backend's view of the real guest is shown beside the guest's own
-    figures."""
+    figures. It boots a QEMU guest (KVM if usable, else TCG) from the guest image `make setup`
+    builds, in a memory cgroup it removes after. Needs root, QEMU and the image; without them it
+    says what is missing and exits with status 77."""
     from memvisor import validate_balloon as vb
     from memvisor.live import launch
 
     if size >= memory:
-        raise MemvisorError(f"--size {size} must be below --memory {memory}", USAGE)
+        raise MemvisorError(f"--size {size}MiB must be below --memory {memory}MiB", USAGE)
     if hog >= size + swap:
         # The guest's kernel refuses memhog's mapping (or OOM-kills it) after the guest has booted.
-        raise MemvisorError(f"--hog {hog}: memhog must fit in what the ballooned guest has, --size {size} MiB of memory and --swap {swap} MiB of swap; "
-                            f"give less than {size + swap}", USAGE)
+        raise MemvisorError(f"--hog {hog}MiB: memhog must fit in what the ballooned guest has, --size {size} MiB of memory and --swap {swap} MiB of swap; "
+                            f"give less than {size + swap}MiB", USAGE)
     _check_out(out_dir)
     headroom = launch.QEMU_HEADROOM >> 20
     room = meminfo_mib("MemAvailable")
     if memory + headroom > room:
-        raise MemvisorError(f"--memory {memory}: a guest of {memory} MiB, and up to {headroom} MiB of QEMU's own beside it, needs more than this machine has available ({room:,} MiB)", USAGE)
+        raise MemvisorError(f"--memory {memory}MiB: a guest of {memory} MiB, and up to {headroom} MiB of QEMU's own beside it, needs more than this machine has available ({room:,} MiB)", USAGE)
     why = launch.available()
     if why:
         raise MemvisorError(f"validate balloon cannot run on this machine: {why}", SKIPPED)

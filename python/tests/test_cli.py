@@ -290,8 +290,12 @@ def test_error_and_warning_lines_print_brackets_and_colons_as_they_are(capsys):
 
 @pytest.mark.parametrize("args, option", [
     # (--cgroup-root: were the option accepted, the validation would refuse to run, not run.)
-    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "16,x"], "'--limits'"),
-    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "16,0"], "'--limits'"),
+    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "16MiB,x"], "'--limits'"),
+    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "16MiB,0B"], "'--limits'"),
+    # Sizes with their unit, as everywhere: a bare number is not taken for MiB.
+    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "16"], "'--limits'"),
+    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "1500KiB"], "'--limits'"),
+    (["validate", "balloon", "--memory", "512"], "'--memory'"),
     (["trace", "bench", "t.csv", "--frames", "1,,2"], "'--frames'"),
     (["trace", "bench", "t.csv", "--frames", ","], "'--frames'"),
     (["trace", "bench", "t.csv", "--frames", "4,1099511627776"], "'--frames'"),
@@ -536,7 +540,7 @@ def test_a_file_that_cannot_be_made_is_one_error_line(tmp_path, small_scenario):
     assert r.returncode == 1 and r.stderr.strip() == "error: /proc/memvisor-none: No such file or directory", r.stderr
 
 
-def test_validations_check_their_arguments_before_touching_the_machine(tmp_path):
+def test_validations_check_their_arguments_before_touching_the_machine(tmp_path, small_scenario):
     """Each validation refuses an --out that is not a run folder, and out-of-range sizes, before
     it changes a kernel setting or starts a guest (exit 2 at once, not after the real side ran)."""
     (tmp_path / "notes").mkdir()
@@ -545,9 +549,15 @@ def test_validations_check_their_arguments_before_touching_the_machine(tmp_path)
         r = memvisor("validate", form, "--out", "notes", cwd=tmp_path)
         assert r.returncode == 2 and "--out notes exists and is not a run folder" in r.stderr, (form, r.stderr)
     assert (tmp_path / "notes" / "mine.txt").read_text() == "keep"
+    # A simulated run's folder is a run folder, but not a validation's: it is not replaced.
+    assert memvisor("run", str(small_scenario), "--quiet", "--out", "sim", cwd=tmp_path).returncode == 0
+    for form in ("linux-paging", "ksm", "balloon"):
+        r = memvisor("validate", form, "--out", "sim", cwd=tmp_path)
+        assert r.returncode == 2 and "--out sim: holds a simulated or managed run" in r.stderr, (form, r.stderr)
+    assert (tmp_path / "sim" / "report.html").exists()
     for args, expect in [
         (["ksm", "--mixes", ""], "none given"),
-        (["linux-paging", "--limits", "99999999999"], "above this machine's memory"),
+        (["linux-paging", "--limits", "99999999999MiB"], "above this machine's memory"),
         (["linux-paging", "--working-set", "4095B"], "--working-set 4095B: from 1MiB"),
     ]:
         r = memvisor("validate", *args, cwd=tmp_path)
@@ -896,9 +906,9 @@ def test_validate_balloon_checks_its_sizes_and_a_guest_failure_is_one_line(tmp_p
     monkeypatch.setattr(validatecmd, "meminfo_mib", lambda field="MemTotal": 4000)
     for args, expect in [
         # The guest booted, then memhog's mmap failed: a traceback after the boot.
-        (["--memory", "128", "--size", "64", "--swap", "16", "--hog", "200"], "--hog 200: memhog must fit in what the ballooned guest has, --size 64 MiB of memory and --swap 16 MiB"),
+        (["--memory", "128MiB", "--size", "64MiB", "--swap", "16MiB", "--hog", "200MiB"], "--hog 200MiB: memhog must fit in what the ballooned guest has, --size 64 MiB of memory and --swap 16 MiB"),
         # A guest larger than the machine: its cgroup's limit no longer guards the machine.
-        (["--memory", "8000"], "--memory 8000: a guest of 8000 MiB, and up to 384 MiB of QEMU's own beside it, needs more than this machine has available (4,000 MiB)"),
+        (["--memory", "8000MiB"], "--memory 8000MiB: a guest of 8000 MiB, and up to 384 MiB of QEMU's own beside it, needs more than this machine has available (4,000 MiB)"),
     ]:
         r = CliRunner().invoke(cli.main, ["validate", "balloon", *args, "--out", "v"])
         assert r.exit_code == 2 and expect in r.output, (args, r.output)

@@ -70,7 +70,7 @@ def test_an_unknown_pattern_is_refused_before_anything_runs(tmp_path):
 
 
 @pytest.mark.parametrize("args, expect", [
-    (["--limits", "24,40,24"], "--limits: 24 given more than once"),
+    (["--limits", "24MiB,40MiB,24MiB"], "--limits: 24MiB given more than once"),
     (["--patterns", "stress,zipf,stress"], "--patterns: stress given more than once"),
 ])
 def test_a_point_given_twice_is_refused_before_anything_runs(tmp_path, args, expect):
@@ -85,7 +85,7 @@ def test_a_point_given_twice_is_refused_before_anything_runs(tmp_path, args, exp
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 def test_random_and_zipf_major_faults_fall_in_the_kernels_band(tmp_path):
-    r = run_cli("validate", "linux-paging", "--out", "v", "--working-set", "48MiB", "--limits", "12,24,36",
+    r = run_cli("validate", "linux-paging", "--out", "v", "--working-set", "48MiB", "--limits", "12MiB,24MiB,36MiB",
                 "--patterns", "random,zipf", "--repeats", "3", cwd=tmp_path)
     if r.returncode == 77:
         pytest.skip(r.stderr)
