@@ -127,6 +127,11 @@ def _vm_options(vm: tuple[str, ...], floor: tuple[str, ...], config: Path | None
     return raw, specs
 
 
+def _known_policy(policy: str, where: str = "") -> None:
+    if policy not in _core.policy_names():
+        raise MemvisorError(f"{where}unknown policy '{policy}' (policies: {', '.join(_core.policy_names())})", USAGE)
+
+
 def _rounds(n) -> str:
     return f"{n} round{'' if n == 1 else 's'}"
 
@@ -167,13 +172,15 @@ def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, 
     from memvisor.live.livehost import NOT_RESTORED
     from memvisor.live.manage import FolderInUse, ManageConfig, manage
 
+    # A policy named here is checked first: mistakes come out in the order they were typed.
+    if policy:
+        _known_policy(policy)
     raw, specs = _vm_options(vm, floor, config)
     where = f"{config}: policy: " if not policy and raw.get("policy") else ""
     policy = policy or raw.get("policy")
     if not policy:
         raise MemvisorError(f"no policy given (policies: {', '.join(_core.policy_names())})", USAGE)
-    if policy not in _core.policy_names():
-        raise MemvisorError(f"{where}unknown policy '{policy}' (policies: {', '.join(_core.policy_names())})", USAGE)
+    _known_policy(policy, where)
     cfg = ManageConfig(
         policy=policy,
         vms=specs,

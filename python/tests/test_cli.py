@@ -499,6 +499,9 @@ def test_manage_and_status_refuse_what_is_not_theirs(tmp_path, small_scenario):
     # A VM named twice; a simulated run's folder as --out (it would have been overwritten).
     r = memvisor("manage", "pressure", "--vm", "a=/x.sock", "--vm", "a=/y.sock", "--dry-run", cwd=tmp_path)
     assert r.returncode == 2 and "--vm a=...: given twice" in r.stderr, r.stderr
+    # The policy typed first is checked first, before the VMs are.
+    r = memvisor("manage", "bogus", cwd=tmp_path)
+    assert r.returncode == 2 and "unknown policy 'bogus'" in r.stderr, r.stderr
     assert memvisor("run", str(small_scenario), "--quiet", "--out", "sim", cwd=tmp_path).returncode == 0
     before = (tmp_path / "sim" / "summary.json").read_text()
     r = memvisor("manage", "pressure", "--vm", "a=/nonexistent.sock", "--dry-run", "--rounds", "1", "--out", "sim", cwd=tmp_path)
