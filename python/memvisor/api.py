@@ -133,7 +133,7 @@ def load(spec: str | dict, sets: Sequence[str] | None = (), variants: Sequence[s
     variant named in `variants`, if any: the others are not resolved, so their problems do not
     stop these; a name that is not a variant is a ScenarioError listing them). `sets` are
     'key=value' overrides; None for either is none. Errors name an override as `sets entry
-    'key=value'`; the scenarios' `warnings` name it as the command line does (`--set key=value`)."""
+    'key=value'`; the scenarios' `warnings` name it as the command line does (`--set key`)."""
     sets = listed(sets)
     try:
         return load_scenarios(spec, sets, variants)
@@ -141,25 +141,33 @@ def load(spec: str | dict, sets: Sequence[str] | None = (), variants: Sequence[s
         raise _core.ScenarioError(api_words(str(e), sets)) from None
 
 
-def listed(sets):
-    """`sets` read once (a generator), for the call and its messages; None is none. A string or a
-    dict is left for `load_scenarios` to refuse."""
+def listed(sets) -> list[str]:
+    """`sets` as a list of 'key=value' strings, read once (a generator), for the call and its
+    messages; None is none. Anything else is a TypeError, before any of it is used (a lone string
+    would be taken a character at a time)."""
     if sets is None:
         return []
-    return sets if isinstance(sets, (str, bytes, dict)) else list(sets)
+    if isinstance(sets, (str, bytes)):
+        raise TypeError(f"sets must be a list of 'key=value' strings, not one string: sets=[{sets!r}]")
+    if isinstance(sets, dict):
+        raise TypeError(f"sets must be a list of 'key=value' strings, not {sets!r}")
+    sets = list(sets)
+    if not all(isinstance(x, str) for x in sets):
+        raise TypeError(f"sets must be a list of 'key=value' strings, not {sets!r}")
+    return sets
 
 
 def api_words(message: str, sets: Sequence[str] = (), vary: tuple[str, Sequence[str]] | None = None) -> str:
     """A message of the engine's or the commands', which name overrides as the command line gives
     them (`--set key=value`, `--vary key=value`), in the words of the Python call that gave them:
     `sets` entries and a sweep's (`vary`: its key and) `values`."""
-    named = [(f"--set {x}", f"sets entry {x!r}") for x in sets if isinstance(x, str)]
+    named = [(f"--set {x}", f"sets entry {x!r}") for x in sets]
     # A warning names the key alone.
-    named += [(f"--set {x.split('=', 1)[0].strip()} ", f"the sets entry for {x.split('=', 1)[0].strip()} ") for x in sets if isinstance(x, str)]
+    named += [(f"--set {k} ", f"the sets entry for {k} ") for k in (x.split("=", 1)[0].strip() for x in sets)]
     if vary is not None:
         key, values = vary
         named += [(f"--vary {key}={v}", f"values entry {v!r} of {key}") for v in values]
-        named += [(f"--vary {key}:", f"values of {key}:"), (f"--vary {key} ", f"the values of {key} ")]
+        named += [(f"--vary {key}:", f"values of {key}:"), (f"--vary {key} ", f"the swept value of {key} ")]
     # Longest first: `--set a=10` holds `--set a=1`.
     for cli, api in sorted(named, key=lambda n: len(n[0]), reverse=True):
         message = message.replace(cli, api)
@@ -169,23 +177,15 @@ def api_words(message: str, sets: Sequence[str] = (), vary: tuple[str, Sequence[
 def load_scenarios(spec: str | dict, sets: Sequence[str] | None = (), variants: Sequence[str] | None = ()) -> list:
     """`load`, for the commands: errors name overrides by their command-line options."""
     # Python's usual way to leave an optional argument out.
-    sets = () if sets is None else sets
+    sets = listed(sets)
     variants = () if variants is None else variants
     if isinstance(variants, (str, bytes)):
         raise TypeError(f"variants must be a list of names, not the string {variants!r}")
     variants = list(variants)
     if not all(isinstance(x, str) for x in variants):
         raise TypeError(f"variants must be a list of names, not {variants!r}")
-    if isinstance(sets, (str, bytes)):
-        # A lone string would be taken a character at a time.
-        raise TypeError(f"sets must be a list of 'key=value' strings, not one string: sets=[{sets!r}]")
-    if isinstance(sets, dict):
-        raise TypeError(f"sets must be a list of 'key=value' strings, not {sets!r}")
-    sets = list(sets)  # once: a generator is read a single time
-    if not all(isinstance(x, str) for x in sets):
-        raise TypeError(f"sets must be a list of 'key=value' strings, not {sets!r}")
     text, origin = read_scenario_text(spec)
-    return _core.load(text, origin, list(sets), variants)
+    return _core.load(text, origin, sets, variants)
 
 
 def files_dir(scenario) -> Path | None:

@@ -142,8 +142,10 @@ def _check_sockets(specs: list) -> None:
     for s in specs:
         try:
             is_socket = stat.S_ISSOCK(os.stat(s.qmp).st_mode)
-        except OSError:
+        except FileNotFoundError:
             raise MemvisorError(f"VM {s.name}: no QMP socket at {s.qmp} (the path of its QEMU's -qmp unix:PATH,server)", USAGE) from None
+        except OSError as e:  # a folder it may not enter, a symlink loop
+            raise MemvisorError(f"VM {s.name}: {s.qmp}: {e.strerror}", USAGE) from None
         if not is_socket:
             raise MemvisorError(f"VM {s.name}: {s.qmp} is not a socket (give the path of its QEMU's -qmp unix:PATH,server)", USAGE)
 
@@ -160,7 +162,7 @@ _config_opt = click.option("--config", type=click.Path(dir_okay=False, path_type
 @_config_opt
 @click.option("--period", type=Number(min=0.1), help="Seconds between rounds (default: the policy's own).")
 @click.option("--dry-run", is_flag=True, help="Apply no decision: print what would be done and why. Observing still sets each guest's statistics interval (put back on exit) and clears the QEMU process's referenced bits each round.")
-@click.option("--ksm", "manage_ksm", is_flag=True, default=None, help="Let the policy set KSM (restored when the manager stops).")
+@click.option("--ksm/--no-ksm", "manage_ksm", default=None, help="Let the policy set KSM (restored when the manager stops), or not, whatever the config file says.")
 @click.option("--timeout", type=Number(min=0.01), help="Seconds a VM's monitor may take to answer (default 1).")
 @click.option("--rounds", type=click.IntRange(min=1), help="Stop after this many rounds (default: until SIGINT, SIGTERM or SIGHUP).")
 @click.option("--host-memory", type=ByteSize(), help="Manage the VMs as if the host had this much memory for them (default: the machine's).")
@@ -176,11 +178,11 @@ def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, 
     if policy:
         _known_policy(policy)
     raw, specs = _vm_options(vm, floor, config)
-    where = f"{config}: policy: " if not policy and raw.get("policy") else ""
-    policy = policy or raw.get("policy")
     if not policy:
-        raise MemvisorError(f"no policy given (policies: {', '.join(_core.policy_names())})", USAGE)
-    _known_policy(policy, where)
+        policy = raw.get("policy")
+        if not policy:
+            raise MemvisorError(f"no policy given (policies: {', '.join(_core.policy_names())})", USAGE)
+        _known_policy(policy, f"{config}: policy: ")
     cfg = ManageConfig(
         policy=policy,
         vms=specs,
@@ -250,8 +252,8 @@ def _manager_running(run: Path) -> bool:
 @_config_opt
 def status_cmd(run, vm, config) -> None:
     """The live host's current state: from a running manager's run folder RUN, or observed once
-    from the listed VMs (their QMP sockets must be free; each guest's statistics interval is set
-    for the reading and put back)."""
+    from the listed VMs (their QMP sockets must be free; a guest's balloon statistics are switched
+    on where off for the reading, and off again after)."""
     if run is not None:
         if vm or config:
             raise MemvisorError("give a manage run folder, or VMs to observe (--vm, --config), not both", USAGE)
@@ -265,7 +267,7 @@ def status_cmd(run, vm, config) -> None:
             if not run.is_dir():
                 raise MemvisorError(f"{run}: no such folder (give the folder `memvisor manage --out` writes)", USAGE) from None
             if (run / "summary.json").is_file() and not (run / "manage.json").is_file():
-                raise MemvisorError(f"{run}: a simulated run's folder; status reads the folder `memvisor manage --out` writes", USAGE) from None
+                raise MemvisorError(f"{run}: not a manage run's folder (a simulated run's or a validation's); status reads the folder `memvisor manage --out` writes", USAGE) from None
             raise MemvisorError(f"{run}: no status.json (is it a manage run folder?)", USAGE) from None
         except (OSError, ValueError, TypeError) as e:  # a folder, not UTF-8, not JSON, not an object
             raise MemvisorError(f"{run / 'status.json'}: not a manager's status ({e})", USAGE) from None

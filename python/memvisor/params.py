@@ -79,15 +79,16 @@ class MiB(click.ParamType):
         if isinstance(value, (int, tuple)):
             return value
         out = []
-        for item in str(value).split(",") if self.many else [str(value)]:
+        for item in (x.strip() for x in str(value).split(",")) if self.many else [str(value).strip()]:
             try:
-                b = _core.parse_bytes(item.strip())
+                b = _core.parse_bytes(item)
             except ValueError as e:
-                self.fail(str(e) if self.many is False else f"{value!r}: {e}; give sizes separated by commas", param, ctx)
-            if b % (1 << 20):
-                self.fail(f"'{item.strip()}' is not a whole number of MiB", param, ctx)
-            if b >> 20 < self.min:
-                self.fail(f"'{item.strip()}' is below {self.min}MiB, the least allowed", param, ctx)
+                why = str(e)
+            else:
+                why = "" if b % (1 << 20) == 0 else f"'{item}' is not a whole number of MiB"
+                why = why or ("" if b >> 20 >= self.min else f"'{item}' is below {self.min}MiB, the least allowed")
+            if why:
+                self.fail(f"{value!r}: {why}; give sizes separated by commas" if self.many else why, param, ctx)
             out.append(b >> 20)
         return tuple(out) if self.many else out[0]
 

@@ -208,6 +208,9 @@ def sweep(
         # A lone string would be swept a character at a time.
         raise TypeError(f"values must be a list of values, not one string: values=[{values!r}]")
     values, sets = list(values), api.listed(sets)
+    if twice := listed_twice([str(v) for v in values]):
+        # Its runs would be the same; and the table, a row per value, would have one index twice.
+        raise ValueError(f"values: {', '.join(twice)} given more than once; give each value once")
     try:
         grid = plan(spec, key, values, column, sets, vm)
     except (_core.ScenarioError, ValueError) as e:

@@ -28,7 +28,8 @@ def _check_out(out_dir: Path) -> None:
     except NotARunFolder as e:
         raise MemvisorError(f"--out {e}", USAGE) from None
     if any((out_dir / f).exists() for f in ("report.html", "scenario.toml", "manage.json")):
-        raise MemvisorError(f"--out {out_dir}: holds a simulated or managed run (a validation writes no report.html): name a new folder or an earlier validation's", USAGE)
+        raise MemvisorError(f"--out {out_dir}: holds a simulated or managed run (it has a report.html, scenario.toml or manage.json, which a validation never writes): "
+                            "name a new folder or an earlier validation's", USAGE)
 
 
 _OUT_HELP = "Run folder: new, empty or an earlier validation's (replaced)."
@@ -157,9 +158,9 @@ def ksm_cmd(out_dir: Path, mix_list: str | None, scans: int) -> None:
 
 @validate.command("balloon")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/validate-balloon"), show_default=True, help=_OUT_HELP)
-@click.option("--memory", type=MiB(min=128), default="512MiB", show_default=True, help="Guest memory, whole MiB.")
-@click.option("--size", type=MiB(min=64), default="256MiB", show_default=True, help="Guest size the balloon leaves, whole MiB.")
-@click.option("--swap", type=MiB(min=16), default="256MiB", show_default=True, help="Swap on a virtio disk, whole MiB.")
+@click.option("--memory", type=MiB(min=128), default="512MiB", show_default=True, help="Guest memory, whole MiB, at least 128MiB.")
+@click.option("--size", type=MiB(min=64), default="256MiB", show_default=True, help="Guest size the balloon leaves, whole MiB, at least 64MiB.")
+@click.option("--swap", type=MiB(min=16), default="256MiB", show_default=True, help="Swap on a virtio disk, whole MiB, at least 16MiB.")
 @click.option("--hog", type=MiB(min=1), default="320MiB", show_default=True, help="Memory memhog touches, whole MiB.")
 @click.option("--passes", type=click.IntRange(min=1), default=3, show_default=True, help="memhog's passes over it.")
 def balloon_cmd(out_dir: Path, memory: int, size: int, swap: int, hog: int, passes: int) -> None:

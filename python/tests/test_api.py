@@ -1,5 +1,7 @@
 """The Python API."""
 
+import warnings
+
 import pandas as pd
 import pytest
 
@@ -168,6 +170,14 @@ def test_wrong_arguments_are_named(small_scenario):
         memvisor.load(str(small_scenario), sets=(x for x in ["vm.g.memory=lots"]))
     with pytest.raises(_core.ScenarioError, match=r"^sets entry 'duration=2s': duration: also set by sets entry 'duration=1s'; give each value once$"):
         memvisor.run(str(small_scenario), sets=["duration=1s", "duration=2s"])
+    # A set that replaces a variant's value is a warning, in the call's words too.
+    varied = small_scenario.with_name("varied.toml")
+    varied.write_text(small_scenario.read_text() + '[[variant]]\nname = "b"\nset = { "vm.g.memory" = "256MiB" }\n')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        memvisor.run(str(varied), sets=["duration=1s", "vm.g.memory=300MiB"])
+    said = [str(w.message) for w in caught]
+    assert said and all("--" not in w for w in said) and any(w.startswith("the sets entry for vm.g.memory replaces") for w in said), said
     with pytest.raises(_core.ScenarioError, match=r"<dict>: vm\[1\].memory: not a scenario value: Object of type 'set'"):
         memvisor.load({"name": "x", "vm": [{"name": "g"}, {"memory": {1, 2}}]})
     for jobs in (0, -3, 1.5, "2", True):

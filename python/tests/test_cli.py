@@ -19,7 +19,7 @@ import memvisor as memvisor_api
 from conftest import SMALL, memvisor
 from memvisor import cli
 from memvisor.console import MemvisorError, warn
-from memvisor.params import IntList, Number
+from memvisor.params import IntList, MiB, Number
 from memvisor.runfolder import RunFolder
 
 
@@ -290,12 +290,13 @@ def test_error_and_warning_lines_print_brackets_and_colons_as_they_are(capsys):
 
 @pytest.mark.parametrize("args, option", [
     # (--cgroup-root: were the option accepted, the validation would refuse to run, not run.)
-    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "16MiB,x"], "'--limits'"),
-    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "16MiB,0B"], "'--limits'"),
+    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "16MiB,x"], "'--limits': '16MiB,x': 'x' does not start with a number"),
+    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "16MiB,0B"], "'--limits': '16MiB,0B': '0B' is below 1MiB"),
     # Sizes with their unit, as everywhere: a bare number is not taken for MiB.
-    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "16"], "'--limits'"),
-    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "1500KiB"], "'--limits'"),
-    (["validate", "balloon", "--memory", "512"], "'--memory'"),
+    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "16"], "'--limits': '16': '16' has no unit"),
+    (["validate", "linux-paging", "--cgroup-root", ".", "--limits", "1500KiB"], "'--limits': '1500KiB': '1500KiB' is not a whole number of MiB"),
+    (["validate", "balloon", "--memory", "512"], "'--memory': '512' has no unit"),
+    (["validate", "balloon", "--size", "32MiB"], "'--size': '32MiB' is below 64MiB"),
     (["trace", "bench", "t.csv", "--frames", "1,,2"], "'--frames'"),
     (["trace", "bench", "t.csv", "--frames", ","], "'--frames'"),
     (["trace", "bench", "t.csv", "--frames", "4,1099511627776"], "'--frames'"),
@@ -322,6 +323,14 @@ def test_int_list_accepts_lists_and_rejects_the_rest():
     for bad in ["", "1,,2", "a", "0", "3,-1", "1.5"]:
         with pytest.raises(click.BadParameter):
             t.convert(bad, None, None)
+
+
+def test_mib_takes_sizes_of_whole_mib():
+    assert MiB(min=1, many=True).convert("24MiB, 48MiB,1GiB", None, None) == (24, 48, 1024)
+    assert MiB(min=128).convert("512MiB", None, None) == 512
+    for bad in ["512", "1500KiB", "64MiB", "x", ""]:
+        with pytest.raises(click.BadParameter):
+            MiB(min=128).convert(bad, None, None)
 
 
 def test_number_refuses_what_is_not_a_finite_bound(tmp_path):
@@ -519,7 +528,7 @@ def test_manage_and_status_refuse_what_is_not_theirs(tmp_path, small_scenario):
     r = memvisor("status", "nope", cwd=tmp_path)
     assert r.returncode == 2 and "nope: no such folder" in r.stderr, r.stderr
     r = memvisor("status", "sim", cwd=tmp_path)
-    assert r.returncode == 2 and "sim: a simulated run's folder; status reads the folder `memvisor manage --out` writes" in r.stderr, r.stderr
+    assert r.returncode == 2 and "sim: not a manage run's folder (a simulated run's or a validation's)" in r.stderr, r.stderr
     # Observing VMs none of which answers is a failure a script can see.
     silent = socket.socket(socket.AF_UNIX)
     silent.bind(str(tmp_path / "silent.sock"))  # there, but not listening: connections are refused

@@ -72,7 +72,7 @@ def test_the_python_sweep_takes_a_list_and_warns_as_run_does(tmp_path):
         sweep(spec, "vm.g.workload.file-io.size", ["64MiB"], jobs=1)
     assert any("vm.g.workload.file-io.size" in str(w.message) for w in seen), [str(w.message) for w in seen]
     # In the call's words: its values and sets, not the command line's --vary and --set.
-    assert all("--" not in str(w.message) for w in seen) and any("the values of vm.g.workload.file-io.size" in str(w.message) for w in seen), \
+    assert all("--" not in str(w.message) for w in seen) and any(str(w.message).startswith("the swept value of vm.g.workload.file-io.size replaces") for w in seen), \
         [str(w.message) for w in seen]
     with pytest.raises(_core.ScenarioError, match=r"^values entry 'lots' of vm.g.memory: vm.g.memory: 'lots' does not start with a number"):
         sweep(spec, "vm.g.memory", ["96MiB", "lots"])
@@ -80,6 +80,12 @@ def test_the_python_sweep_takes_a_list_and_warns_as_run_does(tmp_path):
         sweep(spec, "vm.g.memory", ["96MiB"], sets=["vm.g.memory=1GiB"])
     with pytest.raises(ValueError, match=r"^values of vm.g.memory: 96MiB and 0.09375GiB are the same point once resolved"):
         sweep(spec, "vm.g.memory", ["96MiB", "0.09375GiB"])
+    with pytest.raises(ValueError, match=r"^values: 2 given more than once"):
+        sweep(spec, "vm.g.vcpus", [2, "2"])
+    # sets as load takes them, refused the same way before any is used.
+    for bad in ("duration=5s", {"duration": "5s"}, [1]):
+        with pytest.raises(TypeError, match="sets must be a list of 'key=value' strings"):
+            sweep(spec, "vm.g.memory", ["96MiB"], sets=bad)
 
 
 def test_the_table_does_not_depend_on_the_number_of_workers(tmp_path):

@@ -152,7 +152,9 @@ pub struct RawVm {
     pub frontswap_selfshrink: Option<Spanned<bool>>,
 }
 
-/// A workload; which fields apply depends on `kind` (checked when resolving).
+/// A workload; which fields apply depends on `kind` (checked when resolving). A field of some
+/// kinds only goes in `kind_fields` and `kind_specific_fields` (`resolve/workload.rs`) too, or the
+/// other kinds accept it unread.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawWorkload {
