@@ -160,7 +160,7 @@ def listed(sets) -> list[str]:
 def api_words(message: str, sets: Sequence[str] = (), vary: tuple[str, Sequence[str]] | None = None) -> str:
     """A message of the engine's or the commands', which name overrides as the command line gives
     them (`--set key=value`, `--vary key=value`), in the words of the Python call that gave them:
-    `sets` entries and a sweep's (`vary`: its key and) `values`."""
+    `sets` entries and a sweep's (`vary`: its key and) `values`, `vm` and `column`."""
     named = [(f"--set {x}", f"sets entry {x!r}") for x in sets]
     # A warning names the key alone.
     named += [(f"--set {k} ", f"the sets entry for {k} ") for k in (x.split("=", 1)[0].strip() for x in sets)]
@@ -168,6 +168,9 @@ def api_words(message: str, sets: Sequence[str] = (), vary: tuple[str, Sequence[
         key, values = vary
         named += [(f"--vary {key}={v}", f"values entry {v!r} of {key}") for v in values]
         named += [(f"--vary {key}:", f"values of {key}:"), (f"--vary {key} ", f"the swept value of {key} ")]
+        # The sweep's other arguments.
+        named += [("--vm ", "vm="), ("name one with --column", "name one with column="),
+                  ("added with --set report.columns=[...]", "added with sets=['report.columns=[...]']")]
     # Longest first: `--set a=10` holds `--set a=1`.
     for cli, api in sorted(named, key=lambda n: len(n[0]), reverse=True):
         message = message.replace(cli, api)

@@ -80,6 +80,10 @@ def test_the_python_sweep_takes_a_list_and_warns_as_run_does(tmp_path):
         sweep(spec, "vm.g.memory", ["96MiB"], sets=["vm.g.memory=1GiB"])
     with pytest.raises(ValueError, match=r"^values of vm.g.memory: 96MiB and 0.09375GiB are the same point once resolved"):
         sweep(spec, "vm.g.memory", ["96MiB", "0.09375GiB"])
+    with pytest.raises(_core.ScenarioError, match=r"^vm=nobody: no such VM in any run"):
+        sweep(spec, "vm.g.memory", ["96MiB"], vm="nobody")
+    with pytest.raises(_core.ScenarioError, match=r"added with sets=\['report.columns=\[...\]'\]\)$"):
+        sweep(spec, "vm.g.memory", ["96MiB"], column="nonesuch")
     with pytest.raises(ValueError, match=r"^values: 2 given more than once"):
         sweep(spec, "vm.g.vcpus", [2, "2"])
     # sets as load takes them, refused the same way before any is used.
