@@ -170,7 +170,8 @@ _config_opt = click.option("--config", type=click.Path(dir_okay=False, path_type
 def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, rounds, host_memory, out_dir) -> None:
     """Run POLICY against the live KVM host: every period, observe the listed VMs (QMP, cgroups,
     /proc), decide, apply, and log each decision with its reason. SIGTERM stops it cleanly and
-    leaves the balloons where they are."""
+    leaves the balloons where they are. POLICY (or the config's policy): static, esx, mom,
+    proxmox, pressure, xen-selfballoon or dmc."""
     from memvisor.live.livehost import NOT_RESTORED
     from memvisor.live.manage import FolderInUse, ManageConfig, manage
 

@@ -74,7 +74,7 @@ def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...] | 
     patterns = tuple(p.strip() for p in pattern_list.split(",") if p.strip())
     unknown = [p for p in patterns if p not in v.PATTERNS]
     if unknown or not patterns:
-        raise click.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(v.PATTERNS)}", param_hint="--patterns")
+        raise click.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(v.PATTERNS)}", param_hint="'--patterns'")
     # A point given twice would run twice and its miss count twice against "at most one miss per pattern".
     refuse_twice("--limits", [f"{x}MiB" for x in limit_list or ()])
     refuse_twice("--patterns", patterns)
@@ -130,7 +130,7 @@ def ksm_cmd(out_dir: Path, mix_list: str | None, scans: int) -> None:
     mixes = [m.strip() for m in mix_list.split(",") if m.strip()] if mix_list is not None else list(vk.MIXES)
     unknown = [m for m in mixes if m not in vk.MIXES]
     if unknown or not mixes:
-        raise click.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(vk.MIXES)}", param_hint="--mixes")
+        raise click.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(vk.MIXES)}", param_hint="'--mixes'")
     refuse_twice("--mixes", mixes)
     missing = vk.missing_prerequisites()
     if missing:

@@ -325,6 +325,17 @@ def test_int_list_accepts_lists_and_rejects_the_rest():
             t.convert(bad, None, None)
 
 
+def test_manage_help_lists_the_engines_policies():
+    """The help is written out (the command starts before the engine loads); it must name what
+    the engine has."""
+    from memvisor import _core
+    from memvisor.livecmd import manage_cmd
+
+    text = " ".join(manage_cmd.help.split())
+    listed = text.split("POLICY (or the config's policy): ")[1].rstrip(".").replace(" or ", ", ").split(", ")
+    assert listed == list(_core.policy_names())
+
+
 def test_mib_takes_sizes_of_whole_mib():
     assert MiB(min=1, many=True).convert("24MiB, 48MiB,1GiB", None, None) == (24, 48, 1024)
     assert MiB(min=128).convert("512MiB", None, None) == 512
