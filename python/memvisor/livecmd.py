@@ -300,5 +300,10 @@ def status_cmd(run, vm, config) -> None:
             err.print(f"{name}: {what}", highlight=False)
         status = {"vms": [{"name": v.spec.name, "reachable": v.reachable, **v.last} for v in host.vms]}
     out.print(_status_table(status))
+    if run is not None:
+        # Why a VM did not answer, which the live form has said already as it observed.
+        for v in status["vms"]:
+            if not v.get("reachable") and isinstance(v.get("error"), str):
+                out.print(f"{v['name']}: not answering at that round: {v['error']}", highlight=False)
     if run is None and not any(v["reachable"] for v in status["vms"]):
         raise MemvisorError("no listed VM answered", 1)

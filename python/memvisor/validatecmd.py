@@ -71,6 +71,9 @@ def linux_paging(out_dir: Path, working_set: int, limit_list: tuple[int, ...] | 
     big = [x for x in limit_list or () if x > machine]
     if big:
         raise MemvisorError(f"--limits {big[0]}MiB: above this machine's memory ({machine:,}MiB); the kernel side runs here", USAGE)
+    roomy = [x for x in limit_list or () if x << 20 >= working_set]
+    if roomy:
+        raise MemvisorError(f"--limits {roomy[0]}MiB: at or above the working set ({working_set >> 20}MiB), where nothing pages; give limits below it", USAGE)
     patterns = tuple(p.strip() for p in pattern_list.split(",") if p.strip())
     unknown = [p for p in patterns if p not in v.PATTERNS]
     if unknown or not patterns:

@@ -581,6 +581,7 @@ def test_validations_check_their_arguments_before_touching_the_machine(tmp_path,
     for args, expect in [
         (["ksm", "--mixes", ""], "none given"),
         (["linux-paging", "--limits", "99999999999MiB"], "above this machine's memory"),
+        (["linux-paging", "--limits", "48MiB,96MiB"], "--limits 96MiB: at or above the working set (96MiB), where nothing pages"),
         (["linux-paging", "--working-set", "4095B"], "--working-set 4095B: from 1MiB"),
     ]:
         r = memvisor("validate", *args, cwd=tmp_path)
@@ -841,7 +842,8 @@ def test_status_says_when_the_manager_is_no_longer_running(tmp_path):
 
     run = tmp_path / "run"
     run.mkdir()
-    (run / "status.json").write_text(json.dumps({"time_s": 1.0, "policy": "pressure", "state": "", "dry_run": False, "vms": [{"name": "a", "reachable": False}]}))
+    (run / "status.json").write_text(json.dumps({"time_s": 1.0, "policy": "pressure", "state": "", "dry_run": False,
+                                                 "vms": [{"name": "a", "reachable": False, "error": "[Errno 111] Connection refused"}]}))
     fd = os.open(run, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -851,6 +853,7 @@ def test_status_says_when_the_manager_is_no_longer_running(tmp_path):
     assert r.returncode == 0 and "stopped" not in r.stdout and "no manager is running" not in r.stdout, r.stdout
     r = memvisor("status", "run", cwd=tmp_path)  # killed: no lock, no summary
     assert r.returncode == 0 and "no manager is running with this folder" in r.stdout, r.stdout
+    assert "a: not answering at that round: [Errno 111] Connection refused" in r.stdout, r.stdout
     (run / "summary.json").write_text(json.dumps({"stop": "stopped on SIGTERM", "rounds": 7}))
     r = memvisor("status", "run", cwd=tmp_path)
     assert r.returncode == 0 and "the manager has stopped: stopped on SIGTERM after 7 rounds" in r.stdout, r.stdout
