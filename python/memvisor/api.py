@@ -136,7 +136,7 @@ def load(spec: str | dict, sets: Sequence[str] | None = (), variants: Sequence[s
     'key=value'`; the scenarios' `warnings` name it as the command line does (`--set key`)."""
     sets = listed(sets)
     try:
-        return load_scenarios(spec, sets, variants)
+        return _load(spec, sets, variants)
     except _core.ScenarioError as e:
         raise _core.ScenarioError(api_words(str(e), sets)) from None
 
@@ -160,7 +160,7 @@ def listed(sets) -> list[str]:
 def api_words(message: str, sets: Sequence[str] = (), vary: tuple[str, Sequence[str]] | None = None) -> str:
     """A message of the engine's or the commands', which name overrides as the command line gives
     them (`--set key=value`, `--vary key=value`), in the words of the Python call that gave them:
-    `sets` entries and a sweep's (`vary`: its key and) `values`, `vm` and `column`."""
+    `sets` entries and a sweep's (`vary`: its key and) `values`."""
     named = [(f"--set {x}", f"sets entry {x!r}") for x in sets]
     # A warning names the key alone.
     named += [(f"--set {k} ", f"the sets entry for {k} ") for k in (x.split("=", 1)[0].strip() for x in sets)]
@@ -168,9 +168,6 @@ def api_words(message: str, sets: Sequence[str] = (), vary: tuple[str, Sequence[
         key, values = vary
         named += [(f"--vary {key}={v}", f"values entry {v!r} of {key}") for v in values]
         named += [(f"--vary {key}:", f"values of {key}:"), (f"--vary {key} ", f"the swept value of {key} ")]
-        # The sweep's other arguments.
-        named += [("--vm ", "vm="), ("name one with --column", "name one with column="),
-                  ("added with --set report.columns=[...]", "added with sets=['report.columns=[...]']")]
     # Longest first: `--set a=10` holds `--set a=1`.
     for cli, api in sorted(named, key=lambda n: len(n[0]), reverse=True):
         message = message.replace(cli, api)
@@ -179,8 +176,11 @@ def api_words(message: str, sets: Sequence[str] = (), vary: tuple[str, Sequence[
 
 def load_scenarios(spec: str | dict, sets: Sequence[str] | None = (), variants: Sequence[str] | None = ()) -> list:
     """`load`, for the commands: errors name overrides by their command-line options."""
+    return _load(spec, listed(sets), variants)
+
+
+def _load(spec: str | dict, sets: list[str], variants: Sequence[str] | None) -> list:
     # Python's usual way to leave an optional argument out.
-    sets = listed(sets)
     variants = () if variants is None else variants
     if isinstance(variants, (str, bytes)):
         raise TypeError(f"variants must be a list of names, not the string {variants!r}")
@@ -403,7 +403,7 @@ def run(
     reported as a warning (UserWarning)."""
     import warnings
 
-    sets = listed(sets)
+    sets = listed(sets)  # read once: its warnings below name its entries
     scenarios = load(spec, sets, variants)
     # A policy object replaces the scenario's host.policy: what that policy would ignore is moot.
     moot = {w for s in scenarios for w in s.policy_warnings} if policy is not None else set()

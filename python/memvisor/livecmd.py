@@ -14,7 +14,7 @@ from rich.table import Table
 from memvisor import _core
 from memvisor.console import USAGE, MemvisorError, err, fmt, out
 from memvisor.params import ByteSize, Number, listed_twice
-from memvisor.runfolder import NotARunFolder, check_location
+from memvisor.runfolder import NotARunFolder, check_location, run_kind
 
 try:
     import tomllib
@@ -267,7 +267,7 @@ def status_cmd(run, vm, config) -> None:
         except FileNotFoundError:
             if not run.is_dir():
                 raise MemvisorError(f"{run}: no such folder (give the folder `memvisor manage --out` writes)", USAGE) from None
-            if (run / "summary.json").is_file() and not (run / "manage.json").is_file():
+            if run_kind(run) in ("simulated", "validation"):
                 raise MemvisorError(f"{run}: not a manage run's folder (a simulated run's or a validation's); status reads the folder `memvisor manage --out` writes", USAGE) from None
             raise MemvisorError(f"{run}: no status.json (is it a manage run folder?)", USAGE) from None
         except (OSError, ValueError, TypeError) as e:  # a folder, not UTF-8, not JSON, not an object

@@ -81,9 +81,9 @@ class MiB(click.ParamType):
         out = []
         for item in (x.strip() for x in str(value).split(",")) if self.many else [str(value).strip()]:
             try:
-                b = _core.parse_bytes(item)
-            except ValueError as e:
-                why = str(e)
+                b = ByteSize().convert(item, None, None)
+            except click.BadParameter as e:
+                why = e.message
             else:
                 why = "" if b % (1 << 20) == 0 else f"'{item}' is not a whole number of MiB"
                 why = why or ("" if b >> 20 >= self.min else f"'{item}' is below {self.min}MiB, the least allowed")

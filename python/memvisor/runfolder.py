@@ -51,6 +51,17 @@ def is_run_folder(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink() and (path / "summary.json").is_file()
 
 
+def run_kind(path: Path) -> str | None:
+    """What a run folder holds, told by a file only that kind writes: "manage" (manage.json),
+    "simulated" (report.html or scenario.toml, which a validation never writes) or "validation";
+    None if `path` is not a run folder."""
+    if not is_run_folder(path):
+        return None
+    if (path / "manage.json").is_file():
+        return "manage"
+    return "simulated" if any((path / f).exists() for f in ("report.html", "scenario.toml")) else "validation"
+
+
 def scenario_of(path: Path) -> str | None:
     """The scenario whose run the run folder `path` holds, if it is one and says so."""
     try:

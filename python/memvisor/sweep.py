@@ -122,19 +122,27 @@ def refuse_sets_of(sets: Sequence[str], keys: Sequence[str], why: str) -> None:
                 raise _core.ScenarioError(f"--set {s}: {key} {why}")
 
 
-def plan(spec: str, key: str, values: Sequence[str], column: str | None = None, sets: Sequence[str] = (), vm: str | None = None) -> Grid:
+#: How the sweep's messages name its `vm` and `column` arguments and a report column's scenario
+#: key: the command line's options, or (`PYTHON_OPTIONS`) the Python call's arguments.
+CLI_OPTIONS = {"vm": "--vm ", "column": "--column", "columns": "--set report.columns=[...]"}
+PYTHON_OPTIONS = {"vm": "vm=", "column": "column=", "columns": "sets=['report.columns=[...]']"}
+
+
+def plan(spec: str, key: str, values: Sequence[str], column: str | None = None, sets: Sequence[str] = (), vm: str | None = None,
+         options: dict = CLI_OPTIONS) -> Grid:
     """One key's values (see `plan_points`)."""
     values = list(values)
     if not values:
         raise ValueError("a sweep needs at least one value")
-    return plan_points(spec, [{key: v} for v in values], column, sets, vm)
+    return plan_points(spec, [{key: v} for v in values], column, sets, vm, options=options)
 
 
 def plan_points(spec: str, points: Sequence[dict], column: str | None = None, sets: Sequence[str] = (), vm: str | None = None,
-                source: str = "--vary") -> Grid:
+                source: str = "--vary", options: dict = CLI_OPTIONS) -> Grid:
     """Loads the scenario once per point (the `sets`, then the point's overrides), so that a bad
     key, value or column raises the scenario's own `ScenarioError` before anything runs. Messages
-    locate a point's value in `source` (`--vary`, or `--points FILE:`)."""
+    locate a point's value in `source` (`--vary`, or `--points FILE:`) and name `vm` and `column`
+    as `options` does."""
     points = [dict(p) for p in points]
     if not points:
         raise ValueError("a sweep needs at least one point")
@@ -162,16 +170,16 @@ def plan_points(spec: str, points: Sequence[dict], column: str | None = None, se
     if vm is not None and vm not in names:
         group = [n for n in names if n.startswith(f"{vm}-") and n[len(vm) + 1:].isdigit()]
         what = f"a group of {len(group)} VMs, name one of them" if group else "no such VM in any run"
-        raise _core.ScenarioError(f"--vm {vm}: {what} (VMs: {some_of(names, 12)})")
+        raise _core.ScenarioError(f"{options['vm']}{vm}: {what} (VMs: {some_of(names, 12)})")
     if column is None:
         if not first.report_columns:
-            raise _core.ScenarioError(f"{first.name} has no report columns; name one with --column")
+            raise _core.ScenarioError(f"{first.name} has no report columns; name one with {options['column']}")
         column = first.report_columns[0]
     for s in (s for per_value in scenarios for s in per_value):
         if column not in s.report_columns:
             raise _core.ScenarioError(
                 f"'{column}' is not a report column of {s.name} (report columns: {', '.join(s.report_columns)}; "
-                "others can be added with --set report.columns=[...])"
+                f"others can be added with {options['columns']})"
             )
     return Grid(key, values, column, scenarios, origin, vm, points, source)
 
@@ -212,7 +220,7 @@ def sweep(
         # Its runs would be the same; and the table, a row per value, would have one index twice.
         raise ValueError(f"values: {', '.join(twice)} given more than once; give each value once")
     try:
-        grid = plan(spec, key, values, column, sets, vm)
+        grid = plan(spec, key, values, column, sets, vm, options=PYTHON_OPTIONS)
     except (_core.ScenarioError, ValueError) as e:
         raise type(e)(api.api_words(str(e), sets, (key, values))) from None
     for w in warnings_of(grid):

@@ -12,7 +12,7 @@ from rich.table import Table
 from memvisor import _core
 from memvisor.console import SKIPPED, USAGE, MemvisorError, OnceGroup, err, fmt, out, refuse_twice
 from memvisor.params import MiB, ByteSize
-from memvisor.runfolder import NotARunFolder, check_replaceable
+from memvisor.runfolder import NotARunFolder, check_replaceable, run_kind
 
 
 @click.group(cls=OnceGroup)
@@ -27,7 +27,7 @@ def _check_out(out_dir: Path) -> None:
         check_replaceable(out_dir)
     except NotARunFolder as e:
         raise MemvisorError(f"--out {e}", USAGE) from None
-    if any((out_dir / f).exists() for f in ("report.html", "scenario.toml", "manage.json")):
+    if run_kind(out_dir) in ("simulated", "manage"):
         raise MemvisorError(f"--out {out_dir}: holds a simulated or managed run (it has a report.html, scenario.toml or manage.json, which a validation never writes): "
                             "name a new folder or an earlier validation's", USAGE)
 
