@@ -36,7 +36,8 @@ pub struct Mm {
     pub wfast: Bitmap,
     /// Regions in creation order; a region's id is its index.
     pub regions: Vec<Region>,
-    /// Ranges of unmapped regions, free for reuse: (start, pages).
+    /// Free ranges below the table's end, for reuse: (start, pages), sorted by address, no two
+    /// adjacent.
     holes: Vec<(u32, u32)>,
     /// Resident pages.
     pub rss: u64,
@@ -46,22 +47,33 @@ pub struct Mm {
 
 impl Mm {
     /// Adds a region of `pages` virtual pages and returns its id, or `None` if the address space
-    /// is exhausted. An unmapped range of the same size is reused, as `mmap` after `munmap` of the
-    /// same length usually returns the same address; so a process that maps and unmaps in a loop
-    /// (`stress --vm`) keeps a page table of one region's size.
+    /// is exhausted. It goes in the lowest free range that fits, as the kernel's bottom-up mmap
+    /// layout places it (`vm_unmapped_area`; the default top-down layout is its mirror image). The
+    /// free range at the table's end is unbounded, as the gap below `mmap_base` is: a region that
+    /// fits nowhere else starts there and the table grows by what it lacks. So a process that maps
+    /// and unmaps in a loop (`stress --vm`, a job slot of `make` running one compiler after
+    /// another) keeps a page table of its largest region's size.
     pub fn map(&mut self, pages: u32) -> Option<u32> {
-        // An exact fit first, else the first hole large enough (its rest stays a hole).
-        let fit = self.holes.iter().position(|&(_, n)| n == pages).or_else(|| self.holes.iter().position(|&(_, n)| n > pages));
-        let start = match fit {
+        let len = self.pte.len() as u32;
+        let start = match self.holes.iter().position(|&(_, n)| n >= pages) {
             Some(i) => {
-                let (start, n) = self.holes.swap_remove(i);
+                let (start, n) = self.holes[i];
                 if n > pages {
-                    self.holes.push((start + pages, n - pages));
+                    self.holes[i] = (start + pages, n - pages);
+                } else {
+                    self.holes.remove(i);
                 }
                 start
             }
             None => {
-                let start = self.pte.len() as u32;
+                // The top hole, if it reaches the table's end, is the bottom of the open gap.
+                let start = match self.holes.last() {
+                    Some(&(s, n)) if s + n == len => {
+                        self.holes.pop();
+                        s
+                    }
+                    _ => len,
+                };
                 let end = start as usize + pages as usize;
                 if end >= PTE_MASK as usize {
                     return None;
@@ -77,11 +89,29 @@ impl Mm {
         Some((self.regions.len() - 1) as u32)
     }
 
-    /// Records that a region's range is free again.
+    /// Records that a region's range is free again, merged with the free ranges beside it (the
+    /// kernel's gaps are what lies between mappings, so two neighbouring gaps are one).
     pub fn unmap(&mut self, region: u32) {
         let r = &mut self.regions[region as usize];
         r.live = false;
-        self.holes.push((r.start, r.pages));
+        let (mut start, mut pages) = (r.start, r.pages);
+        // Holes are kept sorted by address.
+        let mut i = self.holes.partition_point(|&(s, _)| s < start);
+        if i < self.holes.len() && start + pages == self.holes[i].0 {
+            pages += self.holes.remove(i).1;
+        }
+        if i > 0 && self.holes[i - 1].0 + self.holes[i - 1].1 == start {
+            i -= 1;
+            start = self.holes[i].0;
+            pages += self.holes.remove(i).1;
+        }
+        self.holes.insert(i, (start, pages));
+    }
+
+    /// The live region holding virtual page `vpn` (`find_vma`), if any. A freed range may have
+    /// been reused, so only live regions count.
+    pub fn region_of(&self, vpn: u32) -> Option<Region> {
+        self.regions.iter().find(|r| r.live && r.start <= vpn && vpn < r.start + r.pages).copied()
     }
 
     /// Replaces a present entry with `pte` (a swap entry, or 0 for none): its accessed and fast bits go
@@ -280,6 +310,41 @@ impl Process {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn freed_ranges_merge_and_the_lowest_that_fits_is_reused() {
+        let mut mm = Mm::default();
+        let a = mm.map(10).unwrap();
+        let b = mm.map(5).unwrap();
+        let c = mm.map(7).unwrap();
+        assert_eq!((mm.regions[b as usize].start, mm.regions[c as usize].start), (10, 15));
+        mm.unmap(a);
+        mm.unmap(b);
+        // [0, 15) is one free range now: a 12-page region fits at 0, where neither hole alone would.
+        let d = mm.map(12).unwrap();
+        assert_eq!(mm.regions[d as usize].start, 0);
+        assert_eq!(mm.pte.len(), 22, "the table did not grow");
+        mm.unmap(c);
+        // [12, 22) is free and reaches the table's end: a 20-page region starts there and the table
+        // grows by the 10 pages it lacks.
+        let e = mm.map(20).unwrap();
+        assert_eq!((mm.regions[e as usize].start, mm.pte.len()), (12, 32));
+        assert_eq!(mm.region_of(14).map(|r| r.start), Some(12), "the live region, not c's freed one");
+        assert_eq!(mm.region_of(3).map(|r| r.pages), Some(12));
+    }
+
+    #[test]
+    fn one_region_at_a_time_keeps_the_table_at_the_largest() {
+        // A make job slot: one compiler's heap after another, of varying sizes.
+        let mut mm = Mm::default();
+        for n in [30u32, 10, 45, 20, 45, 5, 44, 1, 45] {
+            let r = mm.map(n).unwrap();
+            assert_eq!(mm.regions[r as usize].start, 0, "the lowest free range");
+            mm.unmap(r);
+        }
+        assert_eq!(mm.pte.len(), 45);
+        assert_eq!(mm.holes, vec![(0, 45)], "every freed range merged into one");
+    }
 
     #[test]
     fn ahead_spans_know_each_pages_last_visit() {

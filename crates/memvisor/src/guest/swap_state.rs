@@ -68,7 +68,7 @@ impl Guest {
             let left = ((win - 1) / 2) as i64;
             (vpn as i64 - left, vpn as i64 - left + win as i64)
         };
-        let region = proc.mm.regions.iter().find(|r| r.start <= vpn && vpn < r.start + r.pages).copied();
+        let region = proc.mm.region_of(vpn);
         let (rs, re) = region.map_or((vpn, vpn + 1), |r| (r.start, r.start + r.pages));
         let pmd = vpn - vpn % PMD_PAGES;
         let start = lo.max(rs as i64).max(pmd as i64) as u32;

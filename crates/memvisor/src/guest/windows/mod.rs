@@ -201,7 +201,7 @@ impl Guest {
         }
         let mm = &self.procs[pid as usize].mm;
         let pmd = vpn - vpn % 512;
-        let r = mm.regions.iter().find(|r| r.live && r.start <= vpn && vpn < r.start + r.pages).copied();
+        let r = mm.region_of(vpn);
         let (lo, hi) = r.map_or((vpn, vpn + 1), |r| (r.start.max(pmd), (r.start + r.pages).min(pmd + 512)));
         // Pages already in memory (standby, modified) do not end the cluster: the read covers their
         // blocks with a dummy page.
