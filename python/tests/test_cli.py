@@ -239,10 +239,18 @@ def test_a_run_replaces_an_earlier_run_but_nothing_else(tmp_path, small_scenario
     (tmp_path / "other.toml").write_text(other)
     r = memvisor("run", "other.toml", "--out", "out", "--quiet", cwd=tmp_path)
     assert r.returncode == 0 and "out holds a run of scenario '" in r.stderr and "this run of 'other-" in r.stderr, r.stderr
-    # A run folder of no scenario (manage's, validate's) is said to go too.
-    (tmp_path / "out" / "summary.json").write_text('{"policy": "mom"}')
+    # A simulated run's folder that names no scenario is said to go too.
+    (tmp_path / "out" / "summary.json").write_text('{"variants": []}')
     r = memvisor("run", "other.toml", "--out", "out", "--quiet", cwd=tmp_path)
-    assert r.returncode == 0 and "out holds another kind of run (no scenario" in r.stderr, r.stderr
+    assert r.returncode == 0 and "out holds a run that names no scenario" in r.stderr, r.stderr
+    # A manage run's or a validation's folder is refused, and left as it was.
+    for name, files in (("managed", ("summary.json", "manage.json")), ("validated", ("summary.json", "results.csv"))):
+        (tmp_path / name).mkdir()
+        for f in files:
+            (tmp_path / name / f).write_text("{}")
+        r = memvisor("run", "other.toml", "--out", name, "--quiet", cwd=tmp_path)
+        assert r.returncode == 2 and f"--out {name}: holds a " in r.stderr and "does not replace" in r.stderr, r.stderr
+        assert sorted(p.name for p in (tmp_path / name).iterdir()) == sorted(files)
     # An empty folder made for the run is written in, also the one the command runs in (which
     # cannot be renamed, as a mount point cannot).
     made = tmp_path / "made"
