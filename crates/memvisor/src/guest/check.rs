@@ -211,6 +211,9 @@ impl Guest {
         let mut slot_refs = 0u64;
         for proc in &self.procs {
             let mm = &proc.mm;
+            if let Err(e) = mm.check() {
+                return err(format!("process {}: {e}", proc.pid));
+            }
             let (mut rss, mut swapents) = (0, 0);
             for (vpn, &pte) in mm.pte.iter().enumerate() {
                 if pte & PTE_PRESENT != 0 {

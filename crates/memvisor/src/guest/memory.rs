@@ -203,15 +203,21 @@ impl Guest {
             }
             // A swap-cache hit moves the readahead position here and counts a readahead hit
             // (`swap_cache_get_folio`), so a sequential scan keeps its window going forward.
-            let ra = &mut self.procs[pid as usize].swap_ra;
-            ra.prev_vpn = vpn;
-            if self.pages.test_and_clear(p, PG_READAHEAD) {
+            let mm = &mut self.procs[pid as usize].mm;
+            let ra = mm.region_index(vpn).map(|i| &mut mm.regions[i].ra);
+            let hit = self.pages.test_and_clear(p, PG_READAHEAD);
+            if let Some(ra) = ra {
+                ra.prev_vpn = vpn;
+                if hit {
+                    ra.hits = (ra.hits + 1).min(SWAP_RA_HITS_MAX);
+                }
+            }
+            if hit {
                 if self.pages.has(p, PG_WRITEBACK) {
                     // Not a readahead page: the mark was reclaim's (the aliased bit).
                     self.nr_reclaim_wb -= 1;
                 }
                 self.vmstat.inc(Counter::SwapRaHit);
-                ra.hits = (ra.hits + 1).min(SWAP_RA_HITS_MAX);
             }
             self.procs[pid as usize].mm.swapents -= 1;
             if self.windows() {

@@ -19,6 +19,8 @@ pub struct Region {
     pub pages: u32,
     /// False once unmapped.
     pub live: bool,
+    /// Its swap readahead state (`vma->swap_readahead_info`): a new mapping starts afresh.
+    pub ra: SwapRa,
 }
 
 /// The memory descriptor (`mm_struct`) of a process.
@@ -49,11 +51,12 @@ impl Mm {
     /// Adds a region of `pages` virtual pages and returns its id, or `None` if the address space
     /// is exhausted. It goes in the lowest free range that fits, as the kernel's bottom-up mmap
     /// layout places it (`vm_unmapped_area`; the default top-down layout is its mirror image). The
-    /// free range at the table's end is unbounded, as the gap below `mmap_base` is: a region that
+    /// free space above the highest mapping is unbounded, as it is in that layout: a region that
     /// fits nowhere else starts there and the table grows by what it lacks. So a process that maps
     /// and unmaps in a loop (`stress --vm`, a job slot of `make` running one compiler after
     /// another) keeps a page table of its largest region's size.
     pub fn map(&mut self, pages: u32) -> Option<u32> {
+        debug_assert!(pages > 0, "an empty region would leave an empty free range");
         let len = self.pte.len() as u32;
         let start = match self.holes.iter().position(|&(_, n)| n >= pages) {
             Some(i) => {
@@ -66,17 +69,15 @@ impl Mm {
                 start
             }
             None => {
-                // The top hole, if it reaches the table's end, is the bottom of the open gap.
-                let start = match self.holes.last() {
-                    Some(&(s, n)) if s + n == len => {
-                        self.holes.pop();
-                        s
-                    }
-                    _ => len,
-                };
+                // The top hole, if it reaches the table's end, is the bottom of the open space above.
+                let top = matches!(self.holes.last(), Some(&(s, n)) if s + n == len);
+                let start = if top { self.holes[self.holes.len() - 1].0 } else { len };
                 let end = start as usize + pages as usize;
                 if end >= PTE_MASK as usize {
                     return None;
+                }
+                if top {
+                    self.holes.pop();
                 }
                 self.pte.resize(end, 0);
                 self.young.grow(end);
@@ -85,7 +86,7 @@ impl Mm {
                 start
             }
         };
-        self.regions.push(Region { start, pages, live: true });
+        self.regions.push(Region { start, pages, live: true, ra: SwapRa::default() });
         Some((self.regions.len() - 1) as u32)
     }
 
@@ -93,6 +94,7 @@ impl Mm {
     /// kernel's gaps are what lies between mappings, so two neighbouring gaps are one).
     pub fn unmap(&mut self, region: u32) {
         let r = &mut self.regions[region as usize];
+        debug_assert!(r.live, "region {region} unmapped twice");
         r.live = false;
         let (mut start, mut pages) = (r.start, r.pages);
         // Holes are kept sorted by address.
@@ -108,10 +110,50 @@ impl Mm {
         self.holes.insert(i, (start, pages));
     }
 
-    /// The live region holding virtual page `vpn` (`find_vma`), if any. A freed range may have
-    /// been reused, so only live regions count.
+    /// The index of the live region holding virtual page `vpn` (`find_vma`), if any. A freed range
+    /// may have been reused, so only live regions count; the newest region covering a page is the
+    /// only one that can be live, so the search goes newest first and stops there (a process that
+    /// maps a region per task, a make job slot running one compiler after another, keeps every
+    /// region it ever mapped).
+    pub fn region_index(&self, vpn: u32) -> Option<usize> {
+        let i = self.regions.iter().rposition(|r| r.start <= vpn && vpn < r.start + r.pages)?;
+        self.regions[i].live.then_some(i)
+    }
+
+    /// The live region holding virtual page `vpn`, if any.
     pub fn region_of(&self, vpn: u32) -> Option<Region> {
-        self.regions.iter().find(|r| r.live && r.start <= vpn && vpn < r.start + r.pages).copied()
+        self.region_index(vpn).map(|i| self.regions[i])
+    }
+
+    /// Checks the address space: live regions do not overlap, the free ranges are exactly what they
+    /// leave free below the table's end (sorted, none empty, no two touching), and every entry
+    /// outside a live region is empty.
+    pub fn check(&self) -> Result<(), String> {
+        let len = self.pte.len();
+        let mut live = vec![false; len];
+        for (id, r) in self.regions.iter().enumerate().filter(|(_, r)| r.live) {
+            let range = live.get_mut(r.start as usize..(r.start + r.pages) as usize);
+            match range {
+                Some(range) if !range.contains(&true) => range.fill(true),
+                _ => return Err(format!("region {id} at {}+{} overlaps another or passes the table's end {len}", r.start, r.pages)),
+            }
+        }
+        let mut free = Vec::new();
+        let mut v = 0;
+        while v < len {
+            let run = live[v..].iter().position(|&l| l).unwrap_or(len - v);
+            if run > 0 {
+                free.push((v as u32, run as u32));
+            }
+            v += run + live[v + run..].iter().position(|&l| !l).unwrap_or(len - v - run);
+        }
+        if free != self.holes {
+            return Err(format!("free ranges {:?} but the live regions leave {free:?}", self.holes));
+        }
+        match (0..len).find(|&v| !live[v] && self.pte[v] != 0) {
+            Some(v) => Err(format!("entry {v} outside every live region holds {:#x}", self.pte[v])),
+            None => Ok(()),
+        }
     }
 
     /// Replaces a present entry with `pte` (a swap entry, or 0 for none): its accessed and fast bits go
@@ -260,8 +302,6 @@ pub struct Process {
     pub stats: ProcStats,
     /// Named instants the workload recorded (e.g. "write-start").
     pub marks: Vec<(String, u64)>,
-    /// Swap readahead state.
-    pub swap_ra: SwapRa,
     /// Files this process created, by its own handle number.
     pub files: Vec<u32>,
     /// Index of the scenario workload this process runs.
@@ -291,7 +331,6 @@ impl Process {
             blocked_on_memory: false,
             stats: ProcStats::default(),
             marks: Vec::new(),
-            swap_ra: SwapRa::default(),
             files: Vec::new(),
             workload_index,
             memcg,
@@ -331,6 +370,29 @@ mod tests {
         assert_eq!((mm.regions[e as usize].start, mm.pte.len()), (12, 32));
         assert_eq!(mm.region_of(14).map(|r| r.start), Some(12), "the live region, not c's freed one");
         assert_eq!(mm.region_of(3).map(|r| r.pages), Some(12));
+    }
+
+    #[test]
+    fn any_sequence_of_maps_and_unmaps_keeps_the_free_ranges_exact() {
+        use rand::Rng as _;
+        let mut rng = crate::rng::stream(7, &[]);
+        let mut mm = Mm::default();
+        let mut live: Vec<u32> = Vec::new();
+        for _ in 0..3_000 {
+            if live.is_empty() || rng.random_range(0..5) < 3 {
+                live.push(mm.map(rng.random_range(1..=20)).unwrap());
+            } else {
+                mm.unmap(live.swap_remove(rng.random_range(0..live.len())));
+            }
+            mm.check().unwrap();
+        }
+        // Merged on both sides: three neighbours freed outer ones first.
+        let mut mm = Mm::default();
+        let ids: Vec<u32> = (0..3).map(|_| mm.map(4).unwrap()).collect();
+        mm.unmap(ids[0]);
+        mm.unmap(ids[2]);
+        mm.unmap(ids[1]);
+        assert_eq!(mm.holes, vec![(0, 12)]);
     }
 
     #[test]

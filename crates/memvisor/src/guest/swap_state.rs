@@ -5,7 +5,7 @@
 use super::bio::{Bio, BioKind, Submission, Waited};
 use super::page::{NONE, PG_LOCKED, PG_READAHEAD, PageKind};
 use super::page_alloc::Stall;
-use super::process::{PTE_MASK, PTE_SWAP};
+use super::process::{PTE_MASK, PTE_SWAP, SwapRa};
 use super::{Counter, Env, Guest, Replacement};
 
 /// Swap readahead never reads more than 2^5 pages (`SWAP_RA_ORDER_CEILING`).
@@ -46,8 +46,9 @@ impl Guest {
     fn swap_ra_window(&self, pid: u32, vpn: u32) -> (u32, u32, u32) {
         let cluster = if self.cfg.replacement == Replacement::ExactLru { 0 } else { self.cfg.sysctl.page_cluster };
         let max_win = 1u32 << cluster.min(SWAP_RA_ORDER_CEILING);
-        let proc = &self.procs[pid as usize];
-        let ra = proc.swap_ra;
+        let mm = &self.procs[pid as usize].mm;
+        let region = mm.region_of(vpn);
+        let ra = region.map_or(SwapRa::default(), |r| r.ra);
         let mut pages = ra.hits + 2;
         if pages == 2 {
             if vpn != ra.prev_vpn.wrapping_add(1) && vpn != ra.prev_vpn.wrapping_sub(1) {
@@ -68,7 +69,6 @@ impl Guest {
             let left = ((win - 1) / 2) as i64;
             (vpn as i64 - left, vpn as i64 - left + win as i64)
         };
-        let region = proc.mm.region_of(vpn);
         let (rs, re) = region.map_or((vpn, vpn + 1), |r| (r.start, r.start + r.pages));
         let pmd = vpn - vpn % PMD_PAGES;
         let start = lo.max(rs as i64).max(pmd as i64) as u32;
@@ -78,10 +78,10 @@ impl Guest {
 
     /// A fault at `vpn` read with a window of `win` pages: the next fault's window starts from it.
     fn swap_ra_commit(&mut self, pid: u32, vpn: u32, win: u32) {
-        let ra = &mut self.procs[pid as usize].swap_ra;
-        ra.prev_vpn = vpn;
-        ra.prev_win = win;
-        ra.hits = 0;
+        let mm = &mut self.procs[pid as usize].mm;
+        if let Some(i) = mm.region_index(vpn) {
+            mm.regions[i].ra = SwapRa { prev_vpn: vpn, prev_win: win, hits: 0 };
+        }
     }
 
     /// The neighbours of `vpn` in `[start, end)` that readahead would read: swapped out and not in
