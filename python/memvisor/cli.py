@@ -14,7 +14,7 @@ from memvisor import _core, api
 from memvisor.atomic import written_through
 from memvisor.console import SKIPPED, USAGE, MemvisorError, OnceGroup, check_output, err, fmt, given, out, some_of, warn
 from memvisor.signals import Terminated, sigterm_as_interrupt
-from memvisor.runfolder import NotARunFolder, RunFolder, is_run_folder, run_folder_around, run_kind, scenario_of
+from memvisor.runfolder import NotARunFolder, RunFolder, check_replaceable, is_run_folder, run_folder_around, scenario_of
 from memvisor.livecmd import manage_cmd, status_cmd
 from memvisor.plancmd import plan_cmd
 from memvisor.sweepcmd import sweep_cmd
@@ -63,7 +63,7 @@ def cases() -> None:
 
 @main.command()
 @click.argument("spec")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Run folder (default runs/<name>).")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Run folder: new, empty or an earlier simulated run's (replaced); default runs/<name>.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a scenario value, e.g. host.memory=4GiB.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Variants run at once (default: the number of CPUs).")
 @click.option("--variant", "variants", multiple=True, metavar="NAME", help="Run only this variant (repeatable).")
@@ -81,10 +81,11 @@ def run(spec: str, out_dir: Path | None, sets: tuple[str, ...], jobs: int | None
         warn(w)
     path = out_dir or Path("runs") / scenarios[0].name
     # A rerun replaces its folder; another scenario's run there is said to go, before the work.
-    kind = run_kind(path)
-    if kind in ("manage", "validation"):
-        what = "a manage run (it has a manage.json)" if kind == "manage" else "a validation (a run folder with no report.html or scenario.toml)"
-        raise MemvisorError(f"--out {path}: holds {what}, which a simulated run does not replace: name a new folder or an earlier simulated run's", USAGE)
+    # Refused before the work: a folder that is not an earlier simulated run's, nor empty.
+    try:
+        check_replaceable(path, "simulated")
+    except NotARunFolder as e:
+        raise MemvisorError(f"--out {e}", USAGE) from None
     before = scenario_of(path)
     if is_run_folder(path) and before != scenarios[0].name:
         what = f"a run of scenario '{before}'" if before else "a run that names no scenario"

@@ -52,14 +52,20 @@ def is_run_folder(path: Path) -> bool:
 
 
 def run_kind(path: Path) -> str | None:
-    """What a run folder holds, told by a file only that kind writes: "manage" (manage.json),
-    "simulated" (report.html or scenario.toml, which a validation never writes) or "validation";
-    None if `path` is not a run folder."""
+    """What a run folder holds, told by what only that kind writes: "manage" (manage.json),
+    "simulated" (a summary naming its scenario, a report.html or a scenario.toml, none of which a
+    validation writes) or "validation"; None if `path` is not a run folder."""
     if not is_run_folder(path):
         return None
     if (path / "manage.json").is_file():
         return "manage"
-    return "simulated" if any((path / f).exists() for f in ("report.html", "scenario.toml")) else "validation"
+    if scenario_of(path) or any((path / f).exists() for f in ("report.html", "scenario.toml")):
+        return "simulated"
+    return "validation"
+
+
+#: Each kind of run folder as a refusal names it.
+KIND_NAMES = {"simulated": "a simulated run", "manage": "a manage run", "validation": "a validation"}
 
 
 def scenario_of(path: Path) -> str | None:
@@ -104,14 +110,18 @@ def is_empty_folder(path: Path) -> bool:
     return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
 
 
-def check_replaceable(path: Path) -> None:
-    """Refuses (NotARunFolder) a path a run may not write: a run replaces an earlier run's folder
-    or an empty folder (made for it), never anything else that happens to be there, and is not put
-    where it would be lost (`check_location`). Commands whose work is long or changes the machine
-    check it before they start."""
+def check_replaceable(path: Path, kind: str) -> None:
+    """Refuses (NotARunFolder) a path a run of `kind` ("simulated", "validation") may not write: a
+    run replaces an earlier run's folder of its own kind or an empty folder (made for it), never
+    anything else that happens to be there, and is not put where it would be lost
+    (`check_location`). Commands whose work is long or changes the machine check it before they
+    start."""
     path = Path(path)
     if (path.exists() or path.is_symlink()) and not (is_run_folder(path) or is_empty_folder(path)):
         raise NotARunFolder(f"{path} exists and is not a run folder (it has no summary.json): name a new or empty folder, or an earlier run's")
+    found = run_kind(path)
+    if found not in (None, kind):
+        raise NotARunFolder(f"{path} holds {KIND_NAMES[found]}'s folder, not {KIND_NAMES[kind]}'s: name a new folder or an earlier {KIND_NAMES[kind][2:]}'s")
     check_location(path)
 
 
@@ -129,8 +139,10 @@ class RunFolder:
     written in, under a hidden folder whose contents move up when done, `summary.json` last.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, kind: str = "simulated"):
         self.path = Path(path)
+        #: The kind of run written (`check_replaceable`).
+        self.kind = kind
         #: The folder's own name, also where `path` is "." or ends in "..".
         absolute = Path(os.path.abspath(self.path))
         self.name = absolute.name
@@ -140,7 +152,7 @@ class RunFolder:
         self.committed = False
 
     def __enter__(self) -> RunFolder:
-        check_replaceable(self.path)
+        check_replaceable(self.path, self.kind)
         # Its error names the folder that could not be made, one the user can see.
         self.tmp.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.tmp, ignore_errors=True)

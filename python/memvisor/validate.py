@@ -380,7 +380,7 @@ def write_folder(out: Path, rows: list[Row], settings: dict) -> Path:
     """The comparison as a run folder: comparison.csv and summary.json."""
     import pandas as pd
 
-    with RunFolder(out) as folder:
+    with RunFolder(out, "validation") as folder:
         df = pd.json_normalize([asdict(r) for r in rows], sep="_")
         df.to_csv(folder.tmp / "comparison.csv", index=False)
         misses = {p: sum(1 for r in rows if r.pattern == p and r.within_band is False) for p in dict.fromkeys(r.pattern for r in rows)}

@@ -173,7 +173,7 @@ def run(out: Path, memory: int = 512, size: int = 256, swap: int = 256, hog: int
         "real": asdict(real),
         "simulated": asdict(sim),
     }
-    with RunFolder(out) as folder:
+    with RunFolder(out, "validation") as folder:
         (folder.tmp / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
         folder.commit([])
     return result

@@ -893,7 +893,7 @@ def run_validation(
         "ksm_settings_after": settings_after,
         "runs": runs,
     }
-    with RunFolder(Path(out_dir)) as folder:
+    with RunFolder(Path(out_dir), "validation") as folder:
         (folder.tmp / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         (folder.tmp / "results.md").write_text(markdown(summary), encoding="utf-8")
         return folder.commit([])

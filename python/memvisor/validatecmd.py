@@ -12,7 +12,7 @@ from rich.table import Table
 from memvisor import _core
 from memvisor.console import SKIPPED, USAGE, MemvisorError, OnceGroup, err, fmt, out, refuse_twice
 from memvisor.params import MiB, ByteSize
-from memvisor.runfolder import NotARunFolder, check_replaceable, run_kind
+from memvisor.runfolder import NotARunFolder, check_replaceable
 
 
 @click.group(cls=OnceGroup)
@@ -22,14 +22,11 @@ def validate() -> None:
 
 def _check_out(out_dir: Path) -> None:
     """A validation's --out, checked before it touches the machine, not after: an earlier
-    validation's folder is replaced, a simulated or managed run's is not."""
+    validation's folder is replaced, a simulated or manage run's is not."""
     try:
-        check_replaceable(out_dir)
+        check_replaceable(out_dir, "validation")
     except NotARunFolder as e:
         raise MemvisorError(f"--out {e}", USAGE) from None
-    if run_kind(out_dir) in ("simulated", "manage"):
-        raise MemvisorError(f"--out {out_dir}: holds a simulated or managed run (it has a report.html, scenario.toml or manage.json, which a validation never writes): "
-                            "name a new folder or an earlier validation's", USAGE)
 
 
 _OUT_HELP = "Run folder: new, empty or an earlier validation's (replaced)."

@@ -151,6 +151,13 @@ def test_write_run_folder_refuses_results_that_would_overwrite_each_other(small_
         memvisor.write_run_folder([], tmp_path / "none")
     assert sorted(p.name for p in tmp_path.iterdir()) == [small_scenario.name]
     assert memvisor.write_run_folder([a], tmp_path / "a").joinpath("summary.json").is_file()
+    # A manage run's folder is not a simulated run's to replace, from Python as from the CLI.
+    (tmp_path / "m").mkdir()
+    for f in ("summary.json", "manage.json"):
+        (tmp_path / "m" / f).write_text("{}")
+    with pytest.raises(ValueError, match="holds a manage run's folder, not a simulated run's"):
+        memvisor.write_run_folder([a], tmp_path / "m")
+    assert (tmp_path / "m" / "manage.json").read_text() == "{}"
 
 
 def test_wrong_arguments_are_named(small_scenario):

@@ -249,7 +249,7 @@ def test_a_run_replaces_an_earlier_run_but_nothing_else(tmp_path, small_scenario
         for f in files:
             (tmp_path / name / f).write_text("{}")
         r = memvisor("run", "other.toml", "--out", name, "--quiet", cwd=tmp_path)
-        assert r.returncode == 2 and f"--out {name}: holds a " in r.stderr and "does not replace" in r.stderr, r.stderr
+        assert r.returncode == 2 and f"--out {name} holds a " in r.stderr and "not a simulated run's" in r.stderr, r.stderr
         assert sorted(p.name for p in (tmp_path / name).iterdir()) == sorted(files)
     # An empty folder made for the run is written in, also the one the command runs in (which
     # cannot be renamed, as a mount point cannot).
@@ -458,11 +458,11 @@ def test_ctrl_c_while_the_command_loads_is_one_line():
 
 def test_run_folder_appears_only_on_commit(tmp_path):
     with RunFolder(tmp_path / "out") as folder:
-        (folder.tmp / "summary.json").write_text("{}")
+        (folder.tmp / "summary.json").write_text('{"scenario": "s"}')
         assert not (tmp_path / "out").exists()
         folder.commit([])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    assert (tmp_path / "out" / "summary.json").read_text() == "{}"
+    assert (tmp_path / "out" / "summary.json").read_text() == '{"scenario": "s"}'
     # A second run replaces the first.
     with RunFolder(tmp_path / "out") as folder:
         folder.commit([])
@@ -472,7 +472,7 @@ def test_run_folder_appears_only_on_commit(tmp_path):
 @pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt, None])
 def test_run_folder_left_without_commit_leaves_nothing(tmp_path, exc):
     (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "summary.json").write_text("{}")
+    (tmp_path / "out" / "summary.json").write_text('{"scenario": "s"}')
     (tmp_path / "out" / "old").write_text("an earlier run")
     try:
         with RunFolder(tmp_path / "out") as folder:
@@ -584,8 +584,14 @@ def test_validations_check_their_arguments_before_touching_the_machine(tmp_path,
     assert memvisor("run", str(small_scenario), "--quiet", "--out", "sim", cwd=tmp_path).returncode == 0
     for form in ("linux-paging", "ksm", "balloon"):
         r = memvisor("validate", form, "--out", "sim", cwd=tmp_path)
-        assert r.returncode == 2 and "--out sim: holds a simulated or managed run" in r.stderr, (form, r.stderr)
+        assert r.returncode == 2 and "--out sim holds a simulated run's folder, not a validation's" in r.stderr, (form, r.stderr)
     assert (tmp_path / "sim" / "report.html").exists()
+    # Nor is a manage run's.
+    (tmp_path / "managed").mkdir()
+    for f in ("summary.json", "manage.json"):
+        (tmp_path / "managed" / f).write_text("{}")
+    r = memvisor("validate", "ksm", "--out", "managed", cwd=tmp_path)
+    assert r.returncode == 2 and "--out managed holds a manage run's folder, not a validation's" in r.stderr, r.stderr
     for args, expect in [
         (["ksm", "--mixes", ""], "none given"),
         (["linux-paging", "--limits", "99999999999MiB"], "above this machine's memory"),
