@@ -19,7 +19,7 @@ from memvisor.api import as_text, simulate
 from memvisor.console import USAGE, MemvisorError, OnceGroup, check_output, describe_status, given, out, refuse_twice, warn
 from memvisor.params import Duration, IntList
 from memvisor.atomic import write_atomically, written_through
-from memvisor.traces import FORMATS, detect_format, read_trace
+from memvisor.traces import FORMATS, detect_format, named_format, read_trace
 
 
 @click.group("trace", cls=OnceGroup)
@@ -39,12 +39,16 @@ def _info_table(title: str, info: dict) -> Table:
     return t
 
 
-def _refuse_native_named_oracle(path: Path, option: str, read_as: str | None = None) -> None:
-    """A native trace under a name libCacheSim's tools read as oracleGeneral (memvisor tells it by
-    its magic, they by its name) is refused; `read_as` is the name's format, if known."""
-    if (read_as or detect_format(path, b"")) == "oracleGeneral":
+def _refuse_native_named_other(path: Path, option: str) -> None:
+    """A native trace under a name that says another format is refused: memvisor tells a native
+    trace by its magic, other tools (libCacheSim's, a csv reader) by its name."""
+    said = named_format(path)
+    if said == "oracleGeneral":
         raise MemvisorError(f"{option} {path}: a name ending in .oracleGeneral or .bin says libCacheSim's format, and this "
                             "trace is written native; name it .mvtrace (or convert it --to oracleGeneral)", USAGE)
+    if said in ("csv", "lackey"):
+        raise MemvisorError(f"{option} {path}: a name ending in .{said} says {said} text, and this trace is written native "
+                            "(binary); name it .mvtrace", USAGE)
     if path.name.lower().endswith(".zst"):
         raise MemvisorError(f"{option} {path}: a name ending in .zst says one zstd frame, and a native trace has a header "
                             "before its compressed records; name it .mvtrace", USAGE)
@@ -65,7 +69,7 @@ def record(output: Path, instructions: bool, program: tuple[str, ...]) -> None:
         raise MemvisorError("valgrind is not installed (Debian: apt-get install valgrind)", USAGE)
     # Both found before anything runs: a recording can take minutes.
     check_output(output, "-o")
-    _refuse_native_named_oracle(output, "-o")
+    _refuse_native_named_other(output, "-o")
     if shutil.which(program[0]) is None:
         named = Path(program[0])
         # A path names a file directly; a bare name is looked up on PATH, as the shell would.
@@ -120,12 +124,16 @@ def convert(source: Path, dest: Path, src_fmt, dst_fmt: str, instructions: bool,
         raise MemvisorError(f"DEST {dest}: an oracleGeneral trace is known by its name, ending in .oracleGeneral or .bin, "
                             f"and this name would be read as {read_as}; name it so", USAGE)
     if dst_fmt == "native":
-        _refuse_native_named_oracle(dest, "DEST", read_as)
+        _refuse_native_named_other(dest, "DEST")
     zst = dest.name.lower().endswith(".zst")
     # An input format's own options given for another are said to be ignored.
     try:
         with open(source, "rb") as f:
-            fmt = src_fmt or detect_format(source, f.read(8))
+            found = detect_format(source, f.read(8))
+        fmt = src_fmt or found
+        # --from reads it as said; a file whose magic or name says otherwise is likely a mistake.
+        if src_fmt and src_fmt != found and (found == "native" or named_format(source)):
+            warn(f"{source} is read as {src_fmt} (--from), though its {'content' if found == 'native' else 'name'} says {found}")
     except OSError:
         fmt = src_fmt  # read_trace says why
     for param, opt, own in (("instructions", "--instructions", "lackey"), ("obj_id_col", "--obj-id-col", "csv"), ("delimiter", "--delimiter", "csv")):

@@ -11,17 +11,22 @@ NATIVE_SUFFIX = ".mvtrace"
 NATIVE_MAGIC = b"MVTRACE1"
 
 
+def named_format(path: Path) -> str | None:
+    """The format a trace file's name says, if it ends as one does (`.zst` aside): `.mvtrace`,
+    `.oracleGeneral` or `.bin`, `.csv`, `.lackey`; None for any other name."""
+    name = path.name.lower().removesuffix(".zst")
+    for ending, fmt in ((NATIVE_SUFFIX, "native"), (".oraclegeneral", "oracleGeneral"), (".bin", "oracleGeneral"), (".csv", "csv"), (".lackey", "lackey")):
+        if name.endswith(ending):
+            return fmt
+    return None
+
+
 def detect_format(path: Path, data: bytes) -> str:
     """The format of a trace file: the native magic (or the start of it: a native trace cut short
-    is reported as one), else the file name."""
-    name = path.name.lower().removesuffix(".zst")
-    if data.startswith(NATIVE_MAGIC) or (data and NATIVE_MAGIC.startswith(data[:8])) or name.endswith(NATIVE_SUFFIX):
+    is reported as one), else the file name, else lackey (valgrind's output has no usual name)."""
+    if data.startswith(NATIVE_MAGIC) or (data and NATIVE_MAGIC.startswith(data[:8])):
         return "native"
-    if name.endswith(".oraclegeneral") or name.endswith(".bin"):
-        return "oracleGeneral"
-    if name.endswith(".csv"):
-        return "csv"
-    return "lackey"
+    return named_format(path) or "lackey"
 
 
 def read_trace(path: str | Path, fmt: str | None = None, *, instructions: bool = False,
@@ -35,6 +40,7 @@ def read_trace(path: str | Path, fmt: str | None = None, *, instructions: bool =
         data = path.read_bytes()
     except OSError as e:
         raise _core.TraceError(f"{path}: cannot be read: {e.strerror}") from None
+    guessed = fmt is None and detect_format(path, data) == "lackey" and named_format(path) is None
     fmt = fmt or detect_format(path, data)
     try:
         if fmt == "native":
@@ -48,7 +54,10 @@ def read_trace(path: str | Path, fmt: str | None = None, *, instructions: bool =
         else:
             raise ValueError(f"unknown trace format '{fmt}' (formats: {', '.join(FORMATS)})")
     except _core.TraceError as e:
-        raise _core.TraceError(f"{path}: {e}") from None
+        # Read as lackey only because its name says no format: say how to name another.
+        hint = (f" ({path.name} was read as lackey, as a name with no trace ending is; a name ending in .csv, .oracleGeneral, .bin or "
+                ".mvtrace says another format, and `memvisor trace convert --from` reads one of any name)") if guessed else ""
+        raise _core.TraceError(f"{path}: {e}{hint}") from None
     # Nothing to replay is a mistake (an empty file, a csv whose one line was taken for a header),
     # not a run that finishes at once.
     if t.n_pages == 0:  # every reference touches a page

@@ -89,6 +89,18 @@ def test_convert_info_and_replay_from_the_command_line(traces, tmp_path):
         r = run_cli("trace", "convert", "prog.mvtrace", name, "--to", "oracleGeneral", cwd=tmp_path)
         assert r.returncode == 2 and f"DEST {name}: an oracleGeneral trace is known by its name" in r.stderr and f"read as {taken}" in r.stderr, r.stderr
         assert not (tmp_path / name).exists()
+    # Nor is a native trace written under a text format's name.
+    for name, said in [("n.csv", "csv"), ("n.lackey", "lackey")]:
+        r = run_cli("trace", "convert", "prog.mvtrace", name, cwd=tmp_path)
+        assert r.returncode == 2 and f"DEST {name}: a name ending in .{said} says {said} text" in r.stderr, r.stderr
+        assert not (tmp_path / name).exists()
+    # --from reads a file as said, with a word when its name says otherwise.
+    r = run_cli("trace", "convert", str(traces / "prog.lackey"), "as-csv.mvtrace", "--from", "csv", cwd=tmp_path)
+    assert "prog.lackey is read as csv (--from), though its name says lackey" in r.stderr, r.stderr
+    # A file read as lackey only because its name says no format is told how to say another.
+    (tmp_path / "table.txt").write_text("time,obj\n1,2\n")
+    r = run_cli("trace", "info", "table.txt", cwd=tmp_path)
+    assert r.returncode == 2 and "table.txt was read as lackey, as a name with no trace ending is" in r.stderr, r.stderr
     r = run_cli("trace", "convert", "prog.mvtrace", "no/such/folder/p.oracleGeneral", cwd=tmp_path)
     assert r.returncode == 2 and "the folder no/such/folder does not exist" in r.stderr, r.stderr
     r = run_cli("trace", "replay", "prog.mvtrace", "--frames", "20", "--json", cwd=tmp_path)
