@@ -198,6 +198,15 @@ def files_dir(scenario) -> Path | None:
     return None if scenario.files_from is None else Path(scenario.files_from)
 
 
+def series_frame(columns: dict):
+    """The engine's time series as a DataFrame. Its numeric columns come as little-endian f64
+    bytes (8 bytes a value, where a list of Python floats takes 32), read without a copy."""
+    import numpy as np
+    import pandas as pd
+
+    return pd.DataFrame({k: np.frombuffer(v, dtype="<f8") if isinstance(v, bytes) else v for k, v in columns.items()})
+
+
 def simulate(
     scenario,
     progress: Callable[[float, float | None], None] | None = None,
@@ -260,7 +269,7 @@ def simulate(
     r = sim.results()
     import pandas as pd
 
-    ts = pd.DataFrame(r["timeseries"])
+    ts = series_frame(r["timeseries"])
     decisions = pd.DataFrame(r["decisions"], columns=["time_s", "policy", "vm_id", "vm", "action", "reason", "outcome"])
     # A host-wide decision has no VM: a nullable integer column keeps the ids integers (a float
     # column would hold NaN, which decisions.jsonl cannot carry: NaN is not JSON).

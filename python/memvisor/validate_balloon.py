@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from memvisor import _core
+from memvisor import _core, api
 from memvisor.live import launch
 from memvisor.live.livehost import LiveHost, VmSpec
 from memvisor.live.monitor import Monitor, Unreachable
@@ -144,13 +144,13 @@ workload = {{ kind = "stress", pages = {hog * MIB // 4096}, passes = {passes}, s
     r = sim.results()
     c0 = json.loads(r0["summary_json"])["vms"][0]["counters"]
     c = json.loads(r["summary_json"])["vms"][0]["counters"]
-    ts = r["timeseries"]
+    ts = api.series_frame(r["timeseries"])
     side = Side(
         int(c["pgmajfault"] - c0["pgmajfault"]),
         int(c["pswpin_pages"] - c0["pswpin_pages"]),
         int(c["pswpout_pages"] - c0["pswpout_pages"]),
-        int(ts["MemTotal_KiB"][-1]),
-        int(ts["MemFree_KiB"][-1]),
+        int(ts["MemTotal_KiB"].iloc[-1]),
+        int(ts["MemFree_KiB"].iloc[-1]),
     )
     return side, json.loads(r["summary_json"])["sim_time_s"] - SIM_START_S
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList};
+use pyo3::types::{PyBytes, PyDict, PyList};
 
 mod convert;
 mod live;
@@ -362,18 +362,21 @@ impl Simulation {
         self.inner.check_invariants().map_err(RunError::new_err)
     }
 
-    /// Results: {"scenario_toml", "summary_json", "timeseries": {column: list}, "decisions": [dict]}.
+    /// Results: {"scenario_toml", "summary_json", "timeseries": {column: values}, "decisions":
+    /// [dict]}. The time series' numeric columns are little-endian f64 bytes (`time_s` too), 8
+    /// bytes a value where a list of Python floats would take 32 (`memvisor.api.series_frame`
+    /// reads them); `vm` and `state` are lists of strings.
     fn results<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let r = self.inner.results();
         let out = PyDict::new(py);
         out.set_item("scenario_toml", r.scenario_toml)?;
         out.set_item("summary_json", r.summary.to_json())?;
         let ts = PyDict::new(py);
-        ts.set_item("time_s", PyList::new(py, &r.series.time_s)?)?;
+        ts.set_item("time_s", f64_bytes(py, &r.series.time_s)?)?;
         ts.set_item("vm", PyList::new(py, &r.series.vm)?)?;
         ts.set_item("state", PyList::new(py, &r.series.state)?)?;
         for (name, col) in r.series.columns.iter().zip(&r.series.values) {
-            ts.set_item(*name, PyList::new(py, col)?)?;
+            ts.set_item(*name, f64_bytes(py, col)?)?;
         }
         out.set_item("timeseries", ts)?;
         let decisions = PyList::empty(py);
@@ -383,6 +386,16 @@ impl Simulation {
         out.set_item("decisions", decisions)?;
         Ok(out)
     }
+}
+
+/// A column of floats as little-endian bytes (numpy's `<f8`).
+fn f64_bytes<'py>(py: Python<'py>, col: &[f64]) -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, col.len() * 8, |buf| {
+        for (chunk, v) in buf.chunks_exact_mut(8).zip(col) {
+            chunk.copy_from_slice(&v.to_le_bytes());
+        }
+        Ok(())
+    })
 }
 
 /// A logged decision as the run folder's decisions.jsonl has it.

@@ -19,11 +19,11 @@ use crate::units::{self, PAGE_SIZE};
 use crate::workloads::TraceSource;
 
 /// Everything a finished run produced.
-pub struct RunResult {
+pub struct RunResult<'a> {
     /// The scenario as resolved.
     pub scenario_toml: String,
-    /// Sampled counters.
-    pub series: TimeSeries,
+    /// Sampled counters, borrowed from the run (`into_owned` keeps them past it).
+    pub series: std::borrow::Cow<'a, TimeSeries>,
     /// Summary.
     pub summary: RunSummary,
     /// Policy decisions with reasons.
@@ -277,14 +277,19 @@ impl Simulation {
     }
 
     /// The results of a finished run.
-    pub fn results(&self) -> RunResult {
+    pub fn results(&self) -> RunResult<'_> {
         let s = &self.scenario;
         let scenario_toml = s.to_toml();
         match &self.host {
-            Hosted::Vms(h) => {
-                RunResult { scenario_toml, series: h.series.clone(), summary: h.summary(s), decisions: h.controller.log().to_vec() }
+            Hosted::Vms(h) => RunResult {
+                scenario_toml,
+                series: std::borrow::Cow::Borrowed(&h.series),
+                summary: h.summary(s),
+                decisions: h.controller.log().to_vec(),
+            },
+            Hosted::Denali(d) => {
+                RunResult { scenario_toml, series: std::borrow::Cow::Borrowed(d.series()), summary: d.summary(s), decisions: Vec::new() }
             }
-            Hosted::Denali(d) => RunResult { scenario_toml, series: d.series().clone(), summary: d.summary(s), decisions: Vec::new() },
         }
     }
 }

@@ -276,7 +276,8 @@ fn esx_policy_reclaims_without_touching_reservations_and_is_deterministic() {
     let free = &h[1];
     assert!(free.stats.ballooned_total > 0 && free.stats.swap_out > 0, "the unreserved VM was ballooned and swapped");
     assert_eq!(h[0].ballooned + h[0].swapped, 0, "the reserved VM keeps its memory");
-    let again = common::run(&s).results();
+    let rerun = common::run(&s);
+    let again = rerun.results();
     let first = sim.results();
     assert_eq!(first.summary.to_json(), again.summary.to_json());
     assert_eq!(first.series.bits(), again.series.bits());

@@ -315,8 +315,7 @@ fn lookahead_does_not_change_a_steady_state() {
              [[vm.workload]]\nkind = \"stress\"\npages = 56000\n\
              [report]\nwindow = [\"10s\", \"40s\"]\ncolumns = [\"pgmajfault/s\"]\n"
         ));
-        let r = common::run(&s).results();
-        r.summary.vms[0].report["pgmajfault/s"].unwrap()
+        common::run(&s).results().summary.vms[0].report["pgmajfault/s"].unwrap()
     };
     let (coarse, fine) = (run("1ms"), run("100us"));
     assert!(fine > 100.0, "the scenario must page steadily ({fine:.0} major faults/s)");

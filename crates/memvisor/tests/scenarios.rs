@@ -572,7 +572,8 @@ fn a_run_stepped_at_odd_instants_equals_one_run() {
     let text = scenario::case_text("paging-stress").unwrap();
     let sets = ["vm.kali.workload.stress.instances=5".to_string(), "vm.kali.workload.write-1GiB.start=20s".to_string()];
     let s = scenario::load(text, "x", &sets).unwrap().remove(0);
-    let whole = common::run(&s).results();
+    let once = common::run(&s);
+    let whole = once.results();
     let mut sim = memvisor::Simulation::new(&s).unwrap();
     let mut t = 0;
     while !sim.run_until(t).unwrap() {
