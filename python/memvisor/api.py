@@ -198,13 +198,20 @@ def files_dir(scenario) -> Path | None:
     return None if scenario.files_from is None else Path(scenario.files_from)
 
 
-def series_frame(columns: dict):
-    """The engine's time series as a DataFrame. Its numeric columns come as little-endian f64
-    bytes (8 bytes a value, where a list of Python floats takes 32), read without a copy."""
+def series_frame(ts: dict):
+    """The engine's time series (`Simulation.results()["timeseries"]`) as a DataFrame: `time_s`,
+    `vm`, `state`, then the numeric columns, which arrive as one block of little-endian f64s, a
+    column after another, and become the frame's without a copy."""
     import numpy as np
     import pandas as pd
 
-    return pd.DataFrame({k: np.frombuffer(v, dtype="<f8") if isinstance(v, bytes) else v for k, v in columns.items()})
+    rows = len(ts["vm"])
+    values = np.frombuffer(ts["values"], dtype="<f8").reshape(len(ts["columns"]), rows)
+    frame = pd.DataFrame(values.T, columns=ts["columns"], copy=False)
+    frame.insert(0, "state", ts["state"])
+    frame.insert(0, "vm", ts["vm"])
+    frame.insert(0, "time_s", np.frombuffer(ts["time_s"], dtype="<f8"))
+    return frame
 
 
 def simulate(

@@ -362,22 +362,22 @@ impl Simulation {
         self.inner.check_invariants().map_err(RunError::new_err)
     }
 
-    /// Results: {"scenario_toml", "summary_json", "timeseries": {column: values}, "decisions":
-    /// [dict]}. The time series' numeric columns are little-endian f64 bytes (`time_s` too), 8
-    /// bytes a value where a list of Python floats would take 32 (`memvisor.api.series_frame`
-    /// reads them); `vm` and `state` are lists of strings.
+    /// Results: {"scenario_toml", "summary_json", "timeseries", "decisions": [dict]}. The time
+    /// series is {"time_s": bytes, "vm": [str], "state": [str], "columns": [str], "values":
+    /// bytes}: `time_s` is little-endian f64s, `values` the numeric columns' little-endian f64s,
+    /// one column after another, 8 bytes a value where lists of Python floats would take 32
+    /// (`memvisor.api.series_frame` makes them a DataFrame without a copy).
     fn results<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let r = self.inner.results();
         let out = PyDict::new(py);
         out.set_item("scenario_toml", r.scenario_toml)?;
         out.set_item("summary_json", r.summary.to_json())?;
         let ts = PyDict::new(py);
-        ts.set_item("time_s", f64_bytes(py, &r.series.time_s)?)?;
+        ts.set_item("time_s", f64_bytes(py, std::slice::from_ref(&r.series.time_s))?)?;
         ts.set_item("vm", PyList::new(py, &r.series.vm)?)?;
         ts.set_item("state", PyList::new(py, &r.series.state)?)?;
-        for (name, col) in r.series.columns.iter().zip(&r.series.values) {
-            ts.set_item(*name, f64_bytes(py, col)?)?;
-        }
+        ts.set_item("columns", PyList::new(py, &r.series.columns)?)?;
+        ts.set_item("values", f64_bytes(py, &r.series.values)?)?;
         out.set_item("timeseries", ts)?;
         let decisions = PyList::empty(py);
         for d in &r.decisions {
@@ -388,10 +388,10 @@ impl Simulation {
     }
 }
 
-/// A column of floats as little-endian bytes (numpy's `<f8`).
-fn f64_bytes<'py>(py: Python<'py>, col: &[f64]) -> PyResult<Bound<'py, PyBytes>> {
-    PyBytes::new_with(py, col.len() * 8, |buf| {
-        for (chunk, v) in buf.chunks_exact_mut(8).zip(col) {
+/// Columns of floats as little-endian bytes (numpy's `<f8`), one column after another.
+fn f64_bytes<'py>(py: Python<'py>, cols: &[Vec<f64>]) -> PyResult<Bound<'py, PyBytes>> {
+    PyBytes::new_with(py, cols.iter().map(Vec::len).sum::<usize>() * 8, |buf| {
+        for (chunk, v) in buf.chunks_exact_mut(8).zip(cols.iter().flatten()) {
             chunk.copy_from_slice(&v.to_le_bytes());
         }
         Ok(())
