@@ -40,8 +40,9 @@ def read_trace(path: str | Path, fmt: str | None = None, *, instructions: bool =
         data = path.read_bytes()
     except OSError as e:
         raise _core.TraceError(f"{path}: cannot be read: {e.strerror}") from None
-    guessed = fmt is None and detect_format(path, data) == "lackey" and named_format(path) is None
-    fmt = fmt or detect_format(path, data)
+    found = detect_format(path, data)
+    guessed = fmt is None and found == "lackey" and named_format(path) is None
+    fmt = fmt or found
     try:
         if fmt == "native":
             t = _core.Trace.from_native(data)
