@@ -63,34 +63,67 @@ class ByteSize(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
-class MiB(click.ParamType):
-    """A size with a unit, as in scenarios, of a whole number of MiB (what QEMU's -m and a memory
-    cgroup's limit here are set in), at least `min` MiB; `many`: comma-separated sizes. Gives MiB."""
+class _Units(click.ParamType):
+    """A size with a unit, as in scenarios, given in whole units of `unit` bytes (`whole` names
+    them), at least `min` and at most `max` units; `many`: comma-separated sizes; `counts`: a bare
+    number is a count of units. Gives units."""
 
     name = "size"
+    unit, whole, counts = 1 << 20, "MiB", False
 
-    def __init__(self, min: int, many: bool = False):
-        self.min, self.many = min, many
+    def __init__(self, min: int, max: int | None = None, many: bool = False):
+        self.min, self.max, self.many = min, max, many
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
-        return "SIZE,SIZE,..." if self.many else "SIZE"
+        one = "N|SIZE" if self.counts else "SIZE"
+        return f"{one},{one},..." if self.many else one
+
+    def least(self) -> str:
+        """The least allowed, as said in an error."""
+        return f"{self.min}MiB"
 
     def convert(self, value, param: click.Parameter | None, ctx: click.Context | None):
         if isinstance(value, (int, tuple)):
             return value
         out = []
         for item in (x.strip() for x in str(value).split(",")) if self.many else [str(value).strip()]:
-            try:
-                b = ByteSize().convert(item, None, None)
-            except click.BadParameter as e:
-                why = e.message
+            why, n = "", 0
+            if self.counts and item.isdigit():
+                n = int(item)
             else:
-                why = "" if b % (1 << 20) == 0 else f"'{item}' is not a whole number of MiB"
-                why = why or ("" if b >> 20 >= self.min else f"'{item}' is below {self.min}MiB, the least allowed")
+                try:
+                    b = ByteSize().convert(item, None, None)
+                except click.BadParameter as e:
+                    why = f"'{item}' is neither a number of {self.whole} nor a size ({e.message})" if self.counts else e.message
+                else:
+                    n = b // self.unit
+                    why = "" if b % self.unit == 0 else f"'{item}' is not a whole number of {self.whole}"
+            if not why and n < self.min:
+                why = f"'{item}' is below {self.least()}, the least allowed"
+            if not why and self.max is not None and n > self.max:
+                why = f"'{item}' is {n:,} {self.whole}, above {self.max:,}, the most allowed"
             if why:
                 self.fail(f"{value!r}: {why}; give sizes separated by commas" if self.many else why, param, ctx)
-            out.append(b >> 20)
+            out.append(n)
         return tuple(out) if self.many else out[0]
+
+
+class MiB(_Units):
+    """A size with a unit of a whole number of MiB (what QEMU's -m and a memory cgroup's limit here
+    are set in), at least `min` MiB; `many`: comma-separated sizes. Gives MiB."""
+
+
+class Frames(_Units):
+    """Page frames: a count (`25600`) or a size with a unit, a whole number of 4 KiB pages
+    (`100MiB`), at least 1 and at most `max`; `many`: comma-separated. Gives frames."""
+
+    unit, whole, counts = 4096, "4 KiB frames", True
+
+    def __init__(self, max: int, many: bool = False):
+        super().__init__(min=1, max=max, many=many)
+
+    def least(self) -> str:
+        return "1 frame"
 
 
 class Duration(click.ParamType):

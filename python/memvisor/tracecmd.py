@@ -17,7 +17,7 @@ from rich.table import Table
 from memvisor import _core
 from memvisor.api import as_text, simulate
 from memvisor.console import USAGE, MemvisorError, OnceGroup, check_output, describe_status, given, out, refuse_twice, warn
-from memvisor.params import Duration, IntList
+from memvisor.params import Duration, Frames
 from memvisor.atomic import write_atomically, written_through
 from memvisor.traces import FORMATS, detect_format, named_format, read_trace
 
@@ -218,7 +218,7 @@ def replay_trace(t, name: str, frames: int, mode: str, loops: int = 1, compute_n
 
 @trace.command()
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--frames", "-c", type=click.IntRange(min=1, max=MAX_FRAMES), required=True, help="Page frames available to the process.")
+@click.option("--frames", "-c", type=Frames(max=MAX_FRAMES), required=True, help="Page frames available to the process: a count, or a size such as 100MiB (4 KiB frames).")
 @click.option("--mode", type=click.Choice(["exact-lru", "linux"]), default="exact-lru", show_default=True,
               help="exact-lru: every reference moves its page to the head of one recency list (libCacheSim's LRU); linux: the guest kernel's active and inactive lists and accessed bits.")
 @click.option("--loops", type=click.IntRange(min=1, max=2**32 - 1), default=1, show_default=True, help="Replay the trace this many times in a row.")
@@ -295,7 +295,7 @@ def peer_compare(t, name: str, sizes: list[int], repeats: int = 1) -> list[dict]
 
 @trace.command("bench")
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--frames", "-c", "sizes", type=IntList(min=1, max=MAX_FRAMES), required=True, help="Comma-separated cache sizes in frames, e.g. 100,1000,10000.")
+@click.option("--frames", "-c", "sizes", type=Frames(max=MAX_FRAMES, many=True), required=True, help="Comma-separated cache sizes in 4 KiB frames or with a unit, e.g. 100,1000,10000 or 4MiB,40MiB.")
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True, help="Runs of each side per size (medians are shown).")
 def bench_cmd(source: Path, sizes: tuple[int, ...], repeats: int) -> None:
     """Replay a trace through memvisor's exact-LRU guest and libCacheSim's LRU; check the miss

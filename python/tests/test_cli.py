@@ -19,7 +19,7 @@ import memvisor as memvisor_api
 from conftest import SMALL, memvisor
 from memvisor import cli
 from memvisor.console import MemvisorError, warn
-from memvisor.params import IntList, MiB, Number
+from memvisor.params import Frames, IntList, MiB, Number
 from memvisor.runfolder import RunFolder
 
 
@@ -309,6 +309,11 @@ def test_error_and_warning_lines_print_brackets_and_colons_as_they_are(capsys):
     (["trace", "bench", "t.csv", "--frames", ","], "'--frames'"),
     (["trace", "bench", "t.csv", "--frames", "4,1099511627776"], "'--frames'"),
     (["trace", "replay", "t.csv", "--frames", "1099511627776"], "'--frames'"),
+    # Frames are a count or a size with a unit, a whole number of 4 KiB pages.
+    (["trace", "replay", "t.csv", "--frames", "6KiB"], "'--frames' / '-c': '6KiB' is not a whole number of 4 KiB frames"),
+    (["trace", "replay", "t.csv", "--frames", "0"], "'--frames' / '-c': '0' is below 1 frame, the least allowed"),
+    (["trace", "replay", "t.csv", "--frames", "100x"], "'--frames' / '-c': '100x' is neither a number of 4 KiB frames nor a size"),
+    (["trace", "bench", "t.csv", "--frames", "4,8TiB"], "'--frames' / '-c': '4,8TiB': '8TiB' is 2,147,483,648 4 KiB frames, above"),
     (["trace", "replay", "t.csv", "--frames", "4", "--loops", "4294967297"], "'--loops'"),
     (["trace", "replay", "t.csv", "--frames", "4", "--compute", "18446744073709551615"], "'--compute'"),
     # A duration takes a unit, as in scenarios, and an hour at most.
@@ -322,6 +327,12 @@ def test_bad_lists_get_a_usage_error_naming_the_option(tmp_path, args, option):
     assert f"Invalid value for {option}" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+
+
+def test_frames_are_counts_or_sizes():
+    assert Frames(max=10**6).convert("100MiB", None, None) == 25_600
+    assert Frames(max=10**6).convert("25600", None, None) == 25_600
+    assert Frames(max=10**6, many=True).convert("4KiB, 3,1MiB", None, None) == (1, 3, 256)
 
 
 def test_int_list_accepts_lists_and_rejects_the_rest():
