@@ -15,6 +15,7 @@ from memvisor.atomic import written_through
 from memvisor.console import SKIPPED, USAGE, MemvisorError, OnceGroup, check_output, err, fmt, given, out, some_of, warn
 from memvisor.signals import Terminated, sigterm_as_interrupt
 from memvisor.runfolder import NotARunFolder, RunFolder, check_replaceable, is_run_folder, run_folder_around, scenario_of
+from memvisor.params import RunFolderPath
 from memvisor.livecmd import manage_cmd, status_cmd
 from memvisor.plancmd import plan_cmd
 from memvisor.sweepcmd import sweep_cmd
@@ -303,7 +304,7 @@ def bench(quick: bool, live: int | None) -> None:
 
 
 @main.command("report")
-@click.argument("run", type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("run", type=RunFolderPath())
 def report_cmd(run: Path) -> None:
     """Rebuild RUN's report.html (a self-contained page: charts, decisions, scenario)."""
     from memvisor import report
@@ -320,7 +321,7 @@ _COMPARE_OUT = Path("runs/compare.html")
 
 
 @main.command("compare")
-@click.argument("runs", nargs=-1, required=True, type=click.Path(file_okay=False, exists=True, path_type=Path))
+@click.argument("runs", nargs=-1, required=True, type=RunFolderPath())
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path), default=_COMPARE_OUT, show_default=True, help="The overlaid report.")
 def compare_cmd(runs: tuple[Path, ...], out_path: Path) -> None:
     """Compare run folders: each VM's runtime and report values side by side, with the ratio to

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from memvisor import _core
 from memvisor.console import USAGE, MemvisorError, err, fmt, out
-from memvisor.params import ByteSize, Number, listed_twice
+from memvisor.params import ByteSize, Number, RunFolderPath, listed_twice
 from memvisor.runfolder import NotARunFolder, check_location, run_kind
 
 try:
@@ -248,7 +248,7 @@ def _manager_running(run: Path) -> bool:
 
 
 @click.command("status")
-@click.argument("run", required=False, type=click.Path(file_okay=False, path_type=Path))
+@click.argument("run", required=False, type=RunFolderPath(exists=False, wants="the folder `memvisor manage --out` writes"))
 @_vm_opt
 @_config_opt
 def status_cmd(run, vm, config) -> None:

@@ -4,6 +4,7 @@ usage error naming the option (exit status 2) before the command runs."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import click
 
@@ -124,6 +125,26 @@ class Frames(_Units):
 
     def least(self) -> str:
         return "1 frame"
+
+
+#: What `report` and `compare` read.
+ANY_RUN = "a run folder (what `memvisor run`, `validate` or `manage` writes)"
+
+
+class RunFolderPath(click.Path):
+    """A run folder given to read: a file there is a usage error that says what is wanted (`wants`,
+    by default any run's folder, and then a scenario file is told how to run it), not click's
+    "Directory ... is a file"; `exists`: it must exist."""
+
+    def __init__(self, exists: bool = True, wants: str = ANY_RUN):
+        super().__init__(file_okay=False, exists=exists, path_type=Path)
+        self.wants = wants
+
+    def convert(self, value, param: click.Parameter | None, ctx: click.Context | None):
+        if Path(value).is_file():
+            hint = f"; to run a scenario file, `memvisor run {value}`" if self.wants == ANY_RUN and str(value).endswith(".toml") else ""
+            self.fail(f"'{value}' is a file: give {self.wants}{hint}", param, ctx)
+        return super().convert(value, param, ctx)
 
 
 class Duration(click.ParamType):

@@ -117,6 +117,16 @@ def test_a_damaged_run_file_is_named_not_a_traceback(run_folder, tmp_path, file,
     assert not (tmp_path / "c.html").exists()
 
 
+def test_a_file_given_for_a_run_folder_is_told_what_is_wanted(tmp_path):
+    (tmp_path / "v.toml").write_text("name = 'v'\n")
+    for args in (["report", "v.toml"], ["compare", "v.toml"]):
+        p = memvisor(*args, cwd=tmp_path)
+        assert p.returncode == 2 and "'v.toml' is a file: give a run folder" in p.stderr and "`memvisor run v.toml`" in p.stderr, p.stderr
+    p = memvisor("status", "v.toml", cwd=tmp_path)
+    assert p.returncode == 2 and "'v.toml' is a file: give the folder `memvisor manage --out` writes" in p.stderr and "memvisor run" not in p.stderr, p.stderr
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["v.toml"]
+
+
 TINY = """
 name = "tiny"
 duration = "10s"
