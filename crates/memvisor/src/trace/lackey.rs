@@ -106,6 +106,13 @@ impl LackeyReader {
         let (kind, body) = match l {
             [b'I', b' ', b' ', body @ ..] => (b'I', body),
             [b' ', k @ (b'L' | b'S' | b'M'), b' ', body @ ..] => (*k, body),
+            // A binary file (an executable, a compressed trace) is said to be one, not dumped.
+            _ if l.contains(&0) || std::str::from_utf8(l).is_err() => {
+                return Err(TraceError::at_line(
+                    self.line,
+                    "binary data, not text: not a lackey trace (valgrind --tool=lackey's text output)",
+                ));
+            }
             _ => return Err(bad("unknown record")),
         };
         let comma = body.iter().position(|&c| c == b',').ok_or_else(|| bad("no size"))?;
@@ -172,5 +179,9 @@ mod tests {
         let long = [b"X\x1b[2J".as_slice(), &[b'z'; 100_000], b"\n"].concat();
         let e = LackeyReader::new(false).feed(&long).unwrap_err().message;
         assert!(e.len() < 200 && e.contains("X\\u{1b}[2J") && e.contains("...'") && !e.contains('\x1b'), "{e}");
+        let e = LackeyReader::new(false).feed(b"\x7fELF\x02\x01\x01\0\0\n").unwrap_err();
+        assert!(e.at == "line 1" && e.message.starts_with("binary data, not text") && !e.message.contains("ELF"), "{}", e.message);
+        let e = LackeyReader::new(false).feed(b"(\xb5/\xfd zstd\n").unwrap_err();
+        assert!(e.message.starts_with("binary data"), "{}", e.message);
     }
 }
