@@ -31,6 +31,9 @@ class RunResult:
     decisions: pd.DataFrame
     wall_s: float = field(default=0.0)
     run_s: float = field(default=0.0)  # of wall_s, the time spent simulating
+    # A Python policy's calls of decide, and the real seconds they took (of run_s).
+    policy_calls: int = field(default=0)
+    policy_s: float = field(default=0.0)
 
     def report_rows(self) -> list[dict]:
         """The report rows, one per VM: `vm` and the scenario's report columns. The one place they
@@ -240,7 +243,7 @@ def simulate(
         raise ValueError(f"step_s must be simulated seconds, at least 1e-6 (inf: the whole run in one step), or None, not {step_s!r}")
     if traces is None:
         traces = load_traces(scenario, files_dir(scenario))
-    from memvisor.policy import instantiate, resolve
+    from memvisor.policy import check_decide, instantiate, resolve
 
     # Given with policy=, it replaces the scenario's host.policy; else a `python:` one is resolved.
     given = policy is not None
@@ -251,6 +254,8 @@ def simulate(
         policy = resolve(scenario.policy, files_dir(scenario))
     if isinstance(policy, type):
         policy = instantiate(policy, policy.__name__ if given else scenario.policy)
+    elif given:
+        check_decide(type(policy), type(policy).__name__)
     t0 = time.perf_counter()
     sim = _core.Simulation(scenario, traces, policy)
     t = 0.0
@@ -297,6 +302,8 @@ def simulate(
         decisions=decisions,
         wall_s=time.perf_counter() - t0,
         run_s=run_s,
+        policy_calls=sim.policy_time[0],
+        policy_s=sim.policy_time[1],
     )
 
 

@@ -149,7 +149,21 @@ def _report_finished(results: list[api.RunResult]) -> None:
             ids = ", ".join(f"#{i}" for i in dict.fromkeys(stray["vm_id"]))
             warn(f"{where}{len(stray):,} decisions of policy '{stray['policy'].iloc[0]}' name VMs the host does not have ({ids}); "
                  "they were refused (decisions.jsonl)")
+        # A target beyond the VM's memory is a policy's mistake the controller mends; say so.
+        over = d[d["outcome"].str.contains(r"^clamped to [^,]*, all of .*'s memory", regex=True)]
+        if len(over):
+            vms = ", ".join(dict.fromkeys(over["vm"]))
+            warn(f"{where}{len(over):,} decisions of policy '{over['policy'].iloc[0]}' asked for more than the VM's memory ({vms}); "
+                 "each was clamped to all of it (decisions.jsonl)")
+        if r.policy_s > max(POLICY_SLOW_S, r.run_s / 2):
+            warn(f"{where}policy '{r.summary['host']['policy']}' took {r.policy_s:.1f} s of the run's {r.run_s:.1f} s of "
+                 f"real time in decide ({r.policy_calls:,} calls, {1e3 * r.policy_s / max(r.policy_calls, 1):.1f} ms each); "
+                 "a longer period_s calls it less often")
 
+
+#: Real seconds a Python policy's decide may take over a run before the run says it was slow
+#: (and then only if it took half of the run's time or more).
+POLICY_SLOW_S = 1.0
 
 # Rows a run shows in the terminal; the rest are in its summary.json (a run of thousands of VMs
 # would otherwise print thousands of lines).

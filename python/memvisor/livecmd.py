@@ -170,8 +170,7 @@ _config_opt = click.option("--config", type=click.Path(dir_okay=False, path_type
 def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, rounds, host_memory, out_dir) -> None:
     """Run POLICY against the live KVM host: every period, observe the listed VMs (QMP, cgroups,
     /proc), decide, apply, and log each decision with its reason. SIGTERM stops it cleanly and
-    leaves the balloons where they are. POLICY (or the config's policy): static, esx, mom,
-    proxmox, pressure, xen-selfballoon or dmc."""
+    leaves the balloons where they are. POLICY (or the config's policy): {policies}."""
     from memvisor.live.livehost import NOT_RESTORED
     from memvisor.live.manage import FolderInUse, ManageConfig, manage
 
@@ -219,6 +218,10 @@ def manage_cmd(policy, vm, floor, config, period, dry_run, manage_ksm, timeout, 
     err.print(f"{summary['stop']} after {_rounds(summary['rounds'])}; balloons left where they are ({left or 'none reachable'})", highlight=False)
     for r in summary["restored"]:
         err.print(r if r.startswith(NOT_RESTORED) else f"restored {r}", highlight=False)
+
+
+# The engine's policies, a new one included (the help is read when the command is built).
+manage_cmd.help = manage_cmd.help.format(policies=", ".join(_core.policy_names()))
 
 
 def _status_table(status: dict) -> Table:

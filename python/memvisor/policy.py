@@ -18,6 +18,7 @@ a boolean for a number or a number for a boolean, naming the field and the value
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib
 import importlib.util
@@ -139,28 +140,59 @@ def _where(e: BaseException) -> str:
     return f"{tb[-1].filename}:{tb[-1].lineno}: " if tb else ""
 
 
+def _nearest(word: str, names) -> str | None:
+    """The nearest of `names` to `word` (a misspelling of it, or it of them), if one is near."""
+    near = difflib.get_close_matches(word, list(names), n=1, cutoff=0.6)
+    return near[0] if near else None
+
+
 def resolve(name: str, base: Path | None = None) -> type:
     """The class a scenario's `python:MODULE:CLASS` names; MODULE is looked for in `base` (the
-    scenario's folder) first, then on the path. A module that fails to import is a scenario
-    error naming where it failed."""
+    scenario's folder, or its `files_from`) first, then on the path. A module that fails to import
+    is a scenario error naming where it failed."""
     module, _, cls = name[len(PREFIX):].partition(":")
+    if base is not None and not base.is_dir():
+        raise _core.ScenarioError(f"host.policy: '{name}': the folder {base} that files_from names (where the module is looked for) does not exist")
     try:
         mod = _import(module, base)
+    except ModuleNotFoundError as e:
+        if e.name is not None and module.split(".")[0] != e.name.split(".")[0]:
+            # The module is there; something it imports is not.
+            raise _core.ScenarioError(f"host.policy: '{name}': module '{module}' failed as it was imported: {_where(e)}ModuleNotFoundError: {e}") from None
+        beside = f"no {module.replace('.', '/')}.py in {base} (the scenario's folder, or files_from's), nor " if base is not None else "no "
+        dotpy = f" (MODULE is a module's name, without .py: python:{module[:-3]}:{cls})" if module.endswith(".py") else ""
+        raise _core.ScenarioError(f"host.policy: '{name}': cannot import module '{module}': {beside}a module of that name on Python's path{dotpy}") from None
     except ImportError as e:
-        raise _core.ScenarioError(f"host.policy: '{name}': cannot import module '{module}': {e}") from None
+        raise _core.ScenarioError(f"host.policy: '{name}': cannot import module '{module}': {_where(e)}{e}") from None
     except (Exception, SystemExit) as e:  # a syntax error, anything the module raises, or its exit()
         raise _core.ScenarioError(f"host.policy: '{name}': module '{module}' failed as it was imported: {_where(e)}{type(e).__name__}: {e}") from None
     c = getattr(mod, cls, None)
     if not isinstance(c, type):
-        raise _core.ScenarioError(f"host.policy: '{name}': module '{module}' has no class '{cls}'")
+        policies = [k for k, v in vars(mod).items() if isinstance(v, type) and issubclass(v, Policy) and v is not Policy]
+        near = _nearest(cls, policies)
+        raise _core.ScenarioError(f"host.policy: '{name}': module '{module}' has no class '{cls}'" + (f"; did you mean '{near}'?" if near else ""))
     if not issubclass(c, Policy):
         raise _core.ScenarioError(f"host.policy: '{name}': class '{cls}' is not a memvisor.Policy subclass: write class {cls}(memvisor.Policy)")
     return c
 
 
+def check_decide(cls: type, name: str) -> None:
+    """A policy class that does not override `decide` (a misspelt method) is a scenario error
+    before the run, not a failure at its first decision."""
+    if issubclass(cls, Policy) and cls.decide is Policy.decide:
+        own = [k for c in cls.__mro__ if c not in (Policy, object) for k in vars(c) if callable(vars(c)[k]) and not k.startswith("__")]
+        near = _nearest("decide", own)
+        raise _core.ScenarioError(f"host.policy: '{name}': class '{cls.__name__}' does not override decide(view)"
+                                  + (f" (it defines {near}(): a misspelling?)" if near else ""))
+
+
 def instantiate(cls: type, name: str):
     """A new instance of a policy class; one whose constructor raises is a scenario error."""
+    check_decide(cls, name)
     try:
         return cls()
     except (Exception, SystemExit) as e:
+        if len(traceback.extract_tb(e.__traceback__)) == 1:  # raised by the call itself: its arguments
+            raise _core.ScenarioError(f"host.policy: '{name}': {cls.__name__}() raised {type(e).__name__}: {e}: a policy is made with "
+                                      "no arguments (give its settings as class attributes)") from None
         raise _core.ScenarioError(f"host.policy: '{name}': {cls.__name__}() raised {_where(e)}{type(e).__name__}: {e}") from None

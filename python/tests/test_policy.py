@@ -93,6 +93,89 @@ def test_a_scenario_names_a_python_policy_next_to_it(tmp_path: Path):
         assert p.returncode == 2 and expect in p.stderr and not (tmp_path / "bad").exists(), p.stderr
 
 
+def test_a_policy_module_s_mistakes_are_told_before_the_run(tmp_path: Path):
+    (tmp_path / "pol.py").write_text(
+        "from memvisor.policy import Policy\n"
+        "class MostFree(Policy):\n"
+        "    def decid(self, view):\n"
+        "        return []\n"
+        "class Args(Policy):\n"
+        "    def __init__(self, x):\n"
+        "        self.x = x\n"
+        "    def decide(self, view):\n"
+        "        return []\n"
+    )
+    (tmp_path / "uses.py").write_text("import no_such_library_here\n")
+    for policy, expect in [
+        ("python:pol:MostFree", "class 'MostFree' does not override decide(view) (it defines decid(): a misspelling?)"),
+        ("python:pol:MostFre", "module 'pol' has no class 'MostFre'; did you mean 'MostFree'?"),
+        ("python:pol:Args", "Args() raised TypeError: Args.__init__() missing 1 required positional argument: 'x': a policy is made with no arguments"),
+        # The module is there; what it imports is not: where that failed, not "cannot import".
+        ("python:uses:X", f"module 'uses' failed as it was imported: {tmp_path / 'uses.py'}:1: ModuleNotFoundError: No module named 'no_such_library_here'"),
+        ("python:nosuch:X", f"cannot import module 'nosuch': no nosuch.py in {tmp_path} (the scenario's folder, or files_from's), nor a module"),
+        ("python:pol.py:MostFree", "(MODULE is a module's name, without .py: python:pol:MostFree)"),
+    ]:
+        f = tmp_path / "s.toml"
+        f.write_text(SCENARIO.format(policy=policy))
+        (s,) = api.load(str(f))
+        with pytest.raises(memvisor.ScenarioError) as e:
+            api.simulate(s)
+        assert str(e.value).startswith(f"host.policy: '{policy}': ") and expect in str(e.value), str(e.value)
+    # A path for the module is refused as the scenario loads, saying where the file goes.
+    with pytest.raises(memvisor.ScenarioError, match="MODULE is a module's name, not a path: put the file"):
+        scenario("python:../pol:MostFree")
+    # files_from naming no folder is said, not taken for a module that is not there.
+    f.write_text(SCENARIO.format(policy="python:pol:Args").replace('seed = 3', f'seed = 3\nfiles_from = "{tmp_path / "gone"}"'))
+    (s,) = api.load(str(f))
+    with pytest.raises(memvisor.ScenarioError, match=f"the folder {tmp_path / 'gone'} that files_from names .* does not exist"):
+        api.simulate(s)
+
+    class Typo(memvisor.Policy):
+        def decide_(self, view):
+            return []
+
+    # Given to simulate, as a class or an instance, the same.
+    for given in (Typo, Typo()):
+        with pytest.raises(memvisor.ScenarioError, match=re.escape("class 'Typo' does not override decide(view) (it defines decide_(): a misspelling?)")):
+            api.simulate(scenario("static"), policy=given)
+
+
+def test_a_run_says_when_a_policy_overreached_or_was_slow(capsys):
+    from memvisor import cli
+
+    class Greedy(memvisor.Policy):
+        period_s = None
+
+        def decide(self, view):
+            return [memvisor.policy.balloon_target(v["id"], 2 * v["memory"], "all of it and more") for v in view["vms"]]
+
+    (s,) = _core.load(SCENARIO.format(policy="static").replace('reservation = "350MiB"', 'reservation = "0B"').replace('reservation = "128MiB"', 'reservation = "0B"')
+                      .replace('duration = "40s"', 'duration = "1s"'), "greedy.toml")
+    r = api.simulate(s, policy=Greedy)
+    assert r.policy_calls == 1 and 0 <= r.policy_s <= r.run_s
+    cli._report_finished([r])
+    err = capsys.readouterr().err
+    assert "2 decisions of policy 'Greedy' asked for more than the VM's memory (busy, idle); each was clamped" in err, err
+    assert "took" not in err
+
+    class Slow(memvisor.Policy):
+        period_s = 0.5
+
+        def decide(self, view):
+            import time
+
+            time.sleep(0.35)
+            return []
+
+    # Four calls in 2 simulated seconds: 1.4 s of real time, most of the run's.
+    (s,) = _core.load(SCENARIO.format(policy="static").replace('duration = "40s"', 'duration = "2s"'), "slow.toml")
+    r = api.simulate(s, policy=Slow)
+    assert r.policy_calls >= 4 and r.policy_s >= 1.4, (r.policy_calls, r.policy_s)
+    cli._report_finished([r])
+    err = capsys.readouterr().err
+    assert re.search(r"policy 'Slow' took \d+\.\d s of the run's \d+\.\d s of real time in decide \(\d calls, 3\d\d\.\d ms each\)", err), err
+
+
 def test_a_balloon_beyond_the_drivers_cap_is_logged_as_capped():
     class All(memvisor.Policy):
         name = "all"

@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
@@ -308,6 +309,8 @@ fn case_text(name: &str) -> Option<&'static str> {
 #[pyclass(module = "memvisor._core")]
 struct Simulation {
     inner: memvisor::Simulation,
+    /// A Python policy's time in `decide`.
+    spent: Option<Arc<pypolicy::Spent>>,
 }
 
 #[pymethods]
@@ -319,11 +322,17 @@ impl Simulation {
     fn new(scenario: &Scenario, traces: HashMap<String, PyRef<'_, Trace>>, policy: Option<Bound<'_, PyAny>>) -> PyResult<Self> {
         let traces: HashMap<String, Arc<memvisor::trace::Trace>> = traces.into_iter().map(|(k, v)| (k, v.inner.clone())).collect();
         let source = move |f: &str| traces.get(f).cloned().ok_or_else(|| format!("trace '{f}' was not loaded"));
-        let policy: Option<Box<dyn memvisor::policy::Policy>> = match policy {
-            Some(p) => Some(Box::new(pypolicy::PyPolicy::new(&p)?)),
-            None => None,
-        };
-        memvisor::Simulation::with_policy(&scenario.inner, &source, policy).map(|inner| Self { inner }).map_err(RunError::new_err)
+        let policy = policy.map(|p| pypolicy::PyPolicy::new(&p)).transpose()?;
+        let spent = policy.as_ref().map(pypolicy::PyPolicy::spent);
+        let policy = policy.map(|p| Box::new(p) as Box<dyn memvisor::policy::Policy>);
+        memvisor::Simulation::with_policy(&scenario.inner, &source, policy).map(|inner| Self { inner, spent }).map_err(RunError::new_err)
+    }
+
+    /// A Python policy's calls of `decide` so far and the real seconds they took: (0, 0.0) for a
+    /// built-in policy.
+    #[getter]
+    fn policy_time(&self) -> (u64, f64) {
+        self.spent.as_ref().map_or((0, 0.0), |s| (s.calls.load(Ordering::Relaxed), s.ns.load(Ordering::Relaxed) as f64 / 1e9))
     }
 
     /// Runs until simulated second `t` or the end, without holding the GIL. Returns whether the

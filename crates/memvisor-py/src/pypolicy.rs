@@ -1,11 +1,25 @@
 //! A policy written in Python (`memvisor.Policy`) as an engine [`Policy`]: the simulation calls it
 //! like a built-in one, with the same view, and logs its decisions the same way.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
 use memvisor::policy::{Decision, HostView, Policy};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::convert::{decision, view_dict};
+
+/// The real time a Python policy's `decide` took over a run: a slow policy is what makes a run
+/// slow, and the run says so (never part of its results, which do not depend on the machine).
+#[derive(Default)]
+pub struct Spent {
+    /// Calls of `decide`.
+    pub calls: AtomicU64,
+    /// Their real time, ns.
+    pub ns: AtomicU64,
+}
 
 /// The Python object, its name and period as read once at the start.
 pub struct PyPolicy {
@@ -13,6 +27,7 @@ pub struct PyPolicy {
     name: String,
     period_ns: Option<u64>,
     error: Option<String>,
+    spent: Arc<Spent>,
 }
 
 impl PyPolicy {
@@ -45,7 +60,18 @@ impl PyPolicy {
         if !attr("decide")?.is_callable() {
             return Err(bad(format!("policy '{name}': decide must be a method")));
         }
-        Ok(Self { obj: obj.clone().unbind(), name, period_ns: period.map(|p| (p * 1e9).round() as u64), error: None })
+        Ok(Self {
+            obj: obj.clone().unbind(),
+            name,
+            period_ns: period.map(|p| (p * 1e9).round() as u64),
+            error: None,
+            spent: Arc::default(),
+        })
+    }
+
+    /// Where the time its `decide` takes is counted.
+    pub fn spent(&self) -> Arc<Spent> {
+        self.spent.clone()
     }
 
     fn call(&self, py: Python<'_>, view: &HostView) -> PyResult<Vec<Decision>> {
@@ -71,12 +97,15 @@ impl Policy for PyPolicy {
 
     fn decide(&mut self, view: &HostView) -> Vec<Decision> {
         let at = view.time_ns as f64 / 1e9;
+        let t0 = Instant::now();
         let r = Python::attach(|py| {
             self.call(py, view).map_err(|e| {
                 let (place, frames) = raised_at(py, &e);
                 format!("policy '{}' failed at {at:.3} s of the run: {place}{e}{frames}", self.name)
             })
         });
+        self.spent.calls.fetch_add(1, Ordering::Relaxed);
+        self.spent.ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
         r.unwrap_or_else(|e| {
             self.error = Some(e);
             Vec::new()

@@ -172,6 +172,30 @@ fn nearest_field(name: &str, msg: &str) -> Option<String> {
     Some(names.join(" or "))
 }
 
+/// The fields a table of type `T` may hold, as serde lists them for an unknown one.
+fn fields_of<T: serde::de::DeserializeOwned>() -> Vec<String> {
+    let msg = toml::from_str::<T>("\"\\u0001\" = 0").err().map(|e| e.message().to_string()).unwrap_or_default();
+    msg.split_once("expected one of ").map_or(Vec::new(), |(_, list)| list.split('`').skip(1).step_by(2).map(str::to_string).collect())
+}
+
+/// The tables (`[host]`, `[[vm]]`, ...) that have the field `name` found unknown at the top level
+/// (serde's message lists the top level's fields), as "[host]" or "[host] or [[vm]]": a field
+/// written above its table's header, or with the header left out.
+fn top_level_slip(name: &str, msg: &str) -> Option<String> {
+    if !msg.contains("`files_from`") {
+        return None;
+    }
+    let tables = [
+        ("[host]", fields_of::<raw::RawHost>()),
+        ("[costs]", fields_of::<raw::RawCosts>()),
+        ("[[datastore]]", fields_of::<raw::RawDatastore>()),
+        ("[[vm]]", fields_of::<raw::RawVm>()),
+        ("[report]", fields_of::<raw::RawReport>()),
+    ];
+    let have: Vec<&str> = tables.iter().filter(|(_, f)| f.iter().any(|f| f == name)).map(|&(t, _)| t).collect();
+    (!have.is_empty()).then(|| have.join(" or "))
+}
+
 /// The dotted path (as `--set` takes it) of the key or value at `span` in `doc`: an entry of an
 /// array of tables by its `name`, else its `kind`, else its index. Searched through the whole
 /// document, since a table opened by a header spans only its header.
@@ -253,6 +277,8 @@ fn plain_error(src: &Source, e: toml::de::Error, doc: Option<&toml::de::DeTable>
             msg.push_str(&format!(
                 "; '{name}' is a top-level key: write it above the first [table] header, since everything after a header belongs to that table"
             ));
+        } else if let Some(tables) = top_level_slip(&name, &msg) {
+            msg.push_str(&format!("; it is a field of {tables}: write it under that header"));
         } else if let Some(near) = nearest_field(&name, &msg) {
             // A misspelling: the one name meant says more than the list of every field the table
             // may hold (a workload table lists the fields of every kind).

@@ -318,10 +318,18 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
             name: match &h.policy {
                 Some(p) if p.get_ref().starts_with(crate::policy::EXTERNAL_PREFIX) => {
                     if !crate::policy::is_external(p.get_ref()) {
+                        // A path where the module's name goes is the likely slip: say where files go.
+                        let module = p.get_ref()[crate::policy::EXTERNAL_PREFIX.len()..].rsplit_once(':').map_or("", |(m, _)| m);
+                        let path = if module.contains('/') || module.ends_with(".py") {
+                            "; MODULE is a module's name, not a path: put the file (MODULE.py) in the scenario's folder, or in the \
+                             folder files_from names, and name it without .py"
+                        } else {
+                            ""
+                        };
                         return c.err(
                             p.span(),
                             "host.policy",
-                            "a Python policy is named python:MODULE:CLASS, e.g. python:mypolicies:Greedy",
+                            format!("a Python policy is named python:MODULE:CLASS, e.g. python:mypolicies:Greedy{path}"),
                         );
                     }
                     p.get_ref().clone()
