@@ -19,7 +19,37 @@ err = Console(stderr=True, soft_wrap=True, markup=False, emoji=False)
 # Output that is not a terminal (CI logs, pipes, files) has no width: wide enough that no report
 # table is cut. `COLUMNS` is not consulted there: GNU readline exports the size of the terminal a
 # Python process started in to every child, so a stale 80 would narrow a log.
-out = Console(width=None if sys.stdout.isatty() else 1000, markup=False, emoji=False)
+
+
+class _TrimmedStdout:
+    """Standard output without the spaces a table pads its last column with at each line's end,
+    which a terminal does not show but a pipe, a log or a diff keeps. Writes go to whatever
+    `sys.stdout` is at the time (a test may have replaced it)."""
+
+    def __init__(self):
+        self._line = ""  # the unfinished line: its trailing spaces may yet be followed by text
+
+    def write(self, text: str) -> int:
+        *lines, self._line = (self._line + text).split("\n")
+        if lines:
+            sys.stdout.write("".join(f"{line.rstrip(' ')}\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._line:
+            sys.stdout.write(self._line)
+            self._line = ""
+        sys.stdout.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def encoding(self) -> str:
+        return getattr(sys.stdout, "encoding", None) or "utf-8"
+
+
+out = Console(markup=False, emoji=False) if sys.stdout.isatty() else Console(file=_TrimmedStdout(), width=1000, markup=False, emoji=False)
 
 #: Exit status of usage and scenario errors (as click's own usage errors).
 USAGE = 2

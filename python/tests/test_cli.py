@@ -35,6 +35,8 @@ def test_cases_lists_paging_stress(tmp_path):
     r = memvisor("cases", cwd=tmp_path)
     assert r.returncode == 0
     assert "paging-stress" in r.stdout
+    # Piped, a table's lines end at their text: no padding for a log or a diff to keep.
+    assert all(line == line.rstrip() for line in r.stdout.splitlines()) and r.stdout.endswith("\n"), repr(r.stdout)
 
 
 def test_run_writes_a_complete_run_folder(tmp_path, small_scenario):
