@@ -48,10 +48,17 @@ def _size(v, where: str) -> int:
         raise MemvisorError(f"{where}: {e}", USAGE) from None
 
 
-def _seconds(v, where: str, least: float) -> float:
-    """A config file's number of seconds, at least `least` (TOML has no unit for them)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= least or v == float("inf"):
-        raise MemvisorError(f"{where}: seconds, a number of at least {least:g}, not {v!r}", USAGE)
+#: The longest period between rounds, s: a day (a manager that looks less often does not manage).
+PERIOD_MAX_S = 86_400.0
+#: The longest a VM's monitor may be given to answer, s: QMP answers in milliseconds, and a
+#: monitor silent for ten minutes has hung (a longer wait also overflows a socket's timeout).
+TIMEOUT_MAX_S = 600.0
+
+
+def _seconds(v, where: str, least: float, most: float) -> float:
+    """A config file's number of seconds, from `least` to `most` (TOML has no unit for them)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not least <= v <= most:
+        raise MemvisorError(f"{where}: seconds, a number from {least:g} to {most:g}, not {v!r}", USAGE)
     return float(v)
 
 
@@ -75,9 +82,9 @@ def load_config(path: Path) -> tuple[dict, list]:
         raise MemvisorError(f"{path}: policy: a policy's name (a string), not {raw['policy']!r}", USAGE)
     if "ksm" in raw and not isinstance(raw["ksm"], bool):
         raise MemvisorError(f"{path}: ksm: true or false, not {raw['ksm']!r}", USAGE)
-    for key, least in (("period", 0.1), ("timeout", 0.01)):
+    for key, least, most in (("period", 0.1, PERIOD_MAX_S), ("timeout", 0.01, TIMEOUT_MAX_S)):
         if key in raw:
-            raw[key] = _seconds(raw[key], f"{path}: {key}", least)
+            raw[key] = _seconds(raw[key], f"{path}: {key}", least, most)
     if "host_memory" in raw:
         raw["host_memory"] = _size(raw["host_memory"], f"{path}: host_memory")
         if raw["host_memory"] == 0:
@@ -160,10 +167,10 @@ _config_opt = click.option("--config", type=click.Path(dir_okay=False, path_type
 @_vm_opt
 @_floor_opt
 @_config_opt
-@click.option("--period", type=Number(min=0.1), help="Seconds between rounds (default: the policy's own).")
+@click.option("--period", type=Number(min=0.1, max=PERIOD_MAX_S), help="Seconds between rounds, 0.1 to 86400 (default: the policy's own).")
 @click.option("--dry-run", is_flag=True, help="Apply no decision: print what would be done and why. Observing still sets each guest's statistics interval (put back on exit) and clears the QEMU process's referenced bits each round.")
 @click.option("--ksm/--no-ksm", "manage_ksm", default=None, help="Let the policy set KSM (restored when the manager stops), or not, whatever the config file says.")
-@click.option("--timeout", type=Number(min=0.01), help="Seconds a VM's monitor may take to answer (default 1).")
+@click.option("--timeout", type=Number(min=0.01, max=TIMEOUT_MAX_S), help="Seconds a VM's monitor may take to answer, 0.01 to 600 (default 1).")
 @click.option("--rounds", type=click.IntRange(min=1), help="Stop after this many rounds (default: until SIGINT, SIGTERM or SIGHUP).")
 @click.option("--host-memory", type=ByteSize(), help="Manage the VMs as if the host had this much memory for them (default: the machine's).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), help="Run folder (default runs/manage-POLICY).")

@@ -192,13 +192,14 @@ class KeyValues(click.ParamType):
 
 
 class Number(click.FloatRange):
-    """A finite number of at least `min`: click's FloatRange lets `nan` through (every comparison
-    with it is false) and `inf`, neither of which is a bound, a period or a timeout."""
+    """A finite number of at least `min` (and at most `max`): click's FloatRange lets `nan` through
+    (every comparison with it is false) and `inf`, neither of which is a bound, a period or a
+    timeout."""
 
     name = "number"
 
-    def __init__(self, min: float):
-        super().__init__(min=min)
+    def __init__(self, min: float, max: float | None = None):
+        super().__init__(min=min, max=max)
 
     def convert(self, value, param: click.Parameter | None, ctx: click.Context | None) -> float:
         v = super().convert(value, param, ctx)

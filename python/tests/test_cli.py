@@ -316,6 +316,8 @@ def test_error_and_warning_lines_print_brackets_and_colons_as_they_are(capsys):
     (["trace", "replay", "t.csv", "--frames", "0"], "'--frames' / '-c': '0' is below 1 frame, the least allowed"),
     (["trace", "replay", "t.csv", "--frames", "100x"], "'--frames' / '-c': '100x' is neither a number of 4 KiB frames nor a size"),
     (["trace", "bench", "t.csv", "--frames", "4,8TiB"], "'--frames' / '-c': '4,8TiB': '8TiB' is 2,147,483,648 4 KiB frames, above"),
+    (["manage", "pressure", "--timeout", "1e9"], "'--timeout': 1000000000.0 is not in the range 0.01<=x<=600"),
+    (["manage", "pressure", "--period", "1e9"], "'--period': 1000000000.0 is not in the range 0.1<=x<=86400"),
     (["trace", "replay", "t.csv", "--frames", "4", "--loops", "4294967297"], "'--loops'"),
     (["trace", "replay", "t.csv", "--frames", "4", "--compute", "18446744073709551615"], "'--compute'"),
     # A duration takes a unit, as in scenarios, and an hour at most.
@@ -512,9 +514,11 @@ def test_run_can_pick_variants(tmp_path, small_scenario):
 
 @pytest.mark.parametrize("config, expect", [
     ("ksm = 'false'\n", "ksm: true or false, not 'false'"),
-    ("period = -5\n", "period: seconds, a number of at least 0.1, not -5"),
-    ("period = nan\n", "period: seconds, a number of at least 0.1, not nan"),
-    ("timeout = 'x'\n", "timeout: seconds, a number of at least 0.01, not 'x'"),
+    ("period = -5\n", "period: seconds, a number from 0.1 to 86400, not -5"),
+    ("period = nan\n", "period: seconds, a number from 0.1 to 86400, not nan"),
+    ("timeout = 'x'\n", "timeout: seconds, a number from 0.01 to 600, not 'x'"),
+    # Past ten minutes a monitor has hung (and a socket's timeout overflows further on).
+    ("timeout = 1e12\n", "timeout: seconds, a number from 0.01 to 600, not 1000000000000.0"),
     ("host_memory = true\n", "host_memory: a size"),
     ("host_memory = '0B'\n", "host_memory: must be larger than zero"),
     # A bare number is no size: bytes or MiB would be a guess (4096 bytes: a host with no room).
