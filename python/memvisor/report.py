@@ -158,7 +158,7 @@ def _timeseries(path: Path):
     return df
 
 
-def _run(d: Path, label: str, variant: str | None, why: str) -> Run:
+def _run(d: Path, label: str, variant: str | None, why: str, timeseries=None) -> Run:
     for name in NEEDED:
         if not (d / name).exists():
             raise BadRun(f"{d}: {name} missing ({why})")
@@ -172,7 +172,7 @@ def _run(d: Path, label: str, variant: str | None, why: str) -> Run:
     return Run(
         label=label,
         path=d,
-        timeseries=_read(d / "timeseries.parquet", "a time series (Parquet)", _timeseries),
+        timeseries=_read(d / "timeseries.parquet", "a time series (Parquet)", _timeseries) if timeseries is None else timeseries,
         decisions=_read(d / "decisions.jsonl", "decisions (JSON lines)", _decisions),
         summary=summary,
         scenario=_read(scen, "a scenario (text)", lambda p: p.read_text(encoding="utf-8")) if scen.exists() else None,
@@ -180,20 +180,22 @@ def _run(d: Path, label: str, variant: str | None, why: str) -> Run:
     )
 
 
-def runs_in(folder: Path, label: str | None = None) -> list[Run]:
+def runs_in(folder: Path, label: str | None = None, frames: dict | None = None) -> list[Run]:
     """The runs of a run folder (a folder with a summary.json): itself, if it has a time series,
     or the variants its summary.json lists. A missing file, or one that cannot be read, raises
-    `BadRun`, naming it."""
+    `BadRun`, naming it. `frames`: the time series already in memory, by variant (None: the run
+    without variants), which are then not read back (a large run's would be a second copy)."""
+    frames = frames or {}
     folder = Path(folder)
     summ = folder / "summary.json"
     if not summ.is_file():
         raise BadRun(f"{folder}: not a run folder (it has no summary.json)")
     if (folder / "timeseries.parquet").exists():
-        return [_run(folder, label or folder.name, None, "a run folder with a time series has one")]
+        return [_run(folder, label or folder.name, None, "a run folder with a time series has one", frames.get(None))]
     variants = _read(summ, "a run folder's summary (JSON)", _variants)
     if not variants:
         raise BadRun(f"{folder}: no timeseries.parquet, and its summary.json lists no variants: a run folder without a time series has nothing to report")
-    return [_run(folder / v, f"{label}/{v}" if label else v, v, f"the folder's summary.json lists variant {v}") for v in variants]
+    return [_run(folder / v, f"{label}/{v}" if label else v, v, f"the folder's summary.json lists variant {v}", frames.get(v)) for v in variants]
 
 
 def _thin(df):

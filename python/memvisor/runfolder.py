@@ -183,9 +183,11 @@ class RunFolder:
         if results:
             from memvisor import report
 
-            # Labelled by the folder's final name, not the temporary one it is written under.
+            # Labelled by the folder's final name, not the temporary one it is written under; the
+            # time series are the ones in memory, not read back.
             alone = (self.tmp / "timeseries.parquet").exists()
-            runs = report.runs_in(self.tmp, label=self.name) if alone else None
+            frames = {r.variant: r.timeseries for r in results}
+            runs = report.runs_in(self.tmp, label=self.name if alone else None, frames=frames)
             report.write(self.tmp, runs, title=report.page_title(self.name, results[0].name))
         if self.fill:
             return self._fill()

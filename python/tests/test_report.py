@@ -100,6 +100,19 @@ def test_compare_sets_runs_side_by_side(run_folder, tmp_path):
     assert p.returncode == 2 and "--out /proc/nope/c.html: the folder /proc/nope does not exist" in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
+def test_a_run_s_time_series_in_memory_is_not_read_back(run_folder, tmp_path):
+    # The report of a finished run is made from the frames it has, the same page as from the files.
+    copy = tmp_path / "copy"
+    shutil.copytree(run_folder, copy)
+    frames = {r.variant: r.timeseries for r in report.runs_in(run_folder)}
+    for v in frames:
+        (copy / v / "timeseries.parquet").write_text("not read")
+    runs = report.runs_in(copy, frames=frames)
+    assert [r.variant for r in runs] == list(frames) and all(r.timeseries is frames[r.variant] for r in runs)
+    with pytest.raises(report.BadRun, match="cannot be read as a time series"):
+        report.runs_in(copy)
+
+
 @pytest.mark.parametrize("file, content, expect", [
     ("timeseries.parquet", "garbage", "cannot be read as a time series (Parquet)"),
     ("summary.json", "[1]", "cannot be read as a run summary (JSON): not an object"),
