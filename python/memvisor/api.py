@@ -255,7 +255,7 @@ def simulate(
     if isinstance(policy, type):
         policy = instantiate(policy, policy.__name__ if given else scenario.policy)
     elif given:
-        check_decide(type(policy), type(policy).__name__)
+        check_decide(policy, type(policy).__name__)
     t0 = time.perf_counter()
     sim = _core.Simulation(scenario, traces, policy)
     t = 0.0

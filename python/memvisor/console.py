@@ -24,7 +24,8 @@ err = Console(stderr=True, soft_wrap=True, markup=False, emoji=False)
 class _TrimmedStdout:
     """Standard output without the spaces a table pads its last column with at each line's end,
     which a terminal does not show but a pipe, a log or a diff keeps. Writes go to whatever
-    `sys.stdout` is at the time (a test may have replaced it)."""
+    `sys.stdout` is at the time (a test may have replaced it), past the stand-in a live progress
+    display puts there (it would send them to the display's stream)."""
 
     def __init__(self):
         self._line = ""  # the unfinished line: its trailing spaces may yet be followed by text
@@ -32,14 +33,18 @@ class _TrimmedStdout:
     def write(self, text: str) -> int:
         *lines, self._line = (self._line + text).split("\n")
         if lines:
-            sys.stdout.write("".join(f"{line.rstrip(' ')}\n" for line in lines))
+            self._stdout().write("".join(f"{line.rstrip(' ')}\n" for line in lines))
         return len(text)
 
     def flush(self) -> None:
         if self._line:
-            sys.stdout.write(self._line)
+            self._stdout().write(self._line)
             self._line = ""
-        sys.stdout.flush()
+        self._stdout().flush()
+
+    @staticmethod
+    def _stdout():
+        return getattr(sys.stdout, "rich_proxied_file", sys.stdout)
 
     def isatty(self) -> bool:
         return False

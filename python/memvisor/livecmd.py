@@ -51,7 +51,7 @@ def _size(v, where: str) -> int:
 #: The longest period between rounds, s: a day (a manager that looks less often does not manage).
 PERIOD_MAX_S = 86_400.0
 #: The longest a VM's monitor may be given to answer, s: QMP answers in milliseconds, and a
-#: monitor silent for ten minutes has hung (a longer wait also overflows a socket's timeout).
+#: monitor silent for ten minutes has hung (and 1e12 s overflowed the socket's timeout).
 TIMEOUT_MAX_S = 600.0
 
 

@@ -66,11 +66,11 @@ class ByteSize(click.ParamType):
 
 class _Units(click.ParamType):
     """A size with a unit, as in scenarios, given in whole units of `unit` bytes (`whole` names
-    them), at least `min` and at most `max` units; `many`: comma-separated sizes; `counts`: a bare
-    number is a count of units. Gives units."""
+    them, `counted` when counted), at least `min` and at most `max` units; `many`: comma-separated
+    sizes; `counts`: a bare number (ASCII digits) is a count of units. Gives units."""
 
     name = "size"
-    unit, whole, counts = 1 << 20, "MiB", False
+    unit, whole, counted, counts = 1 << 20, "MiB", "MiB", False
 
     def __init__(self, min: int, max: int | None = None, many: bool = False):
         self.min, self.max, self.many = min, max, many
@@ -89,8 +89,9 @@ class _Units(click.ParamType):
         out = []
         for item in (x.strip() for x in str(value).split(",")) if self.many else [str(value).strip()]:
             why, n = "", 0
-            if self.counts and item.isdigit():
-                n = int(item)
+            if self.counts and item.isascii() and item.isdigit():
+                # Past 20 digits it is above any maximum (and past 4,300, int() refuses it).
+                n = int(item) if len(item) <= 20 else 10**20
             else:
                 try:
                     b = ByteSize().convert(item, None, None)
@@ -102,7 +103,8 @@ class _Units(click.ParamType):
             if not why and n < self.min:
                 why = f"'{item}' is below {self.least()}, the least allowed"
             if not why and self.max is not None and n > self.max:
-                why = f"'{item}' is {n:,} {self.whole}, above {self.max:,}, the most allowed"
+                shown = item if len(item) <= 24 else f"{item[:20]}..."
+                why = f"'{shown}' is above {self.max:,} {self.counted}, the most allowed"
             if why:
                 self.fail(f"{value!r}: {why}; give sizes separated by commas" if self.many else why, param, ctx)
             out.append(n)
@@ -118,7 +120,7 @@ class Frames(_Units):
     """Page frames: a count (`25600`) or a size with a unit, a whole number of 4 KiB pages
     (`100MiB`), at least 1 and at most `max`; `many`: comma-separated. Gives frames."""
 
-    unit, whole, counts = 4096, "4 KiB frames", True
+    unit, whole, counted, counts = 4096, "4 KiB frames", "frames", True
 
     def __init__(self, max: int, many: bool = False):
         super().__init__(min=1, max=max, many=many)

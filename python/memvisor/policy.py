@@ -151,14 +151,17 @@ def resolve(name: str, base: Path | None = None) -> type:
     scenario's folder, or its `files_from`) first, then on the path. A module that fails to import
     is a scenario error naming where it failed."""
     module, _, cls = name[len(PREFIX):].partition(":")
-    if base is not None and not base.is_dir():
-        raise _core.ScenarioError(f"host.policy: '{name}': the folder {base} that files_from names (where the module is looked for) does not exist")
     try:
         mod = _import(module, base)
     except ModuleNotFoundError as e:
-        if e.name is not None and module.split(".")[0] != e.name.split(".")[0]:
+        if e.name is not None and e.name != module and not module.startswith(e.name + "."):
             # The module is there; something it imports is not.
             raise _core.ScenarioError(f"host.policy: '{name}': module '{module}' failed as it was imported: {_where(e)}ModuleNotFoundError: {e}") from None
+        if base is not None and not base.is_dir():
+            # Only a scenario's files_from (its own or a run folder's record of the original's)
+            # names a folder that is not there.
+            raise _core.ScenarioError(f"host.policy: '{name}': cannot import module '{module}': the folder {base} that files_from names "
+                                      "(where the module is looked for first) does not exist, and Python's path has no module of that name") from None
         beside = f"no {module.replace('.', '/')}.py in {base} (the scenario's folder, or files_from's), nor " if base is not None else "no "
         dotpy = f" (MODULE is a module's name, without .py: python:{module[:-3]}:{cls})" if module.endswith(".py") else ""
         raise _core.ScenarioError(f"host.policy: '{name}': cannot import module '{module}': {beside}a module of that name on Python's path{dotpy}") from None
@@ -176,10 +179,12 @@ def resolve(name: str, base: Path | None = None) -> type:
     return c
 
 
-def check_decide(cls: type, name: str) -> None:
-    """A policy class that does not override `decide` (a misspelt method) is a scenario error
-    before the run, not a failure at its first decision."""
-    if issubclass(cls, Policy) and cls.decide is Policy.decide:
+def check_decide(policy, name: str) -> None:
+    """A policy (a class, or an instance) that does not override `decide` (a misspelt method) is a
+    scenario error before the run, not a failure at its first decision."""
+    cls = policy if isinstance(policy, type) else type(policy)
+    own = not isinstance(policy, type) and "decide" in getattr(policy, "__dict__", {})  # given to this instance alone
+    if issubclass(cls, Policy) and cls.decide is Policy.decide and not own:
         own = [k for c in cls.__mro__ if c not in (Policy, object) for k in vars(c) if callable(vars(c)[k]) and not k.startswith("__")]
         near = _nearest("decide", own)
         raise _core.ScenarioError(f"host.policy: '{name}': class '{cls.__name__}' does not override decide(view)"

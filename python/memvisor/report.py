@@ -146,7 +146,13 @@ def _timeseries(path: Path):
     # ("terminate called without an active exception", status -6; apache/arrow#34314).
     copy = pa.BufferOutputStream()
     copy.write(path.read_bytes())
-    df = pd.read_parquet(pa.BufferReader(copy.getvalue()))
+    return _series_checked(pd.read_parquet(pa.BufferReader(copy.getvalue())))
+
+
+def _series_checked(df):
+    """A time series frame, if it has what a report draws from; else ValueError saying what not."""
+    import pandas as pd
+
     for col in ("time_s", "vm"):
         if col not in df:
             raise ValueError(f"lacks column '{col}' (not a memvisor time series)")
@@ -172,7 +178,9 @@ def _run(d: Path, label: str, variant: str | None, why: str, timeseries=None) ->
     return Run(
         label=label,
         path=d,
-        timeseries=_read(d / "timeseries.parquet", "a time series (Parquet)", _timeseries) if timeseries is None else timeseries,
+        timeseries=_read(d / "timeseries.parquet", "a time series (Parquet)", _timeseries)
+        if timeseries is None
+        else _read(d / "timeseries.parquet", "a time series", lambda _: _series_checked(timeseries)),
         decisions=_read(d / "decisions.jsonl", "decisions (JSON lines)", _decisions),
         summary=summary,
         scenario=_read(scen, "a scenario (text)", lambda p: p.read_text(encoding="utf-8")) if scen.exists() else None,

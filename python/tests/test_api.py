@@ -140,6 +140,25 @@ def test_results_do_not_depend_on_the_engine_steps(small_scenario, monkeypatch):
     pd.testing.assert_frame_equal(stepped.decisions, whole.decisions)
 
 
+def test_a_run_folder_s_report_is_drawn_from_the_results_in_memory(small_scenario, tmp_path, monkeypatch):
+    import dataclasses
+
+    from memvisor import report
+
+    (a,) = memvisor.run(str(small_scenario))
+    # The series is not read back from the folder being written...
+    def unread(path):
+        raise AssertionError(f"{path} read back")
+
+    monkeypatch.setattr(report, "_timeseries", unread)
+    assert (memvisor.write_run_folder([a], tmp_path / "a") / "report.html").is_file()
+    # ...and is held to what a report needs all the same: a clear error, and no folder.
+    bad = dataclasses.replace(a, timeseries=a.timeseries.drop(columns="vm"))
+    with pytest.raises(report.BadRun, match=r"timeseries.parquet: cannot be read as a time series: lacks column 'vm'"):
+        memvisor.write_run_folder([bad], tmp_path / "bad")
+    assert not (tmp_path / "bad").exists()
+
+
 def test_write_run_folder_refuses_results_that_would_overwrite_each_other(small_scenario, tmp_path):
     (a,) = memvisor.run(str(small_scenario))
     (b,) = memvisor.run(str(small_scenario), sets=["vm.g.memory=256MiB"])

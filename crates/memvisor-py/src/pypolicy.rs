@@ -97,15 +97,19 @@ impl Policy for PyPolicy {
 
     fn decide(&mut self, view: &HostView) -> Vec<Decision> {
         let at = view.time_ns as f64 / 1e9;
-        let t0 = Instant::now();
+        let mut took = std::time::Duration::ZERO;
         let r = Python::attach(|py| {
-            self.call(py, view).map_err(|e| {
+            // Timed once the interpreter is ours: a wait for it is another run's policy's time.
+            let t0 = Instant::now();
+            let r = self.call(py, view);
+            took = t0.elapsed();
+            r.map_err(|e| {
                 let (place, frames) = raised_at(py, &e);
                 format!("policy '{}' failed at {at:.3} s of the run: {place}{e}{frames}", self.name)
             })
         });
         self.spent.calls.fetch_add(1, Ordering::Relaxed);
-        self.spent.ns.fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        self.spent.ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
         r.unwrap_or_else(|e| {
             self.error = Some(e);
             Vec::new()

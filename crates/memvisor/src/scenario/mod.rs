@@ -172,10 +172,11 @@ fn nearest_field(name: &str, msg: &str) -> Option<String> {
     Some(names.join(" or "))
 }
 
-/// The fields a table of type `T` may hold, as serde lists them for an unknown one.
+/// The fields a table of type `T` may hold, as serde lists them for an unknown one ("expected
+/// `a`", "expected `a` or `b`", "expected one of `a`, `b`, ...").
 fn fields_of<T: serde::de::DeserializeOwned>() -> Vec<String> {
     let msg = toml::from_str::<T>("\"\\u0001\" = 0").err().map(|e| e.message().to_string()).unwrap_or_default();
-    msg.split_once("expected one of ").map_or(Vec::new(), |(_, list)| list.split('`').skip(1).step_by(2).map(str::to_string).collect())
+    msg.split_once(", expected ").map_or(Vec::new(), |(_, list)| list.split('`').skip(1).step_by(2).map(str::to_string).collect())
 }
 
 /// The tables (`[host]`, `[[vm]]`, ...) that have the field `name` found unknown at the top level
@@ -191,6 +192,7 @@ fn top_level_slip(name: &str, msg: &str) -> Option<String> {
         ("[[datastore]]", fields_of::<raw::RawDatastore>()),
         ("[[vm]]", fields_of::<raw::RawVm>()),
         ("[report]", fields_of::<raw::RawReport>()),
+        ("a [[vm]]'s workload", fields_of::<raw::RawWorkload>()),
     ];
     let have: Vec<&str> = tables.iter().filter(|(_, f)| f.iter().any(|f| f == name)).map(|&(t, _)| t).collect();
     (!have.is_empty()).then(|| have.join(" or "))
@@ -278,7 +280,7 @@ fn plain_error(src: &Source, e: toml::de::Error, doc: Option<&toml::de::DeTable>
                 "; '{name}' is a top-level key: write it above the first [table] header, since everything after a header belongs to that table"
             ));
         } else if let Some(tables) = top_level_slip(&name, &msg) {
-            msg.push_str(&format!("; it is a field of {tables}: write it under that header"));
+            msg.push_str(&format!("; `{name}` belongs in {tables}"));
         } else if let Some(near) = nearest_field(&name, &msg) {
             // A misspelling: the one name meant says more than the list of every field the table
             // may hold (a workload table lists the fields of every kind).

@@ -106,12 +106,15 @@ impl LackeyReader {
         let (kind, body) = match l {
             [b'I', b' ', b' ', body @ ..] => (b'I', body),
             [b' ', k @ (b'L' | b'S' | b'M'), b' ', body @ ..] => (*k, body),
-            // A binary file (an executable, a compressed trace) is said to be one, not dumped.
+            // A binary file (an executable, a compressed trace) is said to be one, not dumped; a
+            // binary line after records is one in a trace (another program's output mixed in).
             _ if l.contains(&0) || std::str::from_utf8(l).is_err() => {
-                return Err(TraceError::at_line(
-                    self.line,
-                    "binary data, not text: not a lackey trace (valgrind --tool=lackey's text output)",
-                ));
+                let why = if self.references() == 0 {
+                    "binary data, not text: not a lackey trace (valgrind --tool=lackey's text output)"
+                } else {
+                    "binary data among the records (lackey writes text: was another program's output mixed in?)"
+                };
+                return Err(TraceError::at_line(self.line, why));
             }
             _ => return Err(bad("unknown record")),
         };
@@ -183,5 +186,7 @@ mod tests {
         assert!(e.at == "line 1" && e.message.starts_with("binary data, not text") && !e.message.contains("ELF"), "{}", e.message);
         let e = LackeyReader::new(false).feed(b"(\xb5/\xfd zstd\n").unwrap_err();
         assert!(e.message.starts_with("binary data"), "{}", e.message);
+        let e = LackeyReader::new(false).feed(b" L 1234,4\n\xff\xfe\n").unwrap_err();
+        assert!(e.at == "line 2" && e.message.starts_with("binary data among the records"), "{}", e.message);
     }
 }
