@@ -7,6 +7,13 @@ import sys
 
 
 def main() -> None:
+    # Started with a standard stream closed (`memvisor cases >&-`), Python has none for it: closed
+    # output is an error said as one line, not a traceback; closed error output is discarded.
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")
+    if sys.stdout is None:
+        sys.stderr.write("error: standard output is closed: nothing can be written to it\n")
+        raise SystemExit(1)
     try:
         from memvisor.cli import main as command
     except KeyboardInterrupt:

@@ -39,6 +39,14 @@ def test_cases_lists_paging_stress(tmp_path):
     assert all(line == line.rstrip() for line in r.stdout.splitlines()) and r.stdout.endswith("\n"), repr(r.stdout)
 
 
+def test_a_closed_standard_stream_is_no_traceback(tmp_path):
+    exe = Path(sys.executable).with_name("memvisor")
+    r = subprocess.run(["bash", "-c", f"'{exe}' cases >&-"], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 1 and r.stderr == "error: standard output is closed: nothing can be written to it\n", r.stderr
+    r = subprocess.run(["bash", "-c", f"'{exe}' cases 2>&-"], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 0 and "paging-stress" in r.stdout, r.stdout
+
+
 def test_run_writes_a_complete_run_folder(tmp_path, small_scenario):
     r = memvisor("run", str(small_scenario), "--out", "out", "--quiet", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
