@@ -8,9 +8,10 @@
 //! inactive one only for a file page), the page would have stayed resident with that much memory,
 //! so it goes straight to the active list (`workingset_refault`).
 //!
-//! Not modelled: `PG_workingset` (it only feeds `workingset_restore` and the refault's reclaim
-//! cost), the shadow-node shrinker that bounds how many shadow entries are kept, and the bucket
-//! order that coarsens the clock on machines whose memory overflows its bits.
+//! Not modelled: the shadow-node shrinker that bounds how many shadow entries are kept, and the
+//! bucket order that coarsens the clock on machines whose memory overflows its bits.
+//! (`PG_workingset` is: reclaim sets it on the pages it deactivates, and their refaults count as
+//! reclaim cost.)
 
 use super::lru::LruList;
 use super::page::PG_WORKINGSET;
