@@ -250,14 +250,21 @@ def simulate(
     if given and not callable(getattr(policy, "decide", None)):
         raise TypeError(f"policy= takes a memvisor.Policy subclass or instance (with a decide method), not {policy!r}; "
                         "a built-in policy is named in the scenario: sets=['host.policy=NAME']")
-    if not given and scenario.policy.startswith("python:"):
-        policy = resolve(scenario.policy, files_dir(scenario))
-    if isinstance(policy, type):
-        policy = instantiate(policy, policy.__name__ if given else scenario.policy)
-    elif given:
-        check_decide(policy, type(policy).__name__)
-    t0 = time.perf_counter()
-    sim = _core.Simulation(scenario, traces, policy)
+    named = not given and scenario.policy.startswith("python:")
+    try:
+        if named:
+            policy = resolve(scenario.policy, files_dir(scenario))
+        if isinstance(policy, type):
+            policy = instantiate(policy, policy.__name__ if given else scenario.policy)
+        elif given:
+            check_decide(policy, type(policy).__name__)
+        t0 = time.perf_counter()
+        sim = _core.Simulation(scenario, traces, policy)
+    except _core.ScenarioError as e:
+        if not named:
+            raise
+        # Located where the scenario names the policy, as the engine locates its own errors.
+        raise _core.ScenarioError(f"{scenario.policy_at}: {e}") from None
     t = 0.0
     run_s = 0.0
     # The first steps are short: how fast the run goes is not known yet.

@@ -120,7 +120,12 @@ def test_a_policy_module_s_mistakes_are_told_before_the_run(tmp_path: Path):
         (s,) = api.load(str(f))
         with pytest.raises(memvisor.ScenarioError) as e:
             api.simulate(s)
-        assert str(e.value).startswith(f"host.policy: '{policy}': ") and expect in str(e.value), str(e.value)
+        # Located where the scenario names the policy (SCENARIO's line 8), as the engine's own errors are.
+        assert str(e.value).startswith(f"{f}:8:10: host.policy: '{policy}': ") and expect in str(e.value), str(e.value)
+    # Named by a --set, located there.
+    with pytest.raises(memvisor.ScenarioError) as e:
+        memvisor.run(str(f), sets=["host.policy=python:nosuch:X"])
+    assert str(e.value).startswith("--set host.policy=python:nosuch:X: host.policy: "), str(e.value)
     # A path for the module is refused as the scenario loads, saying where the file goes.
     with pytest.raises(memvisor.ScenarioError, match="MODULE is a module's name, not a path: put the file"):
         scenario("python:../pol:MostFree")

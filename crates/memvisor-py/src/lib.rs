@@ -214,6 +214,12 @@ impl Scenario {
         self.inner.warnings.clone()
     }
 
+    /// Where the scenario names its policy ("file:line:col", or the `--set` that did).
+    #[getter]
+    fn policy_at(&self) -> String {
+        self.inner.policy_at.0.clone()
+    }
+
     /// Those warnings that hold only under the scenario's own host.policy (a field it ignores).
     #[getter]
     fn policy_warnings(&self) -> Vec<String> {

@@ -13,7 +13,7 @@ mod resolved;
 
 pub use cases::{CASES, case_text};
 pub use replay::{guest_pages_for, replay_scenario};
-pub use resolve::{DatastoreSpec, HostSpec, ReportSpec, Scenario, VmSpec};
+pub use resolve::{DatastoreSpec, HostSpec, ReportSpec, Scenario, VmSpec, WrittenAt};
 
 use std::fmt;
 

@@ -115,6 +115,18 @@ pub struct ReportSpec {
     pub columns: Vec<String>,
 }
 
+/// Where in a scenario's text something was written ("file:line:col", or the `--set` that set
+/// it): provenance for messages, not content, so two scenarios that say the same are equal
+/// wherever they were written (a run folder's scenario.toml reloads equal to its original).
+#[derive(Clone, Debug, Default)]
+pub struct WrittenAt(pub String);
+
+impl PartialEq for WrittenAt {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
 /// A fully specified run.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Scenario {
@@ -148,6 +160,9 @@ pub struct Scenario {
     /// Those of `warnings` that hold only under the scenario's own `host.policy` (a field it
     /// ignores): a run given another policy in its place need not show them.
     pub policy_warnings: Vec<String>,
+    /// Where the scenario names its policy ("file:line:col", the `--set` that did, or the file
+    /// alone when the policy is the default): what a Python policy's errors are located by.
+    pub policy_at: WrittenAt,
 }
 
 impl Scenario {
@@ -698,5 +713,6 @@ pub(super) fn resolve(src: &Source, raw: RawScenario) -> Result<Scenario, Scenar
         report,
         warnings,
         policy_warnings,
+        policy_at: WrittenAt(src.locate(h.policy.as_ref().map(|p| p.span()))),
     })
 }
