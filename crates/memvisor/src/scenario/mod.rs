@@ -159,24 +159,26 @@ const TOP_LEVEL: [&str; 10] = ["name", "description", "seed", "duration", "files
 /// those closest to it, if at most one edit in four characters away (at least one edit; two
 /// letters swapped count as one, the commonest typo), as "`a`" or "`a` or `b`".
 fn nearest_field(name: &str, msg: &str) -> Option<String> {
-    let (_, list) = msg.split_once("expected one of ")?;
-    let near: Vec<(usize, &str)> = list
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .map(|c| (strsim::osa_distance(name, c), c))
-        .filter(|&(d, c)| d <= (c.len() / 4).max(1))
-        .collect();
+    if !msg.contains("expected one of ") {
+        return None;
+    }
+    let near: Vec<(usize, &str)> =
+        listed_fields(msg).into_iter().map(|c| (strsim::osa_distance(name, c), c)).filter(|&(d, c)| d <= (c.len() / 4).max(1)).collect();
     let best = near.iter().map(|&(d, _)| d).min()?;
     let names: Vec<String> = near.iter().filter(|&&(d, _)| d == best).map(|&(_, c)| format!("`{c}`")).collect();
     Some(names.join(" or "))
 }
 
-/// The fields a table of type `T` may hold, as serde lists them for an unknown one ("expected
-/// `a`", "expected `a` or `b`", "expected one of `a`, `b`, ...").
+/// The fields serde's message about an unknown one lists ("expected `a`", "expected `a` or
+/// `b`", "expected one of `a`, `b`, ...").
+fn listed_fields(msg: &str) -> Vec<&str> {
+    msg.split_once(", expected ").map_or(Vec::new(), |(_, list)| list.split('`').skip(1).step_by(2).collect())
+}
+
+/// The fields a table of type `T` may hold, as serde lists them for an unknown one.
 fn fields_of<T: serde::de::DeserializeOwned>() -> Vec<String> {
     let msg = toml::from_str::<T>("\"\\u0001\" = 0").err().map(|e| e.message().to_string()).unwrap_or_default();
-    msg.split_once(", expected ").map_or(Vec::new(), |(_, list)| list.split('`').skip(1).step_by(2).map(str::to_string).collect())
+    listed_fields(&msg).into_iter().map(str::to_string).collect()
 }
 
 /// The tables (`[host]`, `[[vm]]`, ...) that have the field `name` found unknown at the top level
