@@ -68,7 +68,7 @@ pub struct HostCosts {
     /// Decompressing a page: 10.4 us, same table.
     pub decompress_ns: u64,
     /// dom0's CPU per ring request of its block backend (`blkback::DEFAULT_REQUEST_NS`, 25 us
-    /// [assumed]).
+    /// \[assumed\]).
     pub blkback_request_ns: u64,
 }
 
