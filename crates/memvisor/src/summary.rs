@@ -231,6 +231,9 @@ pub struct DatastoreSummary {
     pub written_mib: f64,
     /// Time the data path was transferring, s.
     pub busy_s: f64,
+    /// Time with a request at the device, s (iostat's `%util` is this over the run's length; a
+    /// disk's seeks count).
+    pub active_s: f64,
     /// Time requests spent queued, summed over requests, s.
     pub queue_wait_s: f64,
     /// Reads the file server behind an NFS datastore fetched from its disks.
@@ -251,6 +254,7 @@ impl DatastoreSummary {
             read_mib: st.bytes_read as f64 / 1048576.0,
             written_mib: st.bytes_written as f64 / 1048576.0,
             busy_s: st.busy_ns as f64 / 1e9,
+            active_s: st.active_ns as f64 / 1e9,
             queue_wait_s: st.queue_wait_ns as f64 / 1e9,
             server_disk_reads: st.server_disk_reads,
             server_disk_wait_s: st.server_disk_wait_ns as f64 / 1e9,
