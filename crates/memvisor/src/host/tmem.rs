@@ -674,6 +674,12 @@ impl Tmem {
                 *refs.entry(p.pcd).or_default() += 1;
                 pool_pages[pool as usize] += 1;
                 let c = self.pools[pool as usize].client as usize;
+                // Persistent data is billed to its own client and never shared (dedup is for
+                // ephemeral pools only, as Xen's is).
+                let owner = if self.pools[pool as usize].kind.ephemeral() { NONE } else { c as u32 };
+                if self.pcds[p.pcd].client != owner {
+                    return Err(format!("tmem: handle ({pool}, {oid}, {index}) refers to data of another kind or client"));
+                }
                 if self.pools[pool as usize].kind.ephemeral() { eph[c] += 1 } else { pers[c] += 1 }
             }
         }
@@ -730,9 +736,16 @@ impl Tmem {
             }
         }
         for (i, p) in self.pools.iter().enumerate() {
-            if p.stats.pages != pool_pages[i] {
-                return Err(format!("tmem: pool {i} counts {} pages, holds {}", p.stats.pages, pool_pages[i]));
+            if p.stats.pages != pool_pages[i] || p.stats.pages_max < p.stats.pages {
+                return Err(format!(
+                    "tmem: pool {i} counts {} pages (at most {}), holds {}",
+                    p.stats.pages, p.stats.pages_max, pool_pages[i]
+                ));
             }
+        }
+        let maxima = self.client_stats.iter().all(|c| c.eph_pages_max >= c.eph_pages && c.pers_pages_max >= c.pers_pages);
+        if !maxima || self.stats.eph_pages_max < self.stats.eph_pages {
+            return Err("tmem: a count of pages at most is below the count now".into());
         }
         Ok(())
     }
@@ -983,6 +996,121 @@ mod tests {
         h.tmem_put(1, b, 9, 6, 1, Content::Generic);
         assert_eq!(h.tmem().unwrap().content_of(b, 9, 6), Some(1));
         assert_eq!(h.tmem().unwrap().pools()[b as usize].stats.dup_puts_replaced, 1);
+        h.check().unwrap();
+    }
+
+    #[test]
+    fn dedup_leaves_persistent_pages_alone() {
+        let s = TmemSettings { dedup: true, ..TmemSettings::default() };
+        let mut h = host(2000, 100, s);
+        let eph = h.tmem_new_pool(0, PoolKind::PrivateEphemeral).unwrap();
+        let pers = h.tmem_new_pool(0, PoolKind::PrivatePersistent).unwrap();
+        let free = h.free_frames();
+        h.tmem_put(0, eph, 1, 0, 42, Content::Generic);
+        h.tmem_put(0, pers, 1, 0, 42, Content::Generic);
+        let t = h.tmem().unwrap();
+        assert_eq!((t.pers_frames(0), t.stats.deduped_puts), (1, 0), "the persistent copy is its own, billed to the guest");
+        assert_eq!(free - h.free_frames(), 2);
+        assert_eq!(t.pools()[pers as usize].stats.pages, 1);
+        h.check().unwrap();
+    }
+
+    #[test]
+    fn flushing_an_object_drops_every_page_of_every_block() {
+        let mut h = host(2000, 100, TmemSettings::default());
+        let p = h.tmem_new_pool(0, PoolKind::PrivateEphemeral).unwrap();
+        let n = 3 * OBJ_BLOCK as u32 + 5;
+        for i in 0..n {
+            h.tmem_put(0, p, 4, i, 300 + i as u64, Content::Generic);
+        }
+        h.tmem_put(0, p, 5, 0, 1, Content::Generic);
+        let t = h.tmem().unwrap();
+        assert_eq!((t.pools()[p as usize].stats.pages, t.pools()[p as usize].stats.pages_max), (n as u64 + 1, n as u64 + 1));
+        h.tmem_flush_object(p, 4);
+        h.check().unwrap();
+        let t = h.tmem().unwrap();
+        assert!((0..n).all(|i| !t.contains(p, 4, i)), "a page of the object outlived its flush");
+        assert!(t.contains(p, 5, 0), "another object is untouched");
+        assert_eq!((t.pools()[p as usize].stats.pages, t.frames()), (1, 1));
+        assert!(!h.tmem_get(p, 4, n - 1).0);
+    }
+
+    #[test]
+    fn a_get_costs_a_copy_and_a_decompression_when_compressed() {
+        let s = TmemSettings { compress: true, ..TmemSettings::default() };
+        let mut h = host(2000, 100, s.clone());
+        let p = h.tmem_new_pool(0, PoolKind::PrivatePersistent).unwrap();
+        let packed = s.copy_ns + s.decompress_ns;
+        let small = compressible(&h);
+        let (r, put_ns) = h.tmem_put(0, p, 0, 0, small, Content::Generic);
+        assert_eq!((r, put_ns), (Put::Stored, s.copy_ns + s.compress_ns));
+        let before = h.tmem().unwrap().client(0).cpu_ns;
+        assert_eq!(h.tmem_get(p, 0, 0), (true, packed));
+        assert_eq!(h.tmem().unwrap().client(0).cpu_ns - before, packed);
+        h.tmem_put(0, p, 0, 1, 5, Content::Incompressible);
+        assert_eq!(h.tmem_get(p, 0, 1), (true, s.copy_ns), "a page stored whole is only copied");
+    }
+
+    /// A generic content that compresses below a page.
+    fn compressible(h: &Host) -> u64 {
+        let size = |c| Compressibility::measured().size_of(h.compressor, Content::Generic, c);
+        (1..100_000u64).find(|&c| size(c) > 0 && size(c) < SUBPAGE_MAX_BYTES).expect("a compressible page")
+    }
+
+    #[test]
+    fn a_shared_page_at_the_lists_head_gets_a_second_chance() {
+        let s = TmemSettings { dedup: true, ..TmemSettings::default() };
+        let mut h = host(2000, 100, s);
+        let (a, b) = (h.tmem_new_pool(0, PoolKind::PrivateEphemeral).unwrap(), h.tmem_new_pool(1, PoolKind::PrivateEphemeral).unwrap());
+        h.tmem_put(0, a, 0, 0, 77, Content::Generic);
+        h.tmem_put(1, b, 0, 0, 77, Content::Generic);
+        h.tmem_put(0, a, 0, 1, 78, Content::Generic);
+        h.tmem_put(0, a, 0, 2, 79, Content::Generic);
+        let t = h.tmem.as_mut().unwrap();
+        assert!(t.evict());
+        // a's copy of 77 was oldest but shared: it went to the tail, and b's (shared too) after it;
+        // the oldest unshared page went instead.
+        assert!(t.contains(a, 0, 0) && t.contains(b, 0, 0) && !t.contains(a, 0, 1) && t.contains(a, 0, 2));
+        assert!(t.evict());
+        assert!(!t.contains(a, 0, 2), "then the next unshared one");
+        assert!(t.evict());
+        assert!(!t.contains(a, 0, 0) && t.contains(b, 0, 0), "a second chance is one chance");
+        h.tmem_settle();
+        h.check().unwrap();
+    }
+
+    #[test]
+    fn a_persistent_put_makes_room_for_its_compressed_bytes() {
+        let s = TmemSettings { compress: true, ..TmemSettings::default() };
+        // The guest's maximum is far above the host's frames: only the host's memory limits it.
+        let mut h = host(300, 100_000, s);
+        let p = h.tmem_new_pool(0, PoolKind::PrivatePersistent).unwrap();
+        let small = compressible(&h);
+        for i in 0..300 {
+            assert_eq!(h.tmem_put(0, p, 0, i, 1 + i as u64, Content::Incompressible).0, Put::Stored);
+        }
+        assert_eq!(h.free_frames(), 0);
+        assert_eq!(h.tmem_put(0, p, 1, 0, small, Content::Generic).0, Put::Refused, "its bytes need a frame the host lacks");
+        h.check().unwrap();
+        assert_eq!(h.tmem().unwrap().pers_frames(0), 300);
+    }
+
+    #[test]
+    fn a_guest_at_maxmem_with_frontswap_pages_keeps_its_balloon() {
+        let mut h = host(1000, 100, TmemSettings::default());
+        h.populate_on_release = true;
+        h.back_range(0, 0, 90);
+        for ppn in 80..90 {
+            h.balloon(0, ppn);
+        }
+        let pool = h.tmem_new_pool(0, PoolKind::PrivatePersistent).unwrap();
+        for i in 0..20 {
+            assert_eq!(h.tmem_put(0, pool, 0, i, 50 + i as u64, Content::Generic).0, Put::Stored, "80 granted + {i}");
+        }
+        assert!(!h.unballoon(0, 85), "80 granted + 20 persistent frames are its 100 pages");
+        h.check().unwrap();
+        h.tmem_flush_page(pool, 0, 0);
+        assert!(h.unballoon(0, 85), "a frame of room once frontswap lets one go");
         h.check().unwrap();
     }
 
