@@ -462,6 +462,36 @@ mod tests {
     }
 
     #[test]
+    fn in_soft_the_balloon_stops_at_its_maximum_and_swapping_takes_the_rest() {
+        let table = TABLES.iter().find(|t| t.name == "esx3").expect("esx3");
+        // Two idle VMs holding 4 GiB each on an 8 GiB host with 5 % free: soft, balloon only.
+        let targets = |balloon_max: u64| {
+            let view = HostView {
+                time_ns: 0,
+                host_memory: 8 << 30,
+                host_free: (8u64 << 30) / 20,
+                vms: (0..2).map(|i| VmView { balloon_max, ..vm(i, 1000, 4, (100, 0)) }).collect(),
+                ..Default::default()
+            };
+            let (mut balloon, mut swap) = (Vec::new(), Vec::new());
+            for d in Esx::new(table, 0.75).decide(&view) {
+                match d.action {
+                    Action::SetBalloonTarget { bytes } => balloon.push(bytes),
+                    Action::SetSwapTarget { bytes } => swap.push(bytes),
+                    _ => {}
+                }
+            }
+            (balloon, swap)
+        };
+        let (balloon, swap) = targets(4 << 30);
+        assert!(balloon.iter().any(|&b| b > 16 << 20), "soft takes more than 16 MiB by ballooning: {balloon:?}");
+        assert!(swap.iter().all(|&s| s == 0), "and swaps nothing while the balloon can take it: {swap:?}");
+        let (balloon, swap) = targets(16 << 20);
+        assert!(!balloon.is_empty() && balloon.iter().all(|&b| b <= 16 << 20), "never past the balloon's maximum: {balloon:?}");
+        assert!(swap.iter().any(|&s| s > 0), "what lies beyond it is swapped: {swap:?}");
+    }
+
+    #[test]
     fn the_idle_tax_takes_from_the_idle_vm_first() {
         let (active, idle) = balloon_targets(0.75);
         assert_eq!(active, 0, "with a 75 % tax the active VM keeps its memory");

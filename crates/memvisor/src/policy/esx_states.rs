@@ -216,4 +216,13 @@ mod tests {
         assert_eq!(t.next(2, gb(7.0), m), 1, "from hard, 7 % passes 1.25 x 2 % but not 1.25 x 6 %");
         assert_eq!(t.next(1, gb(7.6), m), 0);
     }
+
+    #[test]
+    fn esx3_enters_each_state_at_its_published_threshold() {
+        // Falling free memory crosses 6 % (soft), 2 % (hard) and 1 % (low): the white paper's.
+        let m = 100 << 30;
+        let at = |pct: f64| ESX3.next(0, (pct / 100.0 * m as f64) as u64, m);
+        let steps = [(6.1, 0), (5.9, 1), (2.1, 1), (1.9, 2), (1.1, 2), (0.9, 3)];
+        assert_eq!(steps.map(|(pct, _)| at(pct)), steps.map(|(_, state)| state));
+    }
 }
